@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestRunSmoke(t *testing.T) {
+	var out bytes.Buffer
+	args := []string{"-rounds", "2", "-benchtime", "50x", "-only", "serial/allowed/(sluice-handle|xrate)|http", "-http-duration", "200ms", "-http-conns", "4"}
+	if err := run(context.Background(), args, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"GOMAXPROCS=",
+		"sluice Handle.Allow",
+		"x/time/rate Allow",
+		"sluice Handle.Allow / x/time/rate Allow = ",
+		"(target <= 1.0)",
+		"serial/allowed/sluice-handle allocs/op = ",
+		"POST /v1/take over loopback HTTP",
+		"requests/s",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "== parallel") {
+		t.Errorf("-only did not filter out the parallel group:\n%s", out.String())
+	}
+}
+
+func TestRunRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-rounds", "0"},
+		{"-only", "("},
+		{"-only", "no-such-case"},
+		{"-benchtime", "soon"},
+	} {
+		if err := run(context.Background(), args, io.Discard, io.Discard); err == nil {
+			t.Errorf("run(%q) = nil, want an error", args)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tt := range []struct {
+		in   []float64
+		want float64
+	}{
+		{[]float64{3}, 3},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	} {
+		if got := median(tt.in); got != tt.want {
+			t.Errorf("median(%v) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestGroup3(t *testing.T) {
+	for in, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 12345678: "12,345,678"} {
+		if got := group3(in); got != want {
+			t.Errorf("group3(%v) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,23 @@
+// Package cli is the sluice command line, built with cobra. cmd/sluice is
+// a thin main around Main; tests run the same code in-process through Run,
+// with their own output writers, environment and a Ready callback that
+// reports the address serve listens on.
+//
+// Commands:
+//
+//	sluice serve [--addr host:port] [--config FILE] [--log-level L] [--log-format text|json] [--shutdown-timeout D]
+//	sluice policies check FILE
+//	sluice version
+//
+// serve runs the HTTP API of package server until its context ends (the
+// process's SIGINT or SIGTERM), then shuts down gracefully. Without a policy
+// file it enforces DefaultPolicies, so `sluice serve` works with no flags.
+// Every serve flag has an environment variable (SLUICE_ADDR, SLUICE_CONFIG,
+// SLUICE_LOG_LEVEL, SLUICE_LOG_FORMAT, SLUICE_SHUTDOWN_TIMEOUT); a flag given
+// on the command line wins over its variable, and an invalid value is
+// reported naming whichever of the two supplied it.
+//
+// Exit codes: ExitOK (0), ExitFailure (1: the command failed, e.g. a policy
+// file with errors, each printed as file:line:col: path: message), ExitUsage
+// (2: a bad command line or environment).
+package cli

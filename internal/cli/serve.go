@@ -1,0 +1,178 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicerl/sluice/limiter"
+	"github.com/sluicerl/sluice/server"
+)
+
+// DefaultAddr is where serve listens without --addr or SLUICE_ADDR.
+const DefaultAddr = "127.0.0.1:8080"
+
+// DefaultPolicies are what serve enforces without --config or
+// SLUICE_CONFIG: one GCRA policy named "default", 100 units per second
+// with bursts of 100.
+func DefaultPolicies() []limiter.Policy {
+	return []limiter.Policy{{
+		Name:        "default",
+		Rate:        100,
+		Period:      time.Second,
+		Burst:       100,
+		Description: "built-in default: 100 per second, bursts of 100",
+	}}
+}
+
+type serveFlags struct {
+	addr            string
+	config          string
+	logLevel        string
+	logFormat       string
+	shutdownTimeout time.Duration
+}
+
+func newServeCmd(opts *Options) *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the HTTP API",
+		Long: `Run the HTTP API: POST /v1/take, GET /v1/policies, GET /healthz, GET /metrics.
+
+Without --config, serve enforces one built-in policy, "default": GCRA,
+100 per second, bursts of 100. It stops gracefully on SIGINT or SIGTERM.
+Each flag can also be set by its environment variable; a flag given on the
+command line wins.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			source, err := applyEnv(cmd.Flags(), opts.Getenv, []envFlag{
+				{"addr", "SLUICE_ADDR"},
+				{"config", "SLUICE_CONFIG"},
+				{"log-level", "SLUICE_LOG_LEVEL"},
+				{"log-format", "SLUICE_LOG_FORMAT"},
+				{"shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT"},
+			})
+			if err != nil {
+				return err
+			}
+			return runServe(cmd.Context(), opts, &f, source)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.addr, "addr", DefaultAddr, "`host:port` to listen on (env SLUICE_ADDR); port 0 picks a free port")
+	fs.StringVar(&f.config, "config", "", "policy `file` (YAML; env SLUICE_CONFIG); default: one built-in policy")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error (env SLUICE_LOG_LEVEL)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json (env SLUICE_LOG_FORMAT)")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second,
+		"how long to let in-flight requests finish on shutdown (env SLUICE_SHUTDOWN_TIMEOUT)")
+	return cmd
+}
+
+func (f *serveFlags) validate(source map[string]string) (slog.Level, error) {
+	if err := checkAddr(f.addr); err != nil {
+		return 0, usagef("invalid %s %q: %v", source["addr"], f.addr, err)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return 0, usagef("invalid %s %q: want debug, info, warn or error", source["log-level"], f.logLevel)
+	}
+	if f.logFormat != "text" && f.logFormat != "json" {
+		return 0, usagef("invalid %s %q: want text or json", source["log-format"], f.logFormat)
+	}
+	if f.shutdownTimeout <= 0 {
+		return 0, usagef("invalid %s %s: want a positive duration such as 10s", source["shutdown-timeout"], f.shutdownTimeout)
+	}
+	return level, nil
+}
+
+// checkAddr checks a listen address: host:port with a numeric port (the
+// host may be empty, meaning every interface).
+func checkAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port such as %s (%v)", DefaultAddr, strings.TrimPrefix(err.Error(), "address "+addr+": "))
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	return nil
+}
+
+func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[string]string) error {
+	level, err := f.validate(source)
+	if err != nil {
+		return err
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	var handler slog.Handler = slog.NewTextHandler(opts.Stderr, hopts)
+	if f.logFormat == "json" {
+		handler = slog.NewJSONHandler(opts.Stderr, hopts)
+	}
+	log := slog.New(handler)
+
+	policies, from := DefaultPolicies(), "built-in defaults"
+	if f.config != "" {
+		if policies, err = limiter.LoadFile(f.config); err != nil {
+			return err
+		}
+		from = f.config
+	}
+	lim, err := limiter.New(limiter.Config{Policies: policies})
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Config{Limiter: lim, Logger: log})
+	if err != nil {
+		return err
+	}
+
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", f.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", f.addr, err)
+	}
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+
+	log.Info("sluice listening", "addr", ln.Addr().String(), "policies", len(policies), "config", from)
+	fmt.Fprintf(opts.Stdout, "sluice listening on http://%s\n", ln.Addr())
+	if opts.Ready != nil {
+		opts.Ready(ln.Addr())
+	}
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", f.shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		_ = hs.Close()
+		return fmt.Errorf("shutdown: in-flight requests did not finish within %s: %w", f.shutdownTimeout, err)
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}

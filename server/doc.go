@@ -1,0 +1,82 @@
+// Package server is Sluice's HTTP JSON API over a limiter.Limiter. It is a
+// library: New builds a Server and Handler returns an http.Handler that the
+// caller mounts on servers it owns (cmd/sluice's serve command is one such
+// caller).
+//
+// # Endpoints
+//
+//	POST /v1/take       take units of one policy, or of several all-or-nothing
+//	GET  /v1/policies   list the policies
+//	GET  /healthz       {"status":"ok"}
+//	GET  /metrics       Prometheus metrics
+//
+// A single take is {"policy":"api","key":"user-42","cost":1}: cost is a
+// whole number from 0 to 2^53, 1 when omitted (or null), and 0 peeks without
+// taking. The answer is
+//
+//	{"allowed":true,"policy":"api","limit":100,"remaining":99,
+//	 "retryAfterMs":0,"resetAfterMs":600,"shadowed":false}
+//
+// with status 200 when allowed and 429 when denied (same body, plus a
+// Retry-After header in whole seconds, at least 1). limit is the most one
+// request may cost (the burst, or the window's limit); retryAfterMs and
+// resetAfterMs are rounded up. A shadow policy never denies: a would-be
+// denial answers 200 with "shadowed":true.
+//
+// {"items":[{"policy":"weight","key":"ip-1","cost":5},{"policy":"orders","key":"acct-9"}]}
+// takes every item or none (limiter.Limiter.AllowAll) and answers
+//
+//	{"allowed":false,"retryAfterMs":2400,"items":[<one single answer per item>]}
+//
+// where retryAfterMs is when the whole request could pass and each item's
+// allowed says whether that policy alone had room; nothing is charged
+// unless the top-level allowed is true. At most Config.MaxItems items (64).
+//
+// Every take answer carries the IETF draft-ietf-httpapi-ratelimit-headers
+// fields, one list member per policy (for several items of one policy, the
+// least remaining and the latest reset):
+//
+//	RateLimit-Policy: "api";q=100;w=60
+//	RateLimit: "api";r=99;t=1
+//
+// q is the policy's rate (GCRA) or limit (windows) per w seconds; a period
+// that is not whole seconds is stated over the next whole second with q
+// scaled down. r is what remains and t the seconds, rounded up, until the
+// key is back to its full quota. Take answers are Cache-Control: no-store.
+//
+// # Errors
+//
+// Errors are RFC 9457 application/problem+json bodies with type, title,
+// status and detail; field errors add "errors":[{"pointer":"#/items/2/cost",
+// "detail":"..."}] naming each wrong field as a JSON Pointer.
+//
+//	400 TypeMalformedRequest  not JSON, trailing data, an unknown field, a wrong JSON type
+//	413 about:blank           body over Config.MaxBodyBytes (1 MiB)
+//	415 about:blank           Content-Type is not application/json (or application/*+json)
+//	422 TypeInvalidRequest    empty policy or key, negative, fractional or > 2^53 cost,
+//	                          empty or too many items, both single fields and items
+//	422 TypeUnknownPolicy     a policy the server does not hold
+//	422 TypeCostExceedsLimit  a cost above the policy's burst or window limit
+//	404 about:blank           no such endpoint
+//	405 about:blank           wrong method (with an Allow header)
+//	500 about:blank           a bug (a recovered panic, logged)
+//	503 TypeStoreUnavailable  the rate store could not decide (with Retry-After: 1)
+//
+// An unknown policy is 422, not 404: the endpoint exists and the request is
+// well formed, but names something the server does not hold. When several
+// fields are wrong, every one is listed and the type is theirs if they share
+// one, else TypeInvalidRequest.
+//
+// # Metrics
+//
+//	sluice_decisions_total{policy,result}        result: allowed, denied, shadow_denied, error
+//	sluice_decision_duration_seconds{policy}     histogram of limiter time
+//	sluice_http_requests_total{route,code}
+//
+// Label values come only from configured policy names, fixed route names
+// and status codes. Keys never appear in metrics or in the server's own log
+// lines, and a request for
+// a policy the server does not hold counts as policy="unknown", so clients
+// cannot grow the number of series. Items of a refused all-or-nothing take
+// count as denied: nothing was charged.
+package server

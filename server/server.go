@@ -1,0 +1,312 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicerl/sluice/limiter"
+	"github.com/sluicerl/sluice/store"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	// DefaultMaxBodyBytes bounds a request body (1 MiB).
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultMaxItems bounds the items of one all-or-nothing take.
+	DefaultMaxItems = 64
+)
+
+// Config configures a Server. Zero fields take the documented defaults.
+type Config struct {
+	// Limiter decides every take. Required.
+	Limiter *limiter.Limiter
+	// Logger receives errors, recovered panics and (at debug level) one
+	// line per request. Nil discards everything. The server never logs
+	// keys; a store error is logged as the store worded it.
+	Logger *slog.Logger
+	// Registry receives the server's metrics and is what /metrics serves.
+	// Nil means a new registry that also holds the Go runtime and process
+	// collectors. A registry holds the metrics of one Server: New fails if
+	// they are already registered.
+	Registry *prometheus.Registry
+	// MaxBodyBytes bounds a request body; larger bodies get 413. Zero means
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// MaxItems bounds the items of one all-or-nothing take. Zero means
+	// DefaultMaxItems.
+	MaxItems int
+}
+
+// Server is the HTTP JSON API over a Limiter. It registers on servers the
+// caller owns: mount Handler on an http.Server or a mux. It is safe for
+// concurrent use. Build it with New; the zero value is not usable.
+type Server struct {
+	lim      *limiter.Limiter
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	metrics  *metrics
+	maxBody  int64
+	maxItems int
+	policies map[string]*policyInfo
+	listing  []byte // the GET /v1/policies body, built once
+	handler  http.Handler
+}
+
+// policyInfo is what the server precomputes for one policy.
+type policyInfo struct {
+	handle *limiter.Handle
+	max    int64  // the most one request may cost
+	header string // its RateLimit-Policy list member
+}
+
+// New returns a Server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Limiter == nil {
+		return nil, errors.New("server: config: Limiter is required")
+	}
+	if cfg.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("server: config: MaxBodyBytes must be >= 0, got %d", cfg.MaxBodyBytes)
+	}
+	if cfg.MaxItems < 0 {
+		return nil, fmt.Errorf("server: config: MaxItems must be >= 0, got %d", cfg.MaxItems)
+	}
+	s := &Server{
+		lim:      cfg.Limiter,
+		log:      cfg.Logger,
+		reg:      cfg.Registry,
+		maxBody:  cfg.MaxBodyBytes,
+		maxItems: cfg.MaxItems,
+		policies: map[string]*policyInfo{},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.maxBody == 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.maxItems == 0 {
+		s.maxItems = DefaultMaxItems
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+		s.reg.MustRegister(
+			collectors.NewGoCollector(),
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		)
+	}
+
+	policies := s.lim.Policies()
+	names := make([]string, 0, len(policies))
+	list := policyList{Policies: make([]policyJSON, 0, len(policies))}
+	for _, p := range policies {
+		h, err := s.lim.Handle(p.Name)
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		s.policies[p.Name] = &policyInfo{handle: h, max: p.Limit().Max(), header: policyHeaderItem(p)}
+		names = append(names, p.Name)
+		list.Policies = append(list.Policies, policyToJSON(p))
+	}
+	listing, err := json.Marshal(list)
+	if err != nil {
+		return nil, fmt.Errorf("server: policies: %w", err)
+	}
+	s.listing = append(listing, '\n')
+
+	m, err := newMetrics(s.reg, names)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler returns the server's routes as one http.Handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Route labels of sluice_http_requests_total.
+const (
+	routeTake     = "/v1/take"
+	routePolicies = "/v1/policies"
+	routeHealth   = "/healthz"
+	routeMetrics  = "/metrics"
+	routeOther    = "other"
+)
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	metricsHandler := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelError),
+		ErrorHandling:     promhttp.ContinueOnError,
+		EnableOpenMetrics: false,
+	})
+	type route struct {
+		path, method, allow string
+		h                   http.HandlerFunc
+	}
+	for _, rt := range []route{
+		{routeTake, http.MethodPost, "POST", s.take},
+		{routePolicies, http.MethodGet, "GET, HEAD", s.listPolicies},
+		{routeHealth, http.MethodGet, "GET, HEAD", s.health},
+		{routeMetrics, http.MethodGet, "GET, HEAD", metricsHandler.ServeHTTP},
+	} {
+		// The method pattern is more specific than the bare path, so the
+		// bare path only sees the other methods.
+		mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, rt.h))
+		mux.Handle(rt.path, s.wrap(rt.path, methodNotAllowed(rt.allow)))
+	}
+	mux.Handle("/", s.wrap(routeOther, func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, &problem{
+			Type: typeBlank, Title: http.StatusText(http.StatusNotFound), Status: http.StatusNotFound,
+			Detail: "no such endpoint; see GET /v1/policies, POST /v1/take, GET /healthz, GET /metrics",
+		})
+	}))
+	return mux
+}
+
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeProblem(w, &problem{
+			Type: typeBlank, Title: http.StatusText(http.StatusMethodNotAllowed), Status: http.StatusMethodNotAllowed,
+			Detail: fmt.Sprintf("method %s is not allowed here; allowed: %s", truncate(r.Method, 32), allow),
+		})
+	}
+}
+
+// wrap bounds the request body, counts the response in
+// sluice_http_requests_total, and turns a panic into a logged 500 problem.
+func (s *Server) wrap(route string, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil {
+			// The original writer, so that net/http closes the
+			// connection after an oversized body.
+			r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+		}
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			v := recover()
+			if v != nil && v != http.ErrAbortHandler { // ErrAbortHandler is a sentinel panic value
+				s.log.Error("server: panic serving request",
+					"route", route, "method", r.Method, "panic", v, "stack", string(debug.Stack()))
+				if !sw.wrote {
+					writeProblem(sw, &problem{
+						Type: typeBlank, Title: http.StatusText(http.StatusInternalServerError),
+						Status: http.StatusInternalServerError, Detail: "internal error; it has been logged",
+					})
+				} else {
+					v = http.ErrAbortHandler // the response is cut: abort the connection
+				}
+			}
+			s.metrics.requests.WithLabelValues(route, strconv.Itoa(sw.code())).Inc()
+			s.log.Debug("request", "method", r.Method, "route", route, "status", sw.code())
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+		}()
+		h(sw, r)
+	})
+}
+
+// statusWriter records the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) code() int {
+	if !w.wrote {
+		return http.StatusOK
+	}
+	return w.status
+}
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, contentJSON, map[string]string{"status": "ok"})
+}
+
+func (s *Server) listPolicies(w http.ResponseWriter, _ *http.Request) {
+	writeBody(w, http.StatusOK, contentJSON, s.listing)
+}
+
+type policyList struct {
+	Policies []policyJSON `json:"policies"`
+}
+
+type policyJSON struct {
+	Name        string `json:"name"`
+	Algorithm   string `json:"algorithm"`
+	Rate        int64  `json:"rate"`
+	PeriodMs    int64  `json:"periodMs"`
+	Burst       int64  `json:"burst"`
+	Shadow      bool   `json:"shadow"`
+	Description string `json:"description"`
+}
+
+func policyToJSON(p limiter.Policy) policyJSON {
+	out := policyJSON{
+		Name:        p.Name,
+		Algorithm:   p.Algorithm.String(),
+		Rate:        p.Rate,
+		PeriodMs:    p.Period.Milliseconds(),
+		Shadow:      p.Shadow,
+		Description: p.Description,
+	}
+	if p.Algorithm == store.GCRA { // the effective burst: 0 in the policy means rate
+		out.Burst = p.Limit().Max()
+	}
+	return out
+}
+
+const (
+	contentJSON    = "application/json"
+	contentProblem = "application/problem+json"
+)
+
+// writeJSON writes v as a JSON body with the given status.
+func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only the server's own types are marshalled; this cannot happen.
+		status, contentType = http.StatusInternalServerError, contentProblem
+		b = []byte(`{"type":"about:blank","title":"Internal Server Error","status":500}`)
+	}
+	writeBody(w, status, contentType, append(b, '\n'))
+}
+
+func writeBody(w http.ResponseWriter, status int, contentType string, b []byte) {
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,227 @@
+package store
+
+import (
+	"time"
+
+	"github.com/sluicerl/sluice/gcra"
+	"github.com/sluicerl/sluice/window"
+)
+
+// State is one key's rate state in a backend-neutral shape. Backends that
+// run the algorithms in Go (memstore, sqlitestore) keep it as is; the Redis
+// and PostgreSQL stores keep the same three numbers and reimplement the
+// arithmetic in Lua and SQL.
+//
+// For GCRA, Time is the theoretical arrival time. For windows, Time is the
+// end of the counted window, Count the cost admitted in it and Prev (sliding
+// only) the cost admitted in the window before. All times are Unix
+// microseconds. The zero value is a fresh key.
+type State struct {
+	Time  int64
+	Count int64
+	Prev  int64
+}
+
+// CheckCost validates a cost against a limit.
+func CheckCost(l Limit, cost int64) error {
+	if cost < 0 {
+		return ErrNegativeCost
+	}
+	if cost > l.Max() {
+		return ErrCostExceedsLimit
+	}
+	return nil
+}
+
+// Eval decides a request of cost units at now (Unix microseconds) against
+// the state *st, updating *st in place when the request is allowed (and
+// costs something), and writing the outcome to *res. It validates the limit
+// and the cost itself (with the same errors as Limit.Validate and
+// CheckCost), so a backend's hot path needs nothing else. Eval is the single
+// definition of the arithmetic that every Go-side backend runs. It works
+// through pointers so that the hot path copies nothing large.
+func Eval(l *Limit, st *State, now, cost int64, maxDelay time.Duration, res *Result) error {
+	var p Prepared
+	if err := p.prepare(l); err != nil {
+		return err
+	}
+	return p.Eval(st, now, cost, maxDelay, res)
+}
+
+// Prepared is a limit validated once, with the numbers deciding it needs
+// computed up front, for callers that decide the same limit many times (a
+// limiter's policy). Build it with Prepare. It is immutable and safe for
+// concurrent use.
+type Prepared struct {
+	limit Limit
+	gp    gcra.Params // GCRA only
+	max   int64
+}
+
+// Prepare validates l and returns it prepared.
+func Prepare(l Limit) (*Prepared, error) {
+	p := new(Prepared)
+	if err := p.prepare(&l); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Prepared) prepare(l *Limit) error {
+	if l.Name == "" {
+		return ErrEmptyKey
+	}
+	p.limit = *l
+	if l.Algorithm == GCRA {
+		burst := l.Burst
+		if burst == 0 {
+			burst = l.Rate
+		}
+		gp, err := gcra.Limit{Rate: l.Rate, Period: l.Period, Burst: burst}.Params()
+		if err != nil || l.Burst < 0 {
+			return l.Validate()
+		}
+		p.gp, p.max = gp, gp.Burst
+		return nil
+	}
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	p.max = l.Rate
+	return nil
+}
+
+// Limit returns the prepared limit.
+func (p *Prepared) Limit() Limit { return p.limit }
+
+// Name returns the prepared limit's name.
+func (p *Prepared) Name() string { return p.limit.Name }
+
+// FreshAt is the package-level FreshAt for the prepared limit.
+func (p *Prepared) FreshAt(s *State) int64 { return FreshAt(p.limit, *s) }
+
+// Eval is the package-level Eval on a prepared limit.
+func (p *Prepared) Eval(st *State, now, cost int64, maxDelay time.Duration, res *Result) error {
+	if cost < 0 {
+		return ErrNegativeCost
+	}
+	if cost > p.max {
+		return ErrCostExceedsLimit
+	}
+	res.Limit = p.max
+	res.At = now
+	if p.limit.Algorithm == GCRA {
+		var d gcra.Decision
+		gs := gcra.State{TAT: st.Time}
+		_ = p.gp.TakeTo(&gs, now, cost, maxDelay.Microseconds(), &d)
+		st.Time = gs.TAT
+		res.Allowed = d.Allowed
+		res.Remaining = d.Remaining
+		res.RetryAfter = micros(d.RetryAfter)
+		res.ResetAfter = micros(d.ResetAfter)
+		res.Delay = micros(d.Delay)
+		return nil
+	}
+	take := window.FixedTake
+	if p.limit.Algorithm == SlidingWindow {
+		take = window.SlidingTake
+	}
+	ns, d, _ := take(p.limit.Window(), window.State{End: st.Time, Count: st.Count, Prev: st.Prev}, now, cost)
+	*st = State{Time: ns.End, Count: ns.Count, Prev: ns.Prev}
+	res.Allowed = d.Allowed
+	res.Remaining = d.Remaining
+	res.RetryAfter = micros(d.RetryAfter)
+	res.ResetAfter = micros(d.ResetAfter)
+	res.Delay = 0
+	return nil
+}
+
+// EvalSettle applies SettleParams to s at now.
+func EvalSettle(s State, now int64, p *SettleParams) (State, error) {
+	if p.Reserved < 0 || p.Actual < 0 {
+		return s, ErrNegativeCost
+	}
+	l := p.Limit
+	switch l.Algorithm {
+	case GCRA:
+		ns, err := gcra.Settle(l.GCRA(), gcra.State{TAT: s.Time}, now, p.Reserved, p.Actual)
+		if err != nil {
+			return s, ErrCostExceedsLimit
+		}
+		return State{Time: ns.TAT}, nil
+	default:
+		wl := l.Window()
+		w := wl.Window.Microseconds()
+		reservedEnd := p.ReservedAt - mod(p.ReservedAt, w) + w
+		ns, err := window.Settle(wl, window.State{End: s.Time, Count: s.Count, Prev: s.Prev},
+			now, reservedEnd, p.Reserved, p.Actual, l.Algorithm == SlidingWindow)
+		if err != nil {
+			// Negative costs were refused above: this is a charge too
+			// large to count.
+			return s, ErrCostExceedsLimit
+		}
+		return State{Time: ns.End, Count: ns.Count, Prev: ns.Prev}, nil
+	}
+}
+
+// EvalSync returns the state a provider's report implies at now.
+func EvalSync(now int64, p *SyncParams) State {
+	l := p.Limit
+	switch l.Algorithm {
+	case GCRA:
+		ns := gcra.Sync(l.GCRA(), now, gcra.Observation{Remaining: p.Remaining, ResetAfter: p.ResetAfter.Microseconds()})
+		return State{Time: ns.TAT}
+	default:
+		ns := window.Sync(l.Window(), now, p.Remaining, p.ResetAfter.Microseconds())
+		return State{Time: ns.End, Count: ns.Count, Prev: ns.Prev}
+	}
+}
+
+// Fresh reports whether s is indistinguishable from a fresh key at now, so
+// that a backend may drop it (or let it expire) without giving budget away.
+func Fresh(l Limit, s State, now int64) bool {
+	switch l.Algorithm {
+	case GCRA:
+		return gcra.State{TAT: s.Time}.Fresh(now)
+	default:
+		return window.State{End: s.Time, Count: s.Count, Prev: s.Prev}.Fresh(now, l.Period.Microseconds(), l.Algorithm == SlidingWindow)
+	}
+}
+
+// FreshAt returns the earliest time (Unix microseconds) at which s becomes
+// fresh, assuming no further takes: a backend's expiry time for the key.
+func FreshAt(l Limit, s State) int64 {
+	switch l.Algorithm {
+	case GCRA:
+		return s.Time
+	case SlidingWindow:
+		if s.Count == 0 && s.Prev == 0 {
+			return 0
+		}
+		return s.Time + l.Period.Microseconds()
+	default:
+		if s.Count == 0 {
+			return 0
+		}
+		return s.Time
+	}
+}
+
+// NowMicros returns the override in p.Now as Unix microseconds, or fallback
+// when it is zero.
+func NowMicros(override time.Time, fallback func() int64) int64 {
+	if override.IsZero() {
+		return fallback()
+	}
+	return override.UnixMicro()
+}
+
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+func mod(t, w int64) int64 {
+	r := t % w
+	if r < 0 {
+		r += w
+	}
+	return r
+}
