@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -171,7 +172,7 @@ func TestServeAddrInUse(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ln.Close() })
-	r := run(t, nil, "serve", "--addr", ln.Addr().String())
+	r := run(t, nil, "serve", "--addr", ln.Addr().String(), "--db", "sqlite:"+filepath.Join(t.TempDir(), "r.db"))
 	require.Equal(t, cli.ExitFailure, r.code)
 	require.Contains(t, r.stderr, "listen on "+ln.Addr().String())
 }
@@ -187,6 +188,14 @@ type serving struct {
 
 func startServe(t *testing.T, env map[string]string, args ...string) *serving {
 	t.Helper()
+	// Keep the records database out of the package directory.
+	env = maps.Clone(env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	if env["SLUICE_DB"] == "" {
+		env["SLUICE_DB"] = "sqlite:" + filepath.Join(t.TempDir(), "records.db")
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	s := &serving{cancel: cancel, done: make(chan int, 1), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	ready := make(chan net.Addr, 1)
@@ -291,4 +300,76 @@ func TestServeFlagsWinOverEnv(t *testing.T) {
 	require.Contains(t, body, `"name":"api-hourly"`)
 	require.Equal(t, cli.ExitOK, s.stop(t))
 	require.NotContains(t, s.stderr.String(), "level=INFO", "--log-level warn wins over SLUICE_LOG_LEVEL")
+}
+
+func TestStateAndDBFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"unknown state scheme", nil, []string{"serve", "--state", "mongodb://x"}, `invalid --state "mongodb://x": unknown scheme "mongodb"`},
+		{"state without scheme", nil, []string{"serve", "--state", "redis"}, `invalid --state "redis": want memory:`},
+		{"state env", map[string]string{"SLUICE_STATE": "sqlite:"}, []string{"serve"}, `invalid SLUICE_STATE "sqlite:": want sqlite:PATH`},
+		{"bad redis url", nil, []string{"serve", "--state", "redis://h:p:q/x"}, `invalid --state "redis://h:p:q/x"`},
+		{"memory db", nil, []string{"serve", "--db", "memory:"}, `invalid --db "memory:": records need sqlite:PATH or postgres://`},
+		{"bad store timeout", nil, []string{"serve", "--store-timeout", "0s"}, `invalid --store-timeout 0s: want a positive duration`},
+		{"migrate bad db", nil, []string{"migrate", "status", "--db", "redis://localhost"}, `records need sqlite:PATH or postgres://`},
+		{"migrate down bad steps", nil, []string{"migrate", "down", "zero", "--db", "sqlite:x.db"}, `invalid STEPS "zero"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			code := cli.Run(t.Context(), tc.args, cli.Options{Stdout: &stdout, Stderr: &stderr,
+				Getenv: func(k string) string { return tc.env[k] }})
+			require.Equal(t, cli.ExitUsage, code, "stderr: %s", stderr.String())
+			require.Contains(t, stderr.String(), tc.want)
+		})
+	}
+}
+
+func TestServeOnSQLiteState(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "p.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("policies:\n  default:\n    rate: 100\n    period: 1h\n"), 0o600))
+	s := startServe(t, nil, "--addr", "127.0.0.1:0", "--config", cfg, "--state", "sqlite:"+filepath.Join(dir, "state.db"))
+	for i := range 101 {
+		resp, err := http.Post("http://"+s.addr+"/v1/take", "application/json", strings.NewReader(`{"policy":"default","key":"k"}`))
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		if i < 100 {
+			require.Equal(t, http.StatusOK, resp.StatusCode, "take %d", i)
+		} else {
+			require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "the 101st take in a burst of 100")
+		}
+	}
+	require.Equal(t, 0, s.stop(t))
+
+	// The state survives a restart: the key is still spent.
+	s = startServe(t, nil, "--addr", "127.0.0.1:0", "--config", cfg, "--state", "sqlite:"+filepath.Join(dir, "state.db"))
+	resp, err := http.Post("http://"+s.addr+"/v1/take", "application/json", strings.NewReader(`{"policy":"default","key":"k","cost":50}`))
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.Equal(t, 0, s.stop(t))
+}
+
+func TestMigrateCommands(t *testing.T) {
+	t.Parallel()
+	db := "sqlite:" + filepath.Join(t.TempDir(), "m.db")
+	run := func(args ...string) string {
+		var stdout, stderr bytes.Buffer
+		code := cli.Run(t.Context(), append(args, "--db", db), cli.Options{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }})
+		require.Equal(t, 0, code, "sluice %v: %s", args, stderr.String())
+		return stdout.String()
+	}
+	require.Contains(t, run("migrate", "status"), "pending")
+	require.Contains(t, run("migrate", "up"), "up 0001")
+	require.Contains(t, run("migrate", "up"), "nothing to do")
+	require.Contains(t, run("migrate", "status"), "applied")
+	require.Contains(t, run("migrate", "down", "all"), "down 0001")
+	require.NotContains(t, run("migrate", "status"), "applied")
 }

@@ -11,10 +11,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/server"
+	"github.com/sluicerl/sluice/store"
 )
 
 // DefaultAddr is where serve listens without --addr or SLUICE_ADDR.
@@ -36,6 +39,9 @@ func DefaultPolicies() []limiter.Policy {
 type serveFlags struct {
 	addr            string
 	config          string
+	state           string
+	db              string
+	storeTimeout    time.Duration
 	logLevel        string
 	logFormat       string
 	shutdownTimeout time.Duration
@@ -49,7 +55,13 @@ func newServeCmd(opts *Options) *cobra.Command {
 		Long: `Run the HTTP API: POST /v1/take, GET /v1/policies, GET /healthz, GET /metrics.
 
 Without --config, serve enforces one built-in policy, "default": GCRA,
-100 per second, bursts of 100. It stops gracefully on SIGINT or SIGTERM.
+100 per second, bursts of 100. Rate state lives in memory unless --state
+names a shared store (Redis, PostgreSQL) or a SQLite file; with a shared
+store every decision waits at most --store-timeout, after which each
+policy's on_store_outage mode decides. Records (used by slots and jobs) go
+to --db, by default the SQLite file sluice.db in the working directory;
+pending migrations are applied at start. It stops gracefully on SIGINT or
+SIGTERM.
 Each flag can also be set by its environment variable; a flag given on the
 command line wins.`,
 		Args: usageArgs(cobra.NoArgs),
@@ -57,6 +69,9 @@ command line wins.`,
 			source, err := applyEnv(cmd.Flags(), opts.Getenv, []envFlag{
 				{"addr", "SLUICE_ADDR"},
 				{"config", "SLUICE_CONFIG"},
+				{"state", "SLUICE_STATE"},
+				{"db", "SLUICE_DB"},
+				{"store-timeout", "SLUICE_STORE_TIMEOUT"},
 				{"log-level", "SLUICE_LOG_LEVEL"},
 				{"log-format", "SLUICE_LOG_FORMAT"},
 				{"shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT"},
@@ -70,6 +85,12 @@ command line wins.`,
 	fs := cmd.Flags()
 	fs.StringVar(&f.addr, "addr", DefaultAddr, "`host:port` to listen on (env SLUICE_ADDR); port 0 picks a free port")
 	fs.StringVar(&f.config, "config", "", "policy `file` (YAML; env SLUICE_CONFIG); default: one built-in policy")
+	fs.StringVar(&f.state, "state", DefaultState,
+		"rate state `URL` (env SLUICE_STATE): memory:, sqlite:PATH, redis://HOST:PORT[/DB], redis+cluster://HOST:PORT?addr=HOST:PORT..., postgres://...")
+	fs.StringVar(&f.db, "db", DefaultDB,
+		"records database `URL` (env SLUICE_DB): sqlite:PATH or postgres://...")
+	fs.DurationVar(&f.storeTimeout, "store-timeout", 50*time.Millisecond,
+		"longest a decision waits for a shared store before the policy's outage mode decides (env SLUICE_STORE_TIMEOUT)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error (env SLUICE_LOG_LEVEL)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json (env SLUICE_LOG_FORMAT)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second,
@@ -87,6 +108,17 @@ func (f *serveFlags) validate(source map[string]string) (slog.Level, error) {
 	}
 	if f.logFormat != "text" && f.logFormat != "json" {
 		return 0, usagef("invalid %s %q: want text or json", source["log-format"], f.logFormat)
+	}
+	if _, _, err := parseStoreURL(source["state"], f.state); err != nil {
+		return 0, err
+	}
+	if kind, _, err := parseStoreURL(source["db"], f.db); err != nil {
+		return 0, err
+	} else if kind != kindSQLite && kind != kindPostgres {
+		return 0, usagef("invalid %s %q: records need sqlite:PATH or postgres://...", source["db"], f.db)
+	}
+	if f.storeTimeout <= 0 {
+		return 0, usagef("invalid %s %s: want a positive duration such as 50ms", source["store-timeout"], f.storeTimeout)
 	}
 	if f.shutdownTimeout <= 0 {
 		return 0, usagef("invalid %s %s: want a positive duration such as 10s", source["shutdown-timeout"], f.shutdownTimeout)
@@ -126,11 +158,32 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		}
 		from = f.config
 	}
-	lim, err := limiter.New(limiter.Config{Policies: policies})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	fallbacks := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_store_fallback_total",
+		Help: "Decisions made by a policy's outage mode because the shared store was unavailable.",
+	}, []string{"policy", "mode"})
+	reg.MustRegister(fallbacks)
+	st, err := openState(ctx, source["state"], f.state, policies, f.storeTimeout,
+		func(policy string, mode store.OutageMode, _ error) {
+			fallbacks.WithLabelValues(policy, mode.String()).Inc()
+		})
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Limiter: lim, Logger: log})
+	defer st.close()
+	records, err := openRecords(ctx, source["db"], f.db)
+	if err != nil {
+		return err
+	}
+	defer records.Close()
+
+	lim, err := limiter.New(limiter.Config{Store: st.store, Policies: policies})
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg})
 	if err != nil {
 		return err
 	}
@@ -152,7 +205,8 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 
-	log.Info("sluice listening", "addr", ln.Addr().String(), "policies", len(policies), "config", from)
+	log.Info("sluice listening", "addr", ln.Addr().String(), "policies", len(policies), "config", from,
+		"state", redactURL(f.state), "db", redactURL(f.db))
 	fmt.Fprintf(opts.Stdout, "sluice listening on http://%s\n", ln.Addr())
 	if opts.Ready != nil {
 		opts.Ready(ln.Addr())

@@ -1,0 +1,152 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicerl/sluice/limiter"
+	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/guard"
+	"github.com/sluicerl/sluice/store/memstore"
+	"github.com/sluicerl/sluice/store/pgstore"
+	"github.com/sluicerl/sluice/store/redisstore"
+	"github.com/sluicerl/sluice/store/sqlitestore"
+)
+
+// DefaultState is the rate store serve uses without --state.
+const DefaultState = "memory:"
+
+// DefaultDB is the records database without --db: a SQLite file in the
+// working directory.
+const DefaultDB = "sqlite:sluice.db"
+
+// stateKind classifies a --state or --db URL.
+type stateKind uint8
+
+const (
+	kindMemory stateKind = iota
+	kindSQLite
+	kindRedis
+	kindRedisCluster
+	kindPostgres
+)
+
+// parseStoreURL checks a store URL and returns its kind and, for sqlite:,
+// the file path. flag names the flag or variable for error messages.
+func parseStoreURL(flag, raw string) (stateKind, string, error) {
+	scheme, rest, ok := strings.Cut(raw, ":")
+	if !ok {
+		return 0, "", usagef("invalid %s %q: want memory:, sqlite:PATH, redis://HOST:PORT[/DB], redis+cluster://HOST:PORT?addr=HOST:PORT... or postgres://...", flag, raw)
+	}
+	switch strings.ToLower(scheme) {
+	case "memory", "mem":
+		if rest != "" {
+			return 0, "", usagef("invalid %s %q: memory: takes no path", flag, raw)
+		}
+		return kindMemory, "", nil
+	case "sqlite", "sqlite3":
+		path := strings.TrimPrefix(rest, "//")
+		if path == "" {
+			return 0, "", usagef("invalid %s %q: want sqlite:PATH, such as sqlite:sluice.db", flag, raw)
+		}
+		return kindSQLite, path, nil
+	case "redis", "rediss", "unix":
+		if _, err := redis.ParseURL(raw); err != nil {
+			return 0, "", usagef("invalid %s %q: %v", flag, raw, err)
+		}
+		return kindRedis, "", nil
+	case "redis+cluster":
+		if _, err := redis.ParseClusterURL("redis" + strings.TrimPrefix(raw, scheme)); err != nil {
+			return 0, "", usagef("invalid %s %q: %v", flag, raw, err)
+		}
+		return kindRedisCluster, "", nil
+	case "postgres", "postgresql":
+		if _, err := pgxpool.ParseConfig(raw); err != nil {
+			return 0, "", usagef("invalid %s %q: %v", flag, raw, err)
+		}
+		return kindPostgres, "", nil
+	}
+	return 0, "", usagef("invalid %s %q: unknown scheme %q (want memory, sqlite, redis, redis+cluster or postgres)", flag, raw, scheme)
+}
+
+// stateStore is an opened rate store and how to release it.
+type stateStore struct {
+	store  store.RateStore
+	kind   stateKind
+	shared bool // guarded: a timeout and outage modes apply
+	close  func()
+}
+
+// openState opens the rate store at raw (a --state URL). Shared stores
+// (Redis, PostgreSQL) are wrapped in a guard with each policy's outage mode
+// and the per-call timeout.
+func openState(ctx context.Context, flag, raw string, policies []limiter.Policy, timeout time.Duration,
+	onFallback func(string, store.OutageMode, error)) (*stateStore, error) {
+	kind, path, err := parseStoreURL(flag, raw)
+	if err != nil {
+		return nil, err
+	}
+	var primary store.RateStore
+	closeFn := func() {}
+	switch kind {
+	case kindMemory:
+		return &stateStore{store: memstore.New(memstore.Config{}), kind: kind, close: closeFn}, nil
+	case kindSQLite:
+		st, err := sqlitestore.Open(ctx, path, sqlitestore.Config{})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		return &stateStore{store: st, kind: kind, close: func() { _ = st.Close() }}, nil
+	case kindRedis, kindRedisCluster:
+		var client redisstore.Client
+		if kind == kindRedis {
+			opts, _ := redis.ParseURL(raw)
+			c := redis.NewClient(opts)
+			client, closeFn = c, func() { _ = c.Close() }
+		} else {
+			opts, _ := redis.ParseClusterURL("redis" + strings.TrimPrefix(raw, "redis+cluster"))
+			c := redis.NewClusterClient(opts)
+			client, closeFn = c, func() { _ = c.Close() }
+		}
+		st, err := redisstore.New(client, redisstore.Config{})
+		if err != nil {
+			closeFn()
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		primary = st
+	case kindPostgres:
+		pool, err := pgxpool.New(ctx, raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		closeFn = pool.Close
+		if _, err := pgstore.Migrate(ctx, pool); err != nil {
+			closeFn()
+			return nil, fmt.Errorf("%s: migrate: %w", flag, err)
+		}
+		st, err := pgstore.New(pool, pgstore.Config{})
+		if err != nil {
+			closeFn()
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		primary = st
+	default:
+		return nil, errors.New("unreachable store kind")
+	}
+	limits := make(map[string]store.Outage, len(policies))
+	for _, p := range policies {
+		limits[p.Name] = p.Outage
+	}
+	g, err := guard.New(primary, guard.Config{Timeout: timeout, Limits: limits, OnFallback: onFallback})
+	if err != nil {
+		closeFn()
+		return nil, err
+	}
+	return &stateStore{store: g, kind: kind, shared: true, close: closeFn}, nil
+}

@@ -1,0 +1,431 @@
+-- Sluice rate store: every store.RateStore operation is one call of this
+-- script. It mirrors store.Eval (gcra.Params.TakeTo, window.FixedTake,
+-- window.SlidingTake), store.EvalSettle and store.EvalSync exactly; read
+-- those first. The Go side validates every request and passes only numbers
+-- below 2^53, where Lua's doubles are exact integers.
+--
+-- ARGV[1] op: 't' take (one or more items, all or nothing), 'b' a batch
+--             of independent takes, 's' settle, 'y' sync, 'r' reset
+-- ARGV[2] now in Unix microseconds, or 0 for the server clock (TIME)
+--
+-- A limit is three numbers: alg (0 gcra, 1 fixed window, 2 sliding window),
+-- x (gcra: the emission interval T; windows: the window w, both in us) and
+-- y (gcra: the burst; windows: the limit).
+--
+-- 't': ARGV[3] max delay (us), then per key i: alg, x, y, cost.
+--      Returns {now, all allowed, then per key: allowed, remaining,
+--      retry after, reset after, delay}.
+-- 'b': ARGV[2] is unused; per key i: now (0: the server clock), max delay,
+--      alg, x, y, cost.
+--      Each take stands alone, in order, as if it were its own 't'.
+--      Returns {server now, then per key: allowed, remaining, retry after,
+--      reset after, delay}.
+-- 's': ARGV[3..5] alg, x, y; ARGV[6] the difference (gcra: (actual -
+--      reserved) * T; windows: actual - reserved); ARGV[7] the end of the
+--      window the reservation was taken in; ARGV[8] (windows) the most a
+--      window may count after a charge. Returns {now, peek...}.
+-- 'y': ARGV[3..5] alg, x, y; ARGV[6] remaining (clamped to [0, y]);
+--      ARGV[7] reset after (us). Returns {now, peek...}.
+-- 'r': deletes KEYS[1].
+--
+-- An allowed of -1 means a charge too large to count (store.
+-- ErrCostExceedsLimit), -2 a state beyond 2^53 (ErrOutOfRange); nothing is
+-- written then.
+--
+-- State is stored as a string: "t" or "t c p" (store.State's Time, Count,
+-- Prev). A key whose state is fresh is deleted; otherwise it expires when
+-- its state would become fresh (store.FreshAt).
+
+local op = ARGV[1]
+if op == 'r' then
+	return redis.call('DEL', KEYS[1])
+end
+
+-- Every helper below is a closure created anew on each call: there are as
+-- few as the code allows, and the single-key take, the hot path, returns
+-- before the others are made.
+
+local EXACT = 9007199254740992 -- 2^53
+-- With an overridden clock (tests), a key lives at least this long in real
+-- time, so that a fake clock running slower than the real one never loses
+-- state it still needs.
+local MIN_TEST_TTL_MS = 600000
+
+-- floor(a/b) for integers a and b > 0 below 2^53: the rounded double
+-- quotient is off by at most one, which the remainder corrects.
+local function fdiv(a, b)
+	local q = math.floor(a / b)
+	local r = a - q * b
+	if r < 0 then
+		q = q - 1
+	elseif r >= b then
+		q = q + 1
+	end
+	return q
+end
+
+-- decide is store.Eval: it returns allowed (1 or 0), remaining, retry
+-- after, reset after, delay, and the new state (the old one when denied or
+-- when cost is 0).
+local function decide(alg, x, y, t, c, p, now, cost, md)
+	if alg == 0 then
+		-- gcra.Params.TakeTo
+		local tau = y * x
+		local tat = t
+		if now > tat then
+			tat = now
+		end
+		local ntat = tat + cost * x
+		local wait = ntat - tau - now -- allowAt - now
+		if wait > md then
+			local r, rem = tau - (tat - now), 0
+			if r > 0 then
+				rem = fdiv(r, x)
+			end
+			return 0, rem, wait, tat - now, 0, t, c, p
+		end
+		local r, rem, delay = tau - (ntat - now), 0, 0
+		if r > 0 then
+			rem = fdiv(r, x)
+		end
+		if wait > 0 then
+			delay = wait
+		end
+		if cost == 0 then
+			return 1, rem, 0, ntat - now, delay, t, c, p
+		end
+		return 1, rem, 0, ntat - now, delay, ntat, c, p
+	end
+	-- window.current
+	local w, lim = x, y
+	local e = (fdiv(now, w) + 1) * w -- window.alignUp(now, w)
+	local cur, prev
+	if e < t then
+		-- The clock ran backwards, or Sync paused the key.
+		e, cur, prev = t, c, p
+	elseif e == t then
+		cur, prev = c, p
+	elseif e == t + w then
+		cur, prev = 0, c
+	else
+		cur, prev = 0, 0
+	end
+	if alg == 1 then
+		-- window.FixedTake
+		if cur + cost > lim then
+			return 0, math.max(lim - cur, 0), e - now, e - now, 0, t, c, p
+		end
+		cur = cur + cost
+		local reset = 0
+		if cur > 0 then
+			reset = e - now
+		end
+		if cost == 0 then
+			return 1, lim - cur, 0, reset, 0, t, c, p
+		end
+		return 1, lim - cur, 0, reset, 0, e, cur, 0
+	end
+	-- window.SlidingTake
+	local start = e - w
+	local elapsed = math.min(math.max(now - start, 0), w)
+	local est = cur
+	if prev ~= 0 and elapsed < w then
+		-- window.weighted: ceil(prev*(w-elapsed)/w)
+		local n = prev * (w - elapsed) + w - 1
+		if n > EXACT then
+			-- Unreachable: window.Settle bounds counts so that this holds.
+			error('sluice: state beyond 2^53, the exact range of Lua numbers')
+		end
+		est = est + fdiv(n, w)
+	end
+	if est + cost > lim then
+		-- window.firstElapsed, in this window or the next
+		local at, budget
+		if cur + cost <= lim then
+			at, budget = start, lim - cur - cost
+			if prev > budget then
+				at = start + w - fdiv(budget * w, prev)
+			end
+		else
+			at, budget = e, lim - cost
+			if cur > budget then
+				at = e + w - fdiv(budget * w, cur)
+			end
+		end
+		local reset = 0 -- window.slidingReset
+		if cur > 0 then
+			reset = e + w - now
+		elseif prev > 0 then
+			reset = e - now
+		end
+		return 0, math.max(lim - est, 0), math.max(at - now, 1), reset, 0, t, c, p
+	end
+	local ncur = cur + cost
+	local reset = 0
+	if ncur > 0 then
+		reset = e + w - now
+	elseif prev > 0 then
+		reset = e - now
+	end
+	if cost == 0 then
+		return 1, lim - est, 0, reset, 0, t, c, p
+	end
+	return 1, lim - est - cost, 0, reset, 0, e, ncur, prev
+end
+
+local function load(k)
+	local v = redis.call('GET', k)
+	if not v then
+		return 0, 0, 0
+	end
+	if not string.find(v, ' ', 1, true) then
+		return tonumber(v), 0, 0
+	end
+	local t, c, p = string.match(v, '^(%-?%d+) (%d+) (%d+)$')
+	return tonumber(t), tonumber(c), tonumber(p)
+end
+
+-- fresh returns store.FreshAt of a state, and whether the state can be
+-- stored exactly.
+local function fresh(alg, w, t, c, p)
+	local fa = t
+	if alg ~= 0 then
+		if c == 0 and (alg == 1 or p == 0) then
+			fa = 0
+		elseif alg == 2 then
+			fa = t + w
+		end
+	end
+	return fa, fa < EXACT and t > -EXACT and c < EXACT and p < EXACT
+end
+
+-- put stores a state decided at now, whose FreshAt is fa, or deletes the
+-- key when fa is not after now. The key expires at fa.
+local function put(k, fa, t, c, p, now, override)
+	if fa <= now then
+		redis.call('DEL', k)
+		return
+	end
+	local v
+	if c == 0 and p == 0 then
+		v = string.format('%.0f', t)
+	else
+		v = string.format('%.0f %.0f %.0f', t, c, p)
+	end
+	if override then
+		local ms = fdiv(fa - now + 999, 1000)
+		if ms < MIN_TEST_TTL_MS then
+			ms = MIN_TEST_TTL_MS
+		end
+		redis.call('SET', k, v, 'PX', ms)
+	else
+		redis.call('SET', k, v, 'PXAT', fdiv(fa + 999, 1000))
+	end
+end
+
+local now = tonumber(ARGV[2])
+local override = now ~= 0
+local server_now = 0
+if op ~= 'b' and not override then
+	local tm = redis.call('TIME')
+	now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+	server_now = now
+end
+
+if op == 't' and #KEYS == 1 then
+	-- One take: the hot path.
+	local k, alg, x = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5])
+	local t, c, p = load(k)
+	local ok, rem, retry, reset, delay, nt, nc, np = decide(alg, x, tonumber(ARGV[6]), t, c, p, now, tonumber(ARGV[7]), tonumber(ARGV[3]))
+	if nt ~= t or nc ~= c or np ~= p then
+		local fa, fits = fresh(alg, x, nt, nc, np)
+		if not fits then
+			return { now, -2 }
+		end
+		put(k, fa, nt, nc, np, now, override)
+	end
+	return { now, ok, ok, rem, retry, reset, delay }
+end
+
+if op == 's' or op == 'y' then
+	local k = KEYS[1]
+	local alg, x, y = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+	local t, c, p = load(k)
+	local nt, nc, np = t, c, p
+	if op == 's' then
+		local d, rend = tonumber(ARGV[6]), tonumber(ARGV[7])
+		if alg == 0 then
+			-- gcra.Settle; EvalSettle keeps only the TAT. The Go side
+			-- has checked the bound on charges.
+			local tat = t
+			if d > 0 then
+				tat = math.max(t, now) + d
+			elseif d < 0 then
+				tat = t + d
+			end
+			if d ~= 0 and tat < now then
+				tat = now
+			end
+			nt, nc, np = tat, 0, 0
+		else
+			-- window.Settle, on window.current
+			local w = x
+			local e, cur, prev = (fdiv(now, w) + 1) * w, 0, 0
+			if e < t then
+				e, cur, prev = t, c, p
+			elseif e == t then
+				cur, prev = c, p
+			elseif e == t + w then
+				prev = c
+			end
+			if d > 0 then
+				if d > tonumber(ARGV[8]) - cur then
+					return { now, -1 }
+				end
+				if alg == 1 then
+					prev = 0
+				end
+				nt, nc, np = e, cur + d, prev
+			elseif d < 0 then
+				if e ~= rend then
+					if alg == 2 and e == rend + w then
+						nt, nc, np = e, cur, math.max(prev + d, 0)
+					end
+				else
+					if alg == 1 then
+						prev = 0
+					end
+					nt, nc, np = e, math.max(cur + d, 0), prev
+				end
+			end
+		end
+	else
+		local r, ra = tonumber(ARGV[6]), tonumber(ARGV[7])
+		if alg == 0 then
+			-- gcra.Sync
+			if r == 0 and ra > 0 then
+				nt = now + ra + (y - 1) * x
+			else
+				nt = now + (y - r) * x
+			end
+			nc, np = 0, 0
+		else
+			-- window.Sync
+			local e = (fdiv(now, x) + 1) * x
+			if r == 0 and now + ra > e then
+				e = (fdiv(now + ra - 1, x) + 1) * x
+			end
+			nt, nc, np = e, y - r, 0
+		end
+	end
+	local ok, rem, retry, reset, delay = decide(alg, x, y, nt, nc, np, now, 0, 0)
+	if nt ~= t or nc ~= c or np ~= p then
+		local fa, fits = fresh(alg, x, nt, nc, np)
+		if not fits then
+			return { now, -2 }
+		end
+		put(k, fa, nt, nc, np, now, override)
+	end
+	return { now, ok, rem, retry, reset, delay }
+end
+
+-- Several keys ('t' all or nothing, or 'b'): each key's state is loaded
+-- once and kept in st[k] = {t, c, p, changed, fa, now, override, t0, c0,
+-- p0}: fa is FreshAt under the limit of the last take that changed it (it
+-- decides the expiry, as in memstore), now and override that take's
+-- instant, and t0, c0, p0 the state as loaded.
+local st = {}
+
+-- take decides one item against the state of its key and, when allowed and
+-- in range, applies it. It returns allowed (or -2), remaining, retry
+-- after, reset after, delay.
+local function take(k, alg, x, y, cost, now, override, md)
+	local s = st[k]
+	if not s then
+		local t, c, p = load(k)
+		s = { t, c, p, false, 0, 0, false, t, c, p }
+		st[k] = s
+	end
+	local ok, rem, retry, reset, delay, nt, nc, np = decide(alg, x, y, s[1], s[2], s[3], now, cost, md)
+	if nt ~= s[1] or nc ~= s[2] or np ~= s[3] then
+		local fa, fits = fresh(alg, x, nt, nc, np)
+		if not fits then
+			return -2, 0, 0, 0, 0
+		end
+		s[1], s[2], s[3], s[4], s[5], s[6], s[7] = nt, nc, np, true, fa, now, override
+	end
+	return ok, rem, retry, reset, delay
+end
+
+local function commit()
+	for i = 1, #KEYS do
+		local k = KEYS[i]
+		local s = st[k]
+		if s[4] then
+			put(k, s[5], s[1], s[2], s[3], s[6], s[7])
+			s[4] = false
+		end
+	end
+end
+
+if op == 'b' then
+	local out = { 0 }
+	for i = 1, #KEYS do
+		local b = 2 + (i - 1) * 6
+		local now = tonumber(ARGV[b + 1])
+		local override = now ~= 0
+		if not override then
+			if server_now == 0 then
+				local tm = redis.call('TIME')
+				server_now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+			end
+			now = server_now
+		end
+		local n = #out
+		out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = take(KEYS[i],
+			tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]),
+			now, override, tonumber(ARGV[b + 2]))
+	end
+	out[1] = server_now
+	commit()
+	return out
+end
+
+if op == 't' then
+	local md = tonumber(ARGV[3])
+	local out = { now, 1 }
+	local all = 1
+	for i = 1, #KEYS do
+		local b = 3 + (i - 1) * 4
+		-- Items naming the same key see each other's charges.
+		local ok, rem, retry, reset, delay = take(KEYS[i],
+			tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]),
+			now, override, md)
+		if ok == -2 then
+			return { now, -2 }
+		elseif ok == 0 then
+			all = 0
+		end
+		local n = #out
+		out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, rem, retry, reset, delay
+	end
+	out[2] = all
+	if all == 1 then
+		commit()
+		return out
+	end
+	-- Nothing is charged. An item that had room on its own says so, with
+	-- what it has now: a peek at its stored state (memstore.TakeAll).
+	for i = 1, #KEYS do
+		local n = 3 + (i - 1) * 5
+		if out[n] == 1 then
+			local b = 3 + (i - 1) * 4
+			local s = st[KEYS[i]]
+			out[n], out[n + 1], out[n + 2], out[n + 3], out[n + 4] = decide(
+				tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), s[8], s[9], s[10], now, 0, 0)
+		end
+	end
+	return out
+end
+
+return redis.error_reply('sluice: unknown op ' .. tostring(op))

@@ -1,0 +1,22 @@
+// Package sqlitestore keeps rate state in a SQLite file, so that one machine
+// keeps its limits across restarts, and every process on it that opens the
+// same file shares them.
+//
+// It runs on modernc.org/sqlite (pure Go, no cgo) with WAL journaling,
+// synchronous=FULL and a busy timeout. Every operation is one BEGIN
+// IMMEDIATE transaction: it takes the write lock before it reads, runs the
+// same Go arithmetic as memstore (store.Eval, store.EvalSettle,
+// store.EvalSync) on the state it read, writes, and commits before it
+// answers. An acknowledged decision is therefore on disk: neither kill -9 nor
+// a power cut loses it. Denials and peeks write nothing.
+//
+// The store clock is the process clock (Config.Clock), clamped never to run
+// backwards, and never below a high-water mark kept in the file: the latest
+// decision time that changed state. After a restart, or in another process
+// sharing the file, time never reads earlier than a decision already
+// stored.
+//
+// Within a process, one connection does all the work, so goroutines queue
+// in Go rather than spin on SQLite's busy handler; across processes they
+// queue on busy_timeout.
+package sqlitestore
