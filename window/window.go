@@ -36,6 +36,10 @@ var (
 // store, including Lua's doubles.
 const MaxSlidingProduct = int64(1) << 53
 
+// maxExact bounds a window's length (in microseconds) and its limit, so
+// that window ends and counts stay exact in every store (about 142 years).
+const maxExact = int64(1) << 52
+
 // Limit admits Limit units per Window. The zero value is invalid.
 type Limit struct {
 	Limit  int64         // units per window, > 0
@@ -51,6 +55,10 @@ func (l Limit) Validate(sliding bool) error {
 		return fmt.Errorf("%w: limit must be > 0, got %d", ErrInvalidLimit, l.Limit)
 	case w <= 0:
 		return fmt.Errorf("%w: window must be at least 1us, got %s", ErrInvalidLimit, l.Window)
+	case w > maxExact || l.Limit > maxExact:
+		// Every store must hold window ends and counts exactly, Redis's
+		// Lua doubles included.
+		return fmt.Errorf("%w: limit %d per %s is beyond 2^52 (units, or microseconds of window)", ErrInvalidLimit, l.Limit, l.Window)
 	case sliding && l.Limit >= MaxSlidingProduct/w:
 		return fmt.Errorf("%w: sliding limit %d per %s is too large (limit x window must stay under 2^53 microseconds); use a fixed window or gcra", ErrInvalidLimit, l.Limit, l.Window)
 	}

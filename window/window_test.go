@@ -472,7 +472,9 @@ func TestValidate(t *testing.T) {
 		{Limit{Limit: 10, Window: 999 * time.Nanosecond}, false, false},
 		{Limit{Limit: max53 - 1, Window: time.Minute}, true, true},
 		{Limit{Limit: max53, Window: time.Minute}, true, false},
-		{Limit{Limit: 1 << 62, Window: 24 * time.Hour}, true, false},
+		{Limit{Limit: 1 << 62, Window: 24 * time.Hour}, false, false},
+		{Limit{Limit: 1 << 52, Window: 24 * time.Hour}, true, false},
+		{Limit{Limit: 1<<52 + 1, Window: 24 * time.Hour}, false, false},
 		{Limit{}, false, false},
 	} {
 		for _, sliding := range []bool{false, true} {

@@ -107,10 +107,14 @@ func openState(ctx context.Context, flag, raw string, policies []limiter.Policy,
 		var client redisstore.Client
 		if kind == kindRedis {
 			opts, _ := redis.ParseURL(raw)
+			// Let a call's deadline (the store timeout) bound its I/O, so a
+			// stalled connection is given up, not held for ReadTimeout.
+			opts.ContextTimeoutEnabled = true
 			c := redis.NewClient(opts)
 			client, closeFn = c, func() { _ = c.Close() }
 		} else {
 			opts, _ := redis.ParseClusterURL("redis" + strings.TrimPrefix(raw, "redis+cluster"))
+			opts.ContextTimeoutEnabled = true
 			c := redis.NewClusterClient(opts)
 			client, closeFn = c, func() { _ = c.Close() }
 		}

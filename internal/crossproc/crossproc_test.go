@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/clock"
+	"github.com/sluicerl/sluice/internal/testenv"
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
@@ -145,31 +146,15 @@ type backend struct {
 	name, url, prefix string
 }
 
-func integration(t *testing.T, what string, err error) {
-	t.Helper()
-	msg := fmt.Sprintf("crossproc: %s unreachable: %v", what, err)
-	if os.Getenv("SLUICE_INTEGRATION") == "1" {
-		t.Fatal(msg + " (SLUICE_INTEGRATION=1: integration tests must run)")
-	}
-	t.Skip(msg + "; run `make test`, which starts Redis and PostgreSQL (see DEVELOPERS.md)")
-}
-
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
 func redisBackend(t *testing.T) backend {
-	url := env("SLUICE_TEST_REDIS_URL", "redis://127.0.0.1:6379")
+	url := testenv.RedisURL()
 	opts, err := redis.ParseURL(url)
 	require.NoError(t, err)
 	c := redis.NewClient(opts)
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := context.Background()
 	if err := c.Ping(ctx).Err(); err != nil {
-		integration(t, "Redis at "+url, err)
+		testenv.Unreachable(t, "Redis at "+url, err)
 	}
 	prefix := fmt.Sprintf("crossproc-%016x:", rand.Uint64())
 	t.Cleanup(func() {
@@ -182,11 +167,11 @@ func redisBackend(t *testing.T) backend {
 }
 
 func postgresBackend(t *testing.T) backend {
-	url := env("SLUICE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	url := testenv.PostgresURL()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		integration(t, "PostgreSQL at "+url, err)
+		testenv.Unreachable(t, "PostgreSQL at "+url, err)
 	}
 	t.Cleanup(func() { _ = conn.Close(ctx) })
 	schema := fmt.Sprintf("crossproc_%016x", rand.Uint64())

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
-	"os"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/internal/faultproxy"
+	"github.com/sluicerl/sluice/internal/testenv"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/guard"
 	"github.com/sluicerl/sluice/store/pgstore"
@@ -31,22 +31,6 @@ const (
 	margin = 250 * time.Millisecond
 	fault  = 2 * time.Second
 )
-
-func integration(t *testing.T, what string, err error) {
-	t.Helper()
-	msg := fmt.Sprintf("outage: %s unreachable: %v", what, err)
-	if os.Getenv("SLUICE_INTEGRATION") == "1" {
-		t.Fatal(msg + " (SLUICE_INTEGRATION=1: integration tests must run)")
-	}
-	t.Skip(msg + "; run `make test`, which starts Redis and PostgreSQL (see DEVELOPERS.md)")
-}
-
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
 
 // viaProxy returns raw with its host:port replaced by the proxy's.
 func viaProxy(t *testing.T, raw string, p *faultproxy.Proxy) string {
@@ -66,13 +50,13 @@ func target(t *testing.T, raw string) string {
 }
 
 func redisPrimary(t *testing.T) (store.RateStore, *faultproxy.Proxy) {
-	raw := env("SLUICE_TEST_REDIS_URL", "redis://127.0.0.1:6379")
+	raw := testenv.RedisURL()
 	opts, err := redis.ParseURL(raw)
 	require.NoError(t, err)
 	direct := redis.NewClient(opts)
 	t.Cleanup(func() { _ = direct.Close() })
 	if err := direct.Ping(context.Background()).Err(); err != nil {
-		integration(t, "Redis at "+raw, err)
+		testenv.Unreachable(t, "Redis at "+raw, err)
 	}
 	p, err := faultproxy.New(target(t, raw))
 	require.NoError(t, err)
@@ -80,6 +64,7 @@ func redisPrimary(t *testing.T) (store.RateStore, *faultproxy.Proxy) {
 	popts, err := redis.ParseURL(viaProxy(t, raw, p))
 	require.NoError(t, err)
 	popts.MaxRetries = -1 // the guard decides what a failure means
+	popts.ContextTimeoutEnabled = true
 	c := redis.NewClient(popts)
 	t.Cleanup(func() { _ = c.Close() })
 	prefix := fmt.Sprintf("outage-%016x:", rand.Uint64())
@@ -96,11 +81,11 @@ func redisPrimary(t *testing.T) (store.RateStore, *faultproxy.Proxy) {
 }
 
 func postgresPrimary(t *testing.T) (store.RateStore, *faultproxy.Proxy) {
-	raw := env("SLUICE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	raw := testenv.PostgresURL()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, raw)
 	if err != nil {
-		integration(t, "PostgreSQL at "+raw, err)
+		testenv.Unreachable(t, "PostgreSQL at "+raw, err)
 	}
 	t.Cleanup(func() { _ = conn.Close(ctx) })
 	schema := fmt.Sprintf("outage_%016x", rand.Uint64())
