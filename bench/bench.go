@@ -10,6 +10,11 @@
 // The HTTP figure (POST /v1/take over loopback) is not a testing.B benchmark
 // in the program: RunHTTP drives the server for a fixed duration and reports
 // requests per second and latency percentiles.
+//
+// The shared-state figures (SharedSections) run Sluice's Redis, PostgreSQL
+// and SQLite stores on the local servers, against
+// github.com/go-redis/redis_rate/v10 and the floors of one round trip (a
+// bare EVALSHA) and one statement per decision (a bare UPDATE).
 package bench
 
 import (

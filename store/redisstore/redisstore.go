@@ -56,7 +56,7 @@ type Config struct {
 	Prefix string
 	// MaxInFlight is how many round trips one Store keeps under way at
 	// once; calls arriving while that many are under way are batched into
-	// the next pipeline. Zero means 2. Fewer round trips in flight make
+	// the next pipeline. Zero means 8. Fewer round trips in flight make
 	// larger batches and less work per decision for Redis and the client
 	// (best when both are busy); more keep callers from waiting (best when
 	// Redis is far away and idle).
@@ -120,7 +120,7 @@ func New(client Client, cfg Config) (*Store, error) {
 		s.prefix = DefaultPrefix
 	}
 	if s.maxInFlight == 0 {
-		s.maxInFlight = 2
+		s.maxInFlight = 8
 	}
 	if s.maxBatch == 0 {
 		s.maxBatch = 128

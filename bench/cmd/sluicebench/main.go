@@ -1,11 +1,15 @@
 // Command sluicebench runs Sluice side by side with golang.org/x/time/rate,
 // go.uber.org/ratelimit and throttled/v2 in one process and prints each
 // figure, the ratios against the targets, and the HTTP figure of
-// POST /v1/take over loopback.
+// POST /v1/take over loopback; then the shared-state figures: Sluice's
+// Redis store against go-redis/redis_rate, its PostgreSQL store against a
+// bare UPDATE, and its SQLite store, on the local servers (a section whose
+// server is unreachable is skipped).
 //
 //	go run ./cmd/sluicebench                 # 5 rounds, medians
 //	go run ./cmd/sluicebench -rounds 1       # quick look
 //	go run ./cmd/sluicebench -only 'serial/allowed|http'
+//	go run ./cmd/sluicebench -only '^(redis|postgres|sqlite)/'
 package main
 
 import (
@@ -47,12 +51,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	benchtime := fs.String("benchtime", "1s", "testing benchtime of each benchmark run: a duration or Nx")
 	httpDur := fs.Duration("http-duration", 5*time.Second, "how long the HTTP load is measured")
 	httpConns := fs.Int("http-conns", 64, "HTTP client goroutines and connections")
+	slice := fs.Duration("slice", 250*time.Millisecond, "shared-state figures: length of one alternation slice")
+	nslices := fs.Int("slices", 4, "shared-state figures: slices per case per round")
 	list := fs.Bool("list", false, "list the case ids and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *rounds < 1 {
 		return fmt.Errorf("-rounds must be >= 1, got %d", *rounds)
+	}
+	if *slice <= 0 || *nslices < 1 {
+		return fmt.Errorf("-slice must be > 0 and -slices >= 1, got %s and %d", *slice, *nslices)
 	}
 	testing.Init()
 	if err := flag.CommandLine.Set("test.benchtime", *benchtime); err != nil {
@@ -73,15 +82,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			cases = append(cases, c)
 		}
 	}
+	sections := bench.SharedSections(bench.SharedConfig{})
+	shared := make([][]bench.SharedCase, len(sections))
+	nshared := 0
+	for i, sec := range sections {
+		for _, c := range sec.Cases {
+			if match(c.ID) {
+				shared[i] = append(shared[i], c)
+				nshared++
+			}
+		}
+	}
 	if *list {
 		for _, c := range bench.Cases() {
-			fmt.Fprintf(stdout, "%-32s %s\n", c.ID, c.Label)
+			fmt.Fprintf(stdout, "%-44s %s\n", c.ID, c.Label)
 		}
-		fmt.Fprintf(stdout, "%-32s %s\n", httpID, "POST /v1/take over loopback HTTP")
+		fmt.Fprintf(stdout, "%-44s %s\n", httpID, "POST /v1/take over loopback HTTP")
+		for _, sec := range sections {
+			for _, c := range sec.Cases {
+				fmt.Fprintf(stdout, "%-50s %s (goroutines: %d)\n", c.ID, c.Label, c.Workers)
+			}
+		}
 		return nil
 	}
 	runHTTP := match(httpID)
-	if len(cases) == 0 && !runHTTP {
+	if len(cases) == 0 && !runHTTP && nshared == 0 {
 		return fmt.Errorf("-only %q matches no case (see -list)", *only)
 	}
 
@@ -129,6 +154,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		w.Flush()
 		if err := httpFigure(ctx, w, stderr, *httpConns, *httpDur); err != nil {
 			return err
+		}
+	}
+
+	if nshared > 0 {
+		o := sharedOpts{rounds: *rounds, slice: *slice, slices: *nslices}
+		sharedHeader(w, o)
+		for i, sec := range sections {
+			if len(shared[i]) == 0 {
+				continue
+			}
+			if err := runSection(ctx, w, stderr, sec, shared[i], o); err != nil {
+				return fmt.Errorf("%s: %w", sec.Name, err)
+			}
+			w.Flush()
 		}
 	}
 	return nil

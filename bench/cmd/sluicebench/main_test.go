@@ -33,12 +33,53 @@ func TestRunSmoke(t *testing.T) {
 	}
 }
 
+// TestRunSharedSmoke runs one case of each shared-state section for one
+// short slice: each section prints its table, or says why it was skipped.
+func TestRunSharedSmoke(t *testing.T) {
+	var out bytes.Buffer
+	args := []string{"-rounds", "1", "-slices", "1", "-slice", "20ms",
+		"-only", `^(redis/(sluice|redis_rate|evalsha)/g1|postgres/keys100/conns8/(sluice|floor)|sqlite/sluice/g1)$`}
+	if err := run(context.Background(), args, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, sec := range []struct{ name, table, ratio string }{
+		{"redis", "== Redis:", "serial latency: sluice / bare EVALSHA = "},
+		{"postgres", "== PostgreSQL: 100 keys", "conns=8: sluice (default) / floor decisions/s = "},
+		{"sqlite", "== SQLite:", ""},
+	} {
+		_, after, ok := strings.Cut(s, "#### "+sec.name+" ####")
+		if !ok {
+			t.Errorf("output lacks the %s section:\n%s", sec.name, s)
+			continue
+		}
+		after, _, _ = strings.Cut(after, "#### ")
+		if strings.HasPrefix(strings.TrimSpace(after), "skipped: ") {
+			if sec.name == "sqlite" {
+				t.Errorf("sqlite needs no server but was skipped:\n%s", after)
+			}
+			continue
+		}
+		if !strings.Contains(after, sec.table) || !strings.Contains(after, sec.ratio) {
+			t.Errorf("%s section lacks %q or %q:\n%s", sec.name, sec.table, sec.ratio, after)
+		}
+		if strings.Contains(after, "cleanup failed") {
+			t.Errorf("%s section did not clean up:\n%s", sec.name, after)
+		}
+	}
+	if strings.Contains(s, "== serial") || strings.Contains(s, "POST /v1/take") {
+		t.Errorf("-only did not filter out the in-memory figures:\n%s", s)
+	}
+}
+
 func TestRunRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-rounds", "0"},
 		{"-only", "("},
 		{"-only", "no-such-case"},
 		{"-benchtime", "soon"},
+		{"-slice", "0s"},
+		{"-slices", "0"},
 	} {
 		if err := run(context.Background(), args, io.Discard, io.Discard); err == nil {
 			t.Errorf("run(%q) = nil, want an error", args)
