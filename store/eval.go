@@ -22,6 +22,19 @@ type State struct {
 	Prev  int64
 }
 
+// Check makes the checks every backend makes on an item before doing any
+// work, in this order, so that all of them fail alike: a key, a valid limit,
+// and a cost the limit could ever grant.
+func (it *Item) Check() error {
+	if it.Key == "" {
+		return ErrEmptyKey
+	}
+	if err := it.Limit.Validate(); err != nil {
+		return err
+	}
+	return CheckCost(it.Limit, it.Cost)
+}
+
 // CheckCost validates a cost against a limit.
 func CheckCost(l Limit, cost int64) error {
 	if cost < 0 {

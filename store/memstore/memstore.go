@@ -278,13 +278,7 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 	hs := make([]uint64, len(p.Items))
 	order := make([]uint64, len(p.Items))
 	for i, it := range p.Items {
-		if it.Key == "" {
-			return store.AllResult{}, store.ErrEmptyKey
-		}
-		if err := it.Limit.Validate(); err != nil {
-			return store.AllResult{}, err
-		}
-		if err := store.CheckCost(it.Limit, it.Cost); err != nil {
+		if err := it.Check(); err != nil {
 			return store.AllResult{}, err
 		}
 		hs[i] = s.hash(it.Key)

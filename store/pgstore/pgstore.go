@@ -192,13 +192,7 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 	costs := make([]int64, n)
 	for i := range p.Items {
 		it := &p.Items[i]
-		if it.Key == "" {
-			return store.AllResult{}, store.ErrEmptyKey
-		}
-		if err := it.Limit.Validate(); err != nil {
-			return store.AllResult{}, err
-		}
-		if err := store.CheckCost(it.Limit, it.Cost); err != nil {
+		if err := it.Check(); err != nil {
 			return store.AllResult{}, err
 		}
 		names[i], keys[i], costs[i] = it.Limit.Name, it.Key, it.Cost

@@ -263,14 +263,7 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 	args := make([]any, 3, 3+4*len(p.Items))
 	for i := range p.Items {
 		it := &p.Items[i]
-		// The checks of memstore.TakeAll, in its order.
-		if it.Key == "" {
-			return store.AllResult{}, store.ErrEmptyKey
-		}
-		if err := it.Limit.Validate(); err != nil {
-			return store.AllResult{}, err
-		}
-		if err := store.CheckCost(it.Limit, it.Cost); err != nil {
+		if err := it.Check(); err != nil {
 			return store.AllResult{}, err
 		}
 		alg, x, y, err := limitArgs(&it.Limit)
