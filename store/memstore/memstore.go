@@ -91,6 +91,7 @@ func New(cfg Config) *Store {
 		s.base = s.start.UnixMicro()
 	}
 	for i := range s.shards {
+		s.shards[i].t.hash = s.hash
 		s.shards[i].nextSweep = min(minSweep, s.maxPerShard)
 	}
 	return s

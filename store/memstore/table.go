@@ -6,9 +6,12 @@ import "github.com/sluicerl/sluice/store"
 // that finding a key and reading its state touch one slot, with no pointer
 // to follow. The hash of the key alone picks both the shard and the slot,
 // so a decision hashes its key once.
+//
+// An entry is 64 bytes, one cache line: a lookup that finds its key in the
+// first slot it probes touches one line. A slot is empty when its key is
+// (stored keys are never empty).
 type entry struct {
-	h         uint64 // the key's hash with the top bit set; 0 marks an empty slot
-	name, key string
+	key, name string
 	st        store.State
 	freshAt   int64 // Unix µs at which st equals a fresh key
 }
@@ -19,9 +22,10 @@ type entry struct {
 type table struct {
 	slots []entry // length a power of two
 	n     int
+	// hash is the hash of a key the table was given with it (the store's
+	// hash); resize and delete recompute it rather than store it.
+	hash func(key string) uint64
 }
-
-const usedBit = 1 << 63
 
 // slot picks a start slot from bits the shard index does not use.
 func (t *table) slot(h uint64) int { return int((h >> 32) & uint64(len(t.slots)-1)) }
@@ -38,14 +42,13 @@ func (t *table) find(h uint64, name, key string) int {
 	if t.n == 0 {
 		return -1
 	}
-	hh := h | usedBit
 	mask := len(t.slots) - 1
 	for i := t.slot(h); ; i = (i + 1) & mask {
 		e := &t.slots[i]
-		if e.h == 0 {
+		if e.key == "" {
 			return -1
 		}
-		if e.h == hh && e.key == key && e.name == name {
+		if e.key == key && e.name == name {
 			return i
 		}
 	}
@@ -56,14 +59,14 @@ func (t *table) insert(h uint64, name, key string, st store.State, freshAt int64
 	if 2*(t.n+1) > len(t.slots) {
 		t.resize(max(8, 4*(t.n+1)))
 	}
-	t.place(entry{h: h | usedBit, name: name, key: key, st: st, freshAt: freshAt})
+	t.place(h, entry{name: name, key: key, st: st, freshAt: freshAt})
 	t.n++
 }
 
-func (t *table) place(e entry) {
+func (t *table) place(h uint64, e entry) {
 	mask := len(t.slots) - 1
-	i := t.slot(e.h)
-	for t.slots[i].h != 0 {
+	i := t.slot(h)
+	for t.slots[i].key != "" {
 		i = (i + 1) & mask
 	}
 	t.slots[i] = e
@@ -78,8 +81,8 @@ func (t *table) resize(n int) {
 	old := t.slots
 	t.slots = make([]entry, size)
 	for i := range old {
-		if old[i].h != 0 {
-			t.place(old[i])
+		if old[i].key != "" {
+			t.place(t.hash(old[i].key), old[i])
 		}
 	}
 }
@@ -88,8 +91,8 @@ func (t *table) resize(n int) {
 // of its probe run back so that lookups never stop early.
 func (t *table) delete(i int) {
 	mask := len(t.slots) - 1
-	for j := (i + 1) & mask; t.slots[j].h != 0; j = (j + 1) & mask {
-		home := t.slot(t.slots[j].h)
+	for j := (i + 1) & mask; t.slots[j].key != ""; j = (j + 1) & mask {
+		home := t.slot(t.hash(t.slots[j].key))
 		// Move slot j into the hole at i unless its home lies cyclically
 		// in (i, j].
 		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
@@ -108,7 +111,7 @@ func (t *table) sweep(now int64) (minFresh int64) {
 	keep := 0
 	for i := range t.slots {
 		e := &t.slots[i]
-		if e.h == 0 {
+		if e.key == "" {
 			continue
 		}
 		if e.freshAt <= now {
