@@ -22,7 +22,9 @@ type Config struct {
 	CleanupBatch int
 	// MaxInFlight is how many Take requests may be on the wire at once;
 	// Takes beyond it queue and go out together, MaxBatch at a time, in
-	// one round trip and one commit (see Store.Take). Zero means 4.
+	// one round trip and one commit (see Store.Take). Zero means 4, or,
+	// when MaxBatch is 1 (no batching), the pool's MaxConns, so that
+	// unbatched takes can use every connection.
 	MaxInFlight int
 	// MaxBatch is the most Take calls sent in one batch. Zero means 64; 1
 	// turns batching off (every Take is sent on its own, MaxInFlight at a
@@ -66,6 +68,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	mf := cfg.MaxInFlight
 	if mf == 0 {
 		mf = 4
+		if mb == 1 {
+			mf = max(int(pool.Config().MaxConns), 1)
+		}
 	}
 	return &Store{pool: pool, batch: b, maxBatch: mb, maxInFlight: mf}, nil
 }
