@@ -62,7 +62,6 @@ var pgVariants = []struct {
 }{
 	{"sluice", "sluice pgstore Take (default: batching)", false, func(int) pgstore.Config { return pgstore.Config{} }},
 	{"sluice-maxbatch1", "sluice pgstore Take, MaxBatch 1 (no batch)", false, func(int) pgstore.Config { return pgstore.Config{MaxBatch: 1} }},
-	{"sluice-maxbatch1-inflight", "(ref) sluice MaxBatch 1, MaxInFlight = conns", true, func(c int) pgstore.Config { return pgstore.Config{MaxBatch: 1, MaxInFlight: c} }},
 }
 
 func newPostgresSection(cfg SharedConfig) *Section {

@@ -23,7 +23,7 @@ const RedisKeys = 1000
 // RedisPoolSize is the connection pool of each go-redis client: as many as
 // the most goroutines of any case, so that redis_rate (one connection per
 // call in flight) never waits for a connection. Sluice's store keeps at most
-// redisstore.Config.MaxInFlight (default 2) round trips under way and so
+// redisstore.Config.MaxInFlight (default 8) round trips under way and so
 // uses no more than that many of its pool's connections.
 const RedisPoolSize = 64
 
@@ -38,7 +38,7 @@ type redisSection struct {
 
 	sluiceClient, peerClient *redis.Client
 	sluice                   *redisstore.Store
-	inflight8                *redisstore.Store // MaxInFlight 8
+	inflight2                *redisstore.Store // MaxInFlight 2, the earlier default
 	guarded                  *guard.Store
 	peer                     *redis_rate.Limiter
 	peerKeys                 []string
@@ -62,7 +62,7 @@ func newRedisSection(cfg SharedConfig) *Section {
 			"redis_rate: go-redis/redis_rate/v10 Limiter.Allow. Both: rate 1e6/s, burst 2^40, keys cycled over 1000;",
 			"bare EVALSHA: a loaded `return 1` script with one key, on Sluice's client (the floor of one round trip).",
 			"Decisions run under a context that never ends; the guard rows wrap the store in store/guard (50ms timeout,",
-			"as `sluice serve --state redis://` does), so every call has a deadline. The MaxInFlight 8 row shares the keys.",
+			"as `sluice serve --state redis://` does), so every call has a deadline. The MaxInFlight 2 row shares the keys.",
 		},
 		open:  r.open,
 		close: r.close,
@@ -72,8 +72,8 @@ func newRedisSection(cfg SharedConfig) *Section {
 		res, err := r.sluice.Take(ctx, store.TakeParams{Key: Keys[i%RedisKeys], Limit: redisLimit, Cost: 1})
 		return res.Allowed, err
 	}
-	inflight8Op := func(ctx context.Context, i int64) (bool, error) {
-		res, err := r.inflight8.Take(ctx, store.TakeParams{Key: Keys[i%RedisKeys], Limit: redisLimit, Cost: 1})
+	inflight2Op := func(ctx context.Context, i int64) (bool, error) {
+		res, err := r.inflight2.Take(ctx, store.TakeParams{Key: Keys[i%RedisKeys], Limit: redisLimit, Cost: 1})
 		return res.Allowed, err
 	}
 	guardOp := func(ctx context.Context, i int64) (bool, error) {
@@ -100,7 +100,7 @@ func newRedisSection(cfg SharedConfig) *Section {
 			sec.Cases = append(sec.Cases, SharedCase{ID: "redis/evalsha/g1", Label: "bare EVALSHA `return 1`", Group: RedisGroup, Workers: 1, Reference: true, op: bareOp})
 		}
 	}
-	sec.Cases = append(sec.Cases, SharedCase{ID: "redis/sluice-inflight8/g8", Label: "(ref) sluice redisstore, MaxInFlight 8", Group: RedisGroup, Workers: 8, Reference: true, op: inflight8Op})
+	sec.Cases = append(sec.Cases, SharedCase{ID: "redis/sluice-inflight2/g8", Label: "(ref) sluice redisstore, MaxInFlight 2", Group: RedisGroup, Workers: 8, Reference: true, op: inflight2Op})
 	for _, g := range []int{1, 64} {
 		sec.Cases = append(sec.Cases, SharedCase{ID: fmt.Sprintf("redis/sluice-guard/g%d", g), Label: "(ref) sluice guard.Store over redisstore", Group: RedisGroup, Workers: g, Reference: true, op: guardOp})
 	}
@@ -126,7 +126,7 @@ func (r *redisSection) open(ctx context.Context) error {
 	if r.sluice, err = redisstore.New(r.sluiceClient, redisstore.Config{Prefix: r.root}); err != nil {
 		return err
 	}
-	if r.inflight8, err = redisstore.New(r.sluiceClient, redisstore.Config{Prefix: r.root, MaxInFlight: 8}); err != nil {
+	if r.inflight2, err = redisstore.New(r.sluiceClient, redisstore.Config{Prefix: r.root, MaxInFlight: 2}); err != nil {
 		return err
 	}
 	if r.guarded, err = guard.New(r.sluice, guard.Config{}); err != nil {

@@ -230,18 +230,23 @@ type Decision struct {
 }
 
 func decision(p *Policy, r *store.Result) Decision {
-	d := Decision{
-		Policy:     p.Name,
-		Allowed:    r.Allowed,
-		Limit:      r.Limit,
-		Remaining:  r.Remaining,
-		RetryAfter: r.RetryAfter,
-		ResetAfter: r.ResetAfter,
-	}
+	var d Decision
+	d.set(p, r)
+	return d
+}
+
+// set makes d the decision of policy p from the store's result r, field by
+// field (the hot path fills a caller's Decision in place).
+func (d *Decision) set(p *Policy, r *store.Result) {
+	d.Policy = p.Name
+	d.Allowed, d.Shadowed = r.Allowed, false
+	d.Limit = r.Limit
+	d.Remaining = r.Remaining
+	d.RetryAfter = r.RetryAfter
+	d.ResetAfter = r.ResetAfter
 	if !r.Allowed && p.Shadow {
 		d.Allowed, d.Shadowed = true, true
 	}
-	return d
 }
 
 // Handle decides against one policy. It is safe for concurrent use and
@@ -292,15 +297,7 @@ func (h *Handle) allowInto(ctx context.Context, key string, cost int64, d *Decis
 		*d = Decision{}
 		return fmt.Errorf("limiter: policy %q: %w", h.policy.Name, err)
 	}
-	d.Policy = h.policy.Name
-	d.Allowed, d.Shadowed = r.Allowed, false
-	d.Limit = r.Limit
-	d.Remaining = r.Remaining
-	d.RetryAfter = r.RetryAfter
-	d.ResetAfter = r.ResetAfter
-	if !r.Allowed && h.policy.Shadow {
-		d.Allowed, d.Shadowed = true, true
-	}
+	d.set(&h.policy, &r)
 	return nil
 }
 

@@ -62,12 +62,18 @@ applies pending migrations by itself; these commands are for operators who
 prefer to do it explicitly.`,
 	}
 	cmd.PersistentFlags().StringVar(&dbURL, "db", DefaultDB, "database `URL` (env SLUICE_DB): sqlite:PATH or postgres://...")
-	open := func(c *cobra.Command) (*migration.Migrator, error) {
+	// withMigrator opens the database for one subcommand and runs f on it.
+	withMigrator := func(c *cobra.Command, f func(*migration.Migrator) error) error {
 		source, err := applyEnv(c.Flags(), opts.Getenv, []envFlag{{"db", "SLUICE_DB"}})
 		if err != nil {
-			return nil, err
+			return err
 		}
-		return openMigrator(c.Context(), source["db"], dbURL)
+		m, err := openMigrator(c.Context(), source["db"], dbURL)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		return f(m)
 	}
 	print := func(steps []migration.Step) {
 		if len(steps) == 0 {
@@ -82,14 +88,11 @@ prefer to do it explicitly.`,
 		Short: "Apply every pending migration",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(c *cobra.Command, _ []string) error {
-			m, err := open(c)
-			if err != nil {
+			return withMigrator(c, func(m *migration.Migrator) error {
+				steps, err := m.Up(c.Context())
+				print(steps)
 				return err
-			}
-			defer m.Close()
-			steps, err := m.Up(c.Context())
-			print(steps)
-			return err
+			})
 		},
 	}
 	down := &cobra.Command{
@@ -105,14 +108,11 @@ prefer to do it explicitly.`,
 					return usagef("invalid STEPS %q: want a positive number or all", args[0])
 				}
 			}
-			m, err := open(c)
-			if err != nil {
+			return withMigrator(c, func(m *migration.Migrator) error {
+				steps, err := m.Down(c.Context(), n)
+				print(steps)
 				return err
-			}
-			defer m.Close()
-			steps, err := m.Down(c.Context(), n)
-			print(steps)
-			return err
+			})
 		},
 	}
 	status := &cobra.Command{
@@ -120,23 +120,20 @@ prefer to do it explicitly.`,
 		Short: "List every migration and whether it is applied",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(c *cobra.Command, _ []string) error {
-			m, err := open(c)
-			if err != nil {
-				return err
-			}
-			defer m.Close()
-			st, err := m.Status(c.Context())
-			if err != nil {
-				return err
-			}
-			for _, s := range st {
-				state := "pending"
-				if s.Applied {
-					state = "applied " + s.AppliedAt.UTC().Format("2006-01-02T15:04:05Z")
+			return withMigrator(c, func(m *migration.Migrator) error {
+				st, err := m.Status(c.Context())
+				if err != nil {
+					return err
 				}
-				fmt.Fprintf(opts.Stdout, "%04d %-32s %s\n", s.Version, s.Name, state)
-			}
-			return nil
+				for _, s := range st {
+					state := "pending"
+					if s.Applied {
+						state = "applied " + s.AppliedAt.UTC().Format("2006-01-02T15:04:05Z")
+					}
+					fmt.Fprintf(opts.Stdout, "%04d %-32s %s\n", s.Version, s.Name, state)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.AddCommand(up, down, status)

@@ -3,12 +3,11 @@ package sqlitestore_test
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/storetest"
 )
 
 // BenchmarkTake measures admissions (every decision writes and commits with
@@ -25,7 +24,7 @@ func BenchmarkTake(b *testing.B) {
 			b.Run(fmt.Sprintf("keys=%d/goroutines=%d", nkeys, workers), func(b *testing.B) {
 				s, _ := newStore(b)
 				ctx := context.Background()
-				parallel(b, workers, func(i int64) error {
+				storetest.BenchParallel(b, workers, func(i int64) error {
 					res, err := s.Take(ctx, store.TakeParams{Key: keys[i%int64(nkeys)], Limit: l, Cost: 1})
 					if err == nil && !res.Allowed {
 						err = fmt.Errorf("denied: %+v", res)
@@ -47,7 +46,7 @@ func BenchmarkTakeDenied(b *testing.B) {
 			if _, err := s.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 10}); err != nil {
 				b.Fatal(err)
 			}
-			parallel(b, workers, func(int64) error {
+			storetest.BenchParallel(b, workers, func(int64) error {
 				res, err := s.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
 				if err == nil && res.Allowed {
 					err = fmt.Errorf("allowed: %+v", res)
@@ -56,39 +55,4 @@ func BenchmarkTakeDenied(b *testing.B) {
 			})
 		})
 	}
-}
-
-// parallel runs b.N calls of f on exactly workers goroutines and reports
-// decisions per second.
-func parallel(b *testing.B, workers int, f func(i int64) error) {
-	b.ReportAllocs()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var once sync.Once
-	var firstErr error
-	b.ResetTimer()
-	start := time.Now()
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(b.N) {
-					return
-				}
-				if err := f(i); err != nil {
-					once.Do(func() { firstErr = err })
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if firstErr != nil {
-		b.Fatal(firstErr)
-	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
 }

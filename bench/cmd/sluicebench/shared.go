@@ -178,7 +178,7 @@ func sectionRatios(section string, g bench.Group) []sharedRatio {
 		rs = append(rs,
 			sharedRatio{num: "redis/sluice/g1", den: "redis/evalsha/g1", text: "serial latency: sluice / bare EVALSHA", latency: true, op: "<=", limit: 1.3},
 			sharedRatio{num: "redis/redis_rate/g1", den: "redis/evalsha/g1", text: "serial latency: redis_rate / bare EVALSHA", latency: true},
-			sharedRatio{num: "redis/sluice-inflight8/g8", den: "redis/redis_rate/g8", text: "(ref) gor=8  sluice MaxInFlight 8 / redis_rate decisions/s"},
+			sharedRatio{num: "redis/sluice-inflight2/g8", den: "redis/redis_rate/g8", text: "(ref) gor=8  sluice MaxInFlight 2 / redis_rate decisions/s"},
 			sharedRatio{num: "redis/sluice-guard/g1", den: "redis/sluice/g1", text: "(ref) serial latency: guard over redisstore / redisstore", latency: true},
 			sharedRatio{num: "redis/sluice-guard/g64", den: "redis/sluice/g64", text: "(ref) gor=64 guard over redisstore / redisstore decisions/s"},
 		)
@@ -192,7 +192,6 @@ func sectionRatios(section string, g bench.Group) []sharedRatio {
 			rs = append(rs,
 				sharedRatio{num: base + "sluice", den: base + "floor", text: fmt.Sprintf("conns=%d: sluice (default) / floor decisions/s", conns), op: ">=", limit: 0.8},
 				sharedRatio{num: base + "sluice-maxbatch1", den: base + "floor", text: fmt.Sprintf("conns=%d: sluice MaxBatch 1 / floor decisions/s", conns), op: ">=", limit: 0.8},
-				sharedRatio{num: base + "sluice-maxbatch1-inflight", den: base + "floor", text: fmt.Sprintf("conns=%d: (ref) sluice MaxBatch 1, MaxInFlight %d / floor", conns, conns)},
 			)
 		}
 	case "sqlite":
