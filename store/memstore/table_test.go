@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -63,4 +64,13 @@ func TestTableMatchesMap(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestShardLayout(t *testing.T) {
+	t.Parallel()
+	// The decision path's fields fill the first cache line, and a shard is
+	// two lines so that every shard's hot line is its own.
+	require.Equal(t, uintptr(128), unsafe.Sizeof(shard{}))
+	require.Equal(t, uintptr(56), unsafe.Offsetof(shard{}.minFresh))
+	require.Equal(t, uintptr(64), unsafe.Offsetof(shard{}.nextSweep))
 }

@@ -41,6 +41,86 @@ if op == 'r' then
 	return redis.call('DEL', KEYS[1])
 end
 
+-- The hot path first: one GCRA take of one key whose state is a bare TAT
+-- (the only form a GCRA key is stored in unless it once held window
+-- state). It is decide, fresh and put below, written out for this case so
+-- that the call creates no closures; every other call falls through.
+if op == 't' and #KEYS == 1 and ARGV[4] == '0' then
+	local k = KEYS[1]
+	local v = redis.call('GET', k)
+	if not v or not string.find(v, ' ', 1, true) then
+		local now = tonumber(ARGV[2])
+		local override = now ~= 0
+		if not override then
+			local tm = redis.call('TIME')
+			now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+		end
+		local t = 0
+		if v then
+			t = tonumber(v)
+		end
+		local x, cost, md = tonumber(ARGV[5]), tonumber(ARGV[7]), tonumber(ARGV[3])
+		local tau = tonumber(ARGV[6]) * x
+		local tat = t
+		if now > tat then
+			tat = now
+		end
+		local ntat = tat + cost * x
+		local wait = ntat - tau - now
+		local r, ok, nt = 0, 1, ntat
+		if wait > md then
+			r, ok, nt = tau - (tat - now), 0, t
+		else
+			r = tau - (ntat - now)
+		end
+		-- remaining = floor(r / x), exactly (fdiv below)
+		local rem = 0
+		if r > 0 then
+			rem = math.floor(r / x)
+			local m = r - rem * x
+			if m < 0 then
+				rem = rem - 1
+			elseif m >= x then
+				rem = rem + 1
+			end
+		end
+		if ok == 0 then
+			return { now, 0, 0, rem, wait, tat - now, 0 }
+		end
+		if cost ~= 0 and nt ~= t then
+			if nt >= 9007199254740992 or nt <= -9007199254740992 then
+				return { now, -2 }
+			end
+			if nt <= now then
+				redis.call('DEL', k)
+			else
+				-- ms = ceil(e / 1000), exactly (fdiv below)
+				local e = nt + 999
+				if override then
+					e = nt - now + 999
+				end
+				local ms = math.floor(e / 1000)
+				local m = e - ms * 1000
+				if m < 0 then
+					ms = ms - 1
+				elseif m >= 1000 then
+					ms = ms + 1
+				end
+				if override then
+					redis.call('SET', k, string.format('%.0f', nt), 'PX', math.max(ms, 600000))
+				else
+					redis.call('SET', k, string.format('%.0f', nt), 'PXAT', ms)
+				end
+			end
+		end
+		local delay = 0
+		if wait > 0 then
+			delay = wait
+		end
+		return { now, 1, 1, rem, 0, ntat - now, delay }
+	end
+end
+
 -- Every helper below is a closure created anew on each call: there are as
 -- few as the code allows, and the single-key take, the hot path, returns
 -- before the others are made.
