@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -388,4 +389,60 @@ func cmpInt(a, b int64) int {
 		return 1
 	}
 	return 0
+}
+
+// LeaseWakeups is a registry of release watchers by id, for backends
+// implementing LeaseWatcher: Watch registers, Wake signals every watcher of
+// an id without blocking. It is safe for concurrent use; the zero value is
+// ready.
+type LeaseWakeups struct {
+	mu sync.Mutex
+	m  map[string]map[chan struct{}]struct{}
+	n  int
+}
+
+// Watch registers a watcher of id. first is true when it is the only
+// watcher of any id (a backend may then start listening); stop unregisters
+// it and reports whether it was the last one (a backend may then stop).
+func (w *LeaseWakeups) Watch(id string) (ch <-chan struct{}, stop func() (last bool), first bool) {
+	c := make(chan struct{}, 1)
+	w.mu.Lock()
+	if w.m == nil {
+		w.m = make(map[string]map[chan struct{}]struct{})
+	}
+	ws := w.m[id]
+	if ws == nil {
+		ws = make(map[chan struct{}]struct{})
+		w.m[id] = ws
+	}
+	ws[c] = struct{}{}
+	w.n++
+	first = w.n == 1
+	w.mu.Unlock()
+	var once sync.Once
+	return c, func() (last bool) {
+		once.Do(func() {
+			w.mu.Lock()
+			delete(ws, c)
+			if len(ws) == 0 {
+				delete(w.m, id)
+			}
+			w.n--
+			last = w.n == 0
+			w.mu.Unlock()
+		})
+		return last
+	}, first
+}
+
+// Wake signals every watcher of id.
+func (w *LeaseWakeups) Wake(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for c := range w.m[id] {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
 }

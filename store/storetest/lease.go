@@ -34,6 +34,7 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) store.LeaseStore) {
 		{"ConcurrentAcquire", testLeaseConcurrent},
 		{"Fencing", testLeaseFencing},
 		{"Watch", testLeaseWatch},
+		{"TakeAllAcquire", testTakeAllAcquire},
 	}
 	t.Run("LeaseStore", func(t *testing.T) {
 		for _, tc := range tests {
@@ -475,4 +476,61 @@ func testLeaseWatch(b *leaseBundle) {
 	}
 	stop()
 	stop() // idempotent
+}
+
+// testTakeAllAcquire checks the all-or-nothing mix of rate items and a
+// lease, on stores that offer it.
+func testTakeAllAcquire(b *leaseBundle) {
+	t := b.t
+	s, ok := b.s.(store.RateLeaseStore)
+	if !ok {
+		t.Skip("the store takes rates and leases apart")
+	}
+	lim := store.Limit{Name: b.name + "/rate", Rate: 2, Period: time.Second, Burst: 2}
+	call := func(holder string, cost int64, now time.Time) store.TakeAllAcquireResult {
+		t.Helper()
+		res, err := s.TakeAllAcquire(b.ctx, store.TakeAllAcquireParams{
+			Items: []store.Item{{Key: "k", Limit: lim, Cost: cost}},
+			Lease: store.AcquireParams{Name: b.name, Key: "k", Holder: holder, Permits: 1, TTL: time.Minute},
+			Now:   now,
+		})
+		require.NoError(t, err)
+		require.Len(t, res.Rates.Results, 1)
+		return res
+	}
+	now := at(0)
+	r := call("a", 1, now)
+	require.True(t, r.Allowed)
+	require.True(t, r.Lease.Acquired)
+	require.Equal(t, int64(1), r.Rates.Results[0].Remaining)
+	a := r.Lease.Lease
+
+	r = call("b", 1, now)
+	require.False(t, r.Allowed, "the permit is taken")
+	require.False(t, r.Lease.Acquired)
+	require.Equal(t, time.Minute, r.Lease.RetryAfter)
+	require.Equal(t, int64(1), r.Rates.Results[0].Remaining, "nothing charged")
+	require.Equal(t, []string{"a"}, holderNames(b.holders("k", now)))
+
+	require.NoError(t, b.release(a, now))
+	r = call("b", 2, now)
+	require.False(t, r.Allowed, "the rate refuses")
+	require.False(t, r.Lease.Acquired)
+	require.False(t, r.Rates.Results[0].Allowed)
+	require.Empty(t, b.holders("k", now), "no lease taken")
+	res, err := b.s.(store.RateStore).Take(b.ctx, store.TakeParams{Key: "k", Limit: lim, Now: now})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), res.Remaining, "nothing charged")
+
+	r = call("b", 1, now)
+	require.True(t, r.Allowed)
+	require.Greater(t, r.Lease.Lease.Token, a.Token)
+	require.Equal(t, int64(0), r.Rates.Results[0].Remaining)
+
+	_, err = s.TakeAllAcquire(b.ctx, store.TakeAllAcquireParams{
+		Items: []store.Item{{Key: "k", Limit: lim, Cost: 3}},
+		Lease: store.AcquireParams{Name: b.name, Key: "k2", Holder: "c", Permits: 1, TTL: time.Minute},
+	})
+	require.ErrorIs(t, err, store.ErrCostExceedsLimit)
+	require.Empty(t, b.holders("k2", now))
 }
