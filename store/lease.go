@@ -446,3 +446,17 @@ func (w *LeaseWakeups) Wake(id string) {
 		}
 	}
 }
+
+// WakeAll signals every watcher of every id.
+func (w *LeaseWakeups) WakeAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ws := range w.m {
+		for c := range ws {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
