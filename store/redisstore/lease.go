@@ -417,4 +417,3 @@ func (s *Store) WatchLease(ctx context.Context, name, key string) (<-chan struct
 		})
 	}, nil
 }
-
