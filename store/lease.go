@@ -35,6 +35,12 @@ var (
 	ErrInvalidLease = errors.New("store: invalid lease")
 )
 
+// Concurrency is the algorithm of a lease policy (configuration name
+// "concurrency"): N permits held for a TTL, not a rate. It is not a rate
+// limit: Limit.Validate rejects it, and ParseAlgorithm, which parses rate
+// algorithms, does not return it.
+const Concurrency Algorithm = 3
+
 // Bounds on lease parameters, the same on every backend.
 const (
 	// MaxPermits is the most permits one (name, key) may have.
