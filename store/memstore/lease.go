@@ -14,7 +14,7 @@ import (
 
 // LeasesConfig configures Leases. The zero value is ready to use.
 type LeasesConfig struct {
-	// Clock is the store clock. Nil means the real clock.
+	// Clock is the store clock. Nil means Rates' clock, or the real clock.
 	Clock clock.Clock
 	// Rates is the rate store TakeAllAcquire charges. Nil means a new
 	// Store with the same clock.
@@ -61,6 +61,9 @@ type leaseShard struct {
 // NewLeases returns a Leases.
 func NewLeases(cfg LeasesConfig) *Leases {
 	l := &Leases{clk: clock.Or(cfg.Clock), seed: maphash.MakeSeed(), Store: cfg.Rates}
+	if cfg.Clock == nil && cfg.Rates != nil {
+		l.clk = cfg.Rates.clk
+	}
 	if l.Store == nil {
 		l.Store = New(Config{Clock: cfg.Clock})
 	}
