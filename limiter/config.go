@@ -34,6 +34,10 @@ import (
 //	    limit: 5000
 //	    unit: hour
 //	    shadow: true
+//	  shopify-bulk:            # lease: 5 bulk operations per shop at once
+//	    algorithm: concurrency
+//	    permits: 5
+//	    ttl: 30s
 //
 // Keys of a policy: algorithm (gcra, fixed_window, sliding_window; default
 // gcra); rate or limit (the same number under either name); period or window
@@ -42,7 +46,8 @@ import (
 // on_store_outage (fail_closed, the default, fail_open or local: what the
 // policy does while a shared store is unavailable) and local_share (with
 // local: the fraction of the limit this process enforces alone, in (0, 1]);
-// description. Decoding is strict: an unknown key, a duplicate key or a bad
+// description. A lease policy has algorithm: concurrency, permits (how many
+// holders per key at once) and ttl (a duration), and none of the rate keys. Decoding is strict: an unknown key, a duplicate key or a bad
 // value is an error naming the file, line, key and what was wrong.
 
 // ConfigError is a problem in a policy file, located by line and column.
@@ -221,6 +226,7 @@ func (p *parser) policy(name, n *yaml.Node) (Policy, bool) {
 	}
 	var rateKey, periodKey *yaml.Node
 	var burstKey, shareKey *yaml.Node
+	var permitsKey, ttlKey *yaml.Node
 	for _, kv := range p.pairs(n, path) {
 		k, v := kv[0], kv[1]
 		kp := join(path, k.Value)
@@ -228,8 +234,11 @@ func (p *parser) policy(name, n *yaml.Node) (Policy, bool) {
 		case "algorithm":
 			if s, ok := p.str(v, kp); ok {
 				a, err := store.ParseAlgorithm(s)
+				if s == "concurrency" {
+					a, err = store.Concurrency, nil
+				}
 				if err != nil || s == "" {
-					p.errAt(v, kp, "unknown algorithm %q (want gcra, fixed_window or sliding_window)", s)
+					p.errAt(v, kp, "unknown algorithm %q (want gcra, fixed_window, sliding_window or concurrency)", s)
 				}
 				pol.Algorithm = a
 			}
@@ -269,12 +278,38 @@ func (p *parser) policy(name, n *yaml.Node) (Policy, bool) {
 			pol.Outage.Share, _ = p.fraction(v, kp)
 		case "description":
 			pol.Description, _ = p.str(v, kp)
+		case "permits":
+			permitsKey = k
+			pol.Permits, _ = p.positive(v, kp)
+		case "ttl":
+			ttlKey = k
+			pol.TTL, _ = p.duration(v, kp)
 		default:
-			p.errAt(k, kp, "unknown key (want algorithm, rate, limit, period, window, unit, burst, shadow, on_store_outage, local_share or description)")
+			p.errAt(k, kp, "unknown key (want algorithm, rate, limit, period, window, unit, burst, shadow, on_store_outage, local_share, permits, ttl or description)")
 		}
 	}
 	if n.Kind != yaml.MappingNode {
 		return pol, false
+	}
+	if pol.Algorithm == store.Concurrency {
+		for _, k := range []*yaml.Node{rateKey, periodKey, burstKey} {
+			if k != nil {
+				p.errAt(k, join(path, k.Value), "%s does not apply to concurrency (want permits and ttl)", k.Value)
+			}
+		}
+		if permitsKey == nil {
+			p.errAt(name, path, "missing permits")
+		}
+		if ttlKey == nil {
+			p.errAt(name, path, "missing ttl")
+		}
+		rateKey, periodKey, burstKey = name, name, nil
+	} else {
+		for _, k := range []*yaml.Node{permitsKey, ttlKey} {
+			if k != nil {
+				p.errAt(k, join(path, k.Value), "%s applies only to algorithm: concurrency", k.Value)
+			}
+		}
 	}
 	if rateKey == nil {
 		p.errAt(name, path, "missing rate (or limit)")

@@ -120,7 +120,7 @@ policies:
 
 func TestParseErrors(t *testing.T) {
 	t.Parallel()
-	const unknownKey = "unknown key (want algorithm, rate, limit, period, window, unit, burst, shadow, on_store_outage, local_share or description)"
+	const unknownKey = "unknown key (want algorithm, rate, limit, period, window, unit, burst, shadow, on_store_outage, local_share, permits, ttl or description)"
 	const badDuration = "want a positive duration such as 1s, 10s, 1m or 24h, got "
 	tests := []struct {
 		name string
@@ -155,12 +155,12 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "bad algorithm",
 			yaml: "policies:\n  api:\n    algorithm: leaky_bucket\n    rate: 1\n    period: 1s\n",
-			want: []string{`p.yaml:3:16: policies.api.algorithm: unknown algorithm "leaky_bucket" (want gcra, fixed_window or sliding_window)`},
+			want: []string{`p.yaml:3:16: policies.api.algorithm: unknown algorithm "leaky_bucket" (want gcra, fixed_window, sliding_window or concurrency)`},
 		},
 		{
 			name: "empty algorithm",
 			yaml: "policies:\n  api: {algorithm: '', rate: 1, period: 1s}\n",
-			want: []string{`p.yaml:2:20: policies.api.algorithm: unknown algorithm "" (want gcra, fixed_window or sliding_window)`},
+			want: []string{`p.yaml:2:20: policies.api.algorithm: unknown algorithm "" (want gcra, fixed_window, sliding_window or concurrency)`},
 		},
 		{
 			name: "rate not an integer",

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicerl/sluice/clock/clocktest"
 	"github.com/sluicerl/sluice/limiter"
+	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
 )
 
@@ -56,6 +57,14 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("New rejects accepted policies: %v", err)
 		}
 		for _, p := range ps {
+			if p.Algorithm == store.Concurrency {
+				// A fresh key always grants a lease.
+				r, err := l.Acquire(context.Background(), p.Name, "k", "h")
+				if err != nil || !r.Acquired {
+					t.Fatalf("policy %+v: first Acquire = %+v, %v", p, r, err)
+				}
+				continue
+			}
 			// A fresh key always admits one unit.
 			d, err := l.Allow(context.Background(), p.Name, "k")
 			if err != nil || !d.Allowed {

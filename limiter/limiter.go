@@ -49,6 +49,11 @@ type Policy struct {
 	Outage store.Outage
 	// Description is free text shown by the server.
 	Description string
+	// Permits and TTL describe a lease policy (Algorithm
+	// store.Concurrency): up to Permits holders per key at once, each for
+	// TTL unless renewed. Rate policies leave them zero.
+	Permits int64
+	TTL     time.Duration
 }
 
 // Limit returns the store limit the policy enforces.
@@ -60,6 +65,12 @@ func (p Policy) Limit() store.Limit {
 func (p Policy) Validate() error {
 	if err := validName(p.Name); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+	}
+	if p.Algorithm == store.Concurrency {
+		return p.validateConcurrency()
+	}
+	if p.Permits != 0 || p.TTL != 0 {
+		return fmt.Errorf("%w %q: permits and ttl apply only to concurrency, not %s", ErrInvalidPolicy, p.Name, p.Algorithm)
 	}
 	if p.Algorithm != store.GCRA && p.Burst != 0 {
 		return fmt.Errorf("%w %q: burst applies only to gcra, not %s", ErrInvalidPolicy, p.Name, p.Algorithm)
@@ -98,6 +109,13 @@ type Config struct {
 	Clock clock.Clock
 	// Policies are the limits the Limiter enforces. Names must be unique.
 	Policies []Policy
+	// Leases keeps the leases of concurrency policies. Nil means Store
+	// when it is a store.LeaseStore, else an in-memory store (on Store's
+	// memory when Store is a *memstore.Store). When Leases is a
+	// store.RateLeaseStore it must be the backend Store decides on: mixed
+	// requests (AllowAllAcquire) charge their rate items through it, in
+	// one atomic operation.
+	Leases store.LeaseStore
 }
 
 // Limiter enforces named policies over a store. It is safe for concurrent
@@ -107,6 +125,8 @@ type Limiter struct {
 	clock    clock.Clock
 	handles  map[string]*Handle
 	policies []Policy
+	leases   store.LeaseStore     // lease.go
+	mixed    store.RateLeaseStore // lease.go: rates and a lease at once, or nil
 }
 
 // New returns a Limiter for cfg.Policies.
@@ -119,6 +139,7 @@ func New(cfg Config) (*Limiter, error) {
 	if l.store == nil {
 		l.store = memstore.New(memstore.Config{})
 	}
+	l.setLeases(cfg.Leases)
 	for _, p := range cfg.Policies {
 		if err := p.Validate(); err != nil {
 			return nil, err
@@ -127,7 +148,7 @@ func New(cfg Config) (*Limiter, error) {
 			return nil, fmt.Errorf("%w: duplicate policy name %q", ErrInvalidPolicy, p.Name)
 		}
 		h := &Handle{store: l.store, l: l, policy: p, limit: p.Limit()}
-		if ms, ok := l.store.(*memstore.Store); ok {
+		if ms, ok := l.store.(*memstore.Store); ok && p.Algorithm != store.Concurrency {
 			prep, err := store.Prepare(h.limit)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
@@ -284,6 +305,8 @@ func (h *Handle) allowInto(ctx context.Context, key string, cost int64, d *Decis
 	var err error
 	if h.mem != nil {
 		err = h.mem.TakePrepared(key, h.prepared, cost, &r)
+	} else if h.policy.Algorithm == store.Concurrency {
+		err = ErrNotRatePolicy
 	} else {
 		r, err = h.store.Take(ctx, store.TakeParams{Key: key, Limit: h.limit, Cost: cost})
 	}

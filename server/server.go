@@ -165,10 +165,11 @@ func (s *Server) routes() http.Handler {
 		mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, rt.h))
 		mux.Handle(rt.path, s.wrap(rt.path, methodNotAllowed(rt.allow)))
 	}
+	s.leaseRoutes(mux) // lease.go
 	mux.Handle("/", s.wrap(routeOther, func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, &problem{
 			Type: typeBlank, Title: http.StatusText(http.StatusNotFound), Status: http.StatusNotFound,
-			Detail: "no such endpoint; see GET /v1/policies, POST /v1/take, GET /healthz, GET /metrics",
+			Detail: "no such endpoint; see GET /v1/policies, POST /v1/take, POST|GET /v1/leases, GET /healthz, GET /metrics",
 		})
 	}))
 	return mux

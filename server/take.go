@@ -378,6 +378,9 @@ func (s *Server) validateItem(ti takeItem, at []string) (validated, []fieldError
 		add("policy", TypeInvalidRequest, "is required")
 	} else if v.info = s.policies[ti.Policy]; v.info == nil {
 		add("policy", TypeUnknownPolicy, "names an unknown policy %q; GET /v1/policies lists them", truncate(ti.Policy, 64))
+	} else if v.info.handle.Policy().Algorithm == store.Concurrency {
+		add("policy", TypeInvalidRequest, "names concurrency policy %q, which takes leases (POST /v1/leases), not costs", ti.Policy)
+		return v, errs
 	}
 	if ti.Key == "" {
 		add("key", TypeInvalidRequest, "is required")

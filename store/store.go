@@ -66,6 +66,8 @@ func (a Algorithm) String() string {
 		return "fixed_window"
 	case SlidingWindow:
 		return "sliding_window"
+	case Concurrency:
+		return "concurrency"
 	}
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }

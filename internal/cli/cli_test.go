@@ -94,7 +94,7 @@ func TestPoliciesCheckBad(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
 	require.Equal(t, []string{
 		path + `:3:11: policies.api.rate: want a positive integer, got "-5"`,
-		path + `:6:16: policies.orders.algorithm: unknown algorithm "fixed_windoww" (want gcra, fixed_window or sliding_window)`,
+		path + `:6:16: policies.orders.algorithm: unknown algorithm "fixed_windoww" (want gcra, fixed_window, sliding_window or concurrency)`,
 		"sluice: 2 errors in the policy file",
 	}, lines)
 }

@@ -38,6 +38,10 @@ every problem as file:line:col: path: message and exit 1.`,
 			tw := tabwriter.NewWriter(opts.Stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tALGORITHM\tRATE\tBURST\tSHADOW")
 			for _, p := range policies {
+				if p.Algorithm == store.Concurrency {
+					fmt.Fprintf(tw, "%s\t%s\t%d permits, ttl %s\t-\t%t\n", p.Name, p.Algorithm, p.Permits, formatPeriod(p.TTL), p.Shadow)
+					continue
+				}
 				burst := "-"
 				if p.Algorithm == store.GCRA {
 					burst = strconv.FormatInt(p.Limit().Max(), 10)

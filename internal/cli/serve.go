@@ -52,7 +52,8 @@ func newServeCmd(opts *Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the HTTP API",
-		Long: `Run the HTTP API: POST /v1/take, GET /v1/policies, GET /healthz, GET /metrics.
+		Long: `Run the HTTP API: POST /v1/take, POST|GET /v1/leases, POST /v1/leases/{id}/renew,
+DELETE /v1/leases/{id}, GET /v1/policies, GET /healthz, GET /metrics.
 
 Without --config, serve enforces one built-in policy, "default": GCRA,
 100 per second, bursts of 100. Rate state lives in memory unless --state
@@ -179,7 +180,7 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	}
 	defer records.Close()
 
-	lim, err := limiter.New(limiter.Config{Store: st.store, Policies: policies})
+	lim, err := limiter.New(limiter.Config{Store: st.store, Leases: st.leases, Policies: policies})
 	if err != nil {
 		return err
 	}

@@ -78,6 +78,7 @@ func parseStoreURL(flag, raw string) (stateKind, string, error) {
 // stateStore is an opened rate store and how to release it.
 type stateStore struct {
 	store  store.RateStore
+	leases store.LeaseStore // nil: the limiter's default (the store itself, or memory)
 	kind   stateKind
 	shared bool // guarded: a timeout and outage modes apply
 	close  func()
@@ -152,5 +153,7 @@ func openState(ctx context.Context, flag, raw string, policies []limiter.Policy,
 		closeFn()
 		return nil, err
 	}
-	return &stateStore{store: g, kind: kind, shared: true, close: closeFn}, nil
+	// Leases bypass the guard: a lease is never granted by an outage mode.
+	leases, _ := primary.(store.LeaseStore)
+	return &stateStore{store: g, leases: leases, kind: kind, shared: true, close: closeFn}, nil
 }

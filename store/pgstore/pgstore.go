@@ -44,6 +44,8 @@ type Store struct {
 	bmu         sync.Mutex // guards pending and inFlight
 	pending     []*takeCall
 	inFlight    int
+
+	listener leaseListener // lease.go: LISTEN for released permits
 }
 
 var _ store.RateStore = (*Store)(nil)

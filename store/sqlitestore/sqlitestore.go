@@ -48,6 +48,8 @@ type Store struct {
 	conn       *sql.Conn
 	connClosed bool
 	stmts      stmts
+
+	wakeups store.LeaseWakeups // lease.go: in-process release announcements
 }
 
 type stmts struct {

@@ -54,6 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	slice := fs.Duration("slice", 250*time.Millisecond, "shared-state figures: length of one alternation slice")
 	nslices := fs.Int("slices", 4, "shared-state figures: slices per case per round")
 	list := fs.Bool("list", false, "list the case ids and exit")
+	leaseDur := fs.Duration("lease-duration", time.Second, "lease figures: how long each pairs/s round runs")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -103,10 +104,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				fmt.Fprintf(stdout, "%-50s %s (goroutines: %d)\n", c.ID, c.Label, c.Workers)
 			}
 		}
+		for _, id := range leaseIDs() {
+			fmt.Fprintf(stdout, "%-50s lease figure (see lease.go)\n", id)
+		}
 		return nil
 	}
 	runHTTP := match(httpID)
-	if len(cases) == 0 && !runHTTP && nshared == 0 {
+	runLeases := slices.ContainsFunc(leaseIDs(), match)
+	if len(cases) == 0 && !runHTTP && nshared == 0 && !runLeases {
 		return fmt.Errorf("-only %q matches no case (see -list)", *only)
 	}
 
@@ -168,6 +173,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return fmt.Errorf("%s: %w", sec.Name, err)
 			}
 			w.Flush()
+		}
+	}
+	if runLeases {
+		if err := leaseFigures(ctx, w, stderr, match, *rounds, *leaseDur); err != nil {
+			return fmt.Errorf("leases: %w", err)
 		}
 	}
 	return nil

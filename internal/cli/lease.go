@@ -1,0 +1,213 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// DefaultServer is the server the lease commands talk to without --server
+// or SLUICE_SERVER.
+const DefaultServer = "http://" + DefaultAddr
+
+type leaseFlags struct {
+	server  string
+	timeout time.Duration
+	holder  string
+	wait    time.Duration
+}
+
+func newLeaseCmd(opts *Options) *cobra.Command {
+	var f leaseFlags
+	cmd := &cobra.Command{
+		Use:   "lease",
+		Short: "Acquire, renew, release and list leases on a running server",
+		Long: `Work with the leases of a running 'sluice serve' through its HTTP API.
+A lease is one of a concurrency policy's permits for a key; acquire prints
+it as JSON, with the id that renew and release take and the fencing token
+to guard writes with.`,
+		Args: usageArgs(noSubcommand),
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.server, "server", DefaultServer, "server base `URL` (env SLUICE_SERVER)")
+	pf.DurationVar(&f.timeout, "timeout", 10*time.Second, "longest one request may take")
+	pre := func(cmd *cobra.Command, _ []string) error {
+		source, err := applyEnv(cmd.Flags(), opts.Getenv, []envFlag{{"server", "SLUICE_SERVER"}})
+		if err != nil {
+			return err
+		}
+		u, err := url.Parse(f.server)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usagef("invalid %s %q: want http://HOST:PORT or https://...", source["server"], f.server)
+		}
+		if f.timeout <= 0 {
+			return usagef("invalid --timeout %s: want a positive duration", f.timeout)
+		}
+		if f.wait < 0 {
+			return usagef("invalid --wait %s: want a duration >= 0", f.wait)
+		}
+		f.server = strings.TrimSuffix(f.server, "/")
+		return nil
+	}
+
+	acquire := &cobra.Command{
+		Use:   "acquire POLICY KEY",
+		Short: "Acquire a lease (POST /v1/leases)",
+		Long: `Acquire one permit of concurrency policy POLICY for KEY and print the lease.
+If every permit is held, exit 1 with when one frees, or with --wait keep
+trying (at the server's Retry-After) for up to that long.`,
+		Args:    usageArgs(cobra.ExactArgs(2)),
+		PreRunE: pre,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			body, _ := json.Marshal(map[string]string{"policy": args[0], "key": args[1], "holder": f.holder})
+			deadline := time.Now().Add(f.wait)
+			for {
+				code, hdr, out, err := f.call(cmd.Context(), http.MethodPost, "/v1/leases", body)
+				if err != nil {
+					return err
+				}
+				if code == http.StatusConflict && f.wait > 0 {
+					d := retryAfter(hdr, out)
+					if time.Now().Add(d).Before(deadline) {
+						if err := sleepCtx(cmd.Context(), d); err != nil {
+							return err
+						}
+						continue
+					}
+				}
+				return answer(opts, code, http.StatusCreated, out)
+			}
+		},
+	}
+	acquire.Flags().StringVar(&f.holder, "holder", "", "holder `id` (default: one the server makes up)")
+	acquire.Flags().DurationVar(&f.wait, "wait", 0, "keep trying for up to this long while every permit is held")
+
+	renew := &cobra.Command{
+		Use:     "renew ID",
+		Short:   "Renew a lease by its id (POST /v1/leases/ID/renew)",
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		PreRunE: pre,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			code, _, out, err := f.call(cmd.Context(), http.MethodPost, "/v1/leases/"+url.PathEscape(args[0])+"/renew", nil)
+			if err != nil {
+				return err
+			}
+			return answer(opts, code, http.StatusOK, out)
+		},
+	}
+	release := &cobra.Command{
+		Use:     "release ID",
+		Short:   "Release a lease by its id (DELETE /v1/leases/ID)",
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		PreRunE: pre,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			code, _, out, err := f.call(cmd.Context(), http.MethodDelete, "/v1/leases/"+url.PathEscape(args[0]), nil)
+			if err != nil {
+				return err
+			}
+			if code == http.StatusNoContent {
+				fmt.Fprintln(opts.Stdout, "released")
+				return nil
+			}
+			return answer(opts, code, http.StatusNoContent, out)
+		},
+	}
+	list := &cobra.Command{
+		Use:     "list POLICY KEY",
+		Short:   "List the holders of a key (GET /v1/leases?policy=POLICY&key=KEY)",
+		Args:    usageArgs(cobra.ExactArgs(2)),
+		PreRunE: pre,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			q := url.Values{"policy": {args[0]}, "key": {args[1]}}
+			code, _, out, err := f.call(cmd.Context(), http.MethodGet, "/v1/leases?"+q.Encode(), nil)
+			if err != nil {
+				return err
+			}
+			return answer(opts, code, http.StatusOK, out)
+		},
+	}
+	cmd.AddCommand(acquire, renew, release, list)
+	return cmd
+}
+
+// call makes one request and returns its status, headers and body.
+func (f *leaseFlags) call(ctx context.Context, method, path string, body []byte) (int, http.Header, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, f.server+path, r)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("lease: %w", err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("lease: reading the answer: %w", err)
+	}
+	return resp.StatusCode, resp.Header, out, nil
+}
+
+// answer prints a successful body, or turns a problem into an error.
+func answer(opts *Options, code, want int, body []byte) error {
+	if code == want {
+		_, err := opts.Stdout.Write(body)
+		return err
+	}
+	var p struct {
+		Title  string `json:"title"`
+		Detail string `json:"detail"`
+	}
+	if json.Unmarshal(body, &p) != nil || p.Title == "" {
+		return fmt.Errorf("lease: server answered %d: %s", code, strings.TrimSpace(string(body)))
+	}
+	msg := fmt.Sprintf("lease: %s (%d)", strings.ToLower(p.Title), code)
+	if p.Detail != "" {
+		msg += ": " + p.Detail
+	}
+	return fmt.Errorf("%s", msg)
+}
+
+// retryAfter reads a 409's retryAfterMs (or Retry-After), at least 10ms.
+func retryAfter(h http.Header, body []byte) time.Duration {
+	var p struct {
+		RetryAfterMs int64 `json:"retryAfterMs"`
+	}
+	d := time.Second
+	if json.Unmarshal(body, &p) == nil && p.RetryAfterMs > 0 {
+		d = time.Duration(p.RetryAfterMs) * time.Millisecond
+	} else if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil {
+		d = time.Duration(s) * time.Second
+	}
+	return max(d, 10*time.Millisecond)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

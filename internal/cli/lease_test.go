@@ -1,0 +1,84 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/internal/cli"
+)
+
+const leaseConfig = `policies:
+  bulk:
+    algorithm: concurrency
+    permits: 1
+    ttl: 30s
+  api:
+    rate: 10
+    period: 1s
+`
+
+func TestLeaseCommands(t *testing.T) {
+	t.Parallel()
+	cfg := filepath.Join(t.TempDir(), "p.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(leaseConfig), 0o600))
+	for _, state := range []string{"memory:", "sqlite:" + filepath.Join(t.TempDir(), "state.db")} {
+		s := startServe(t, nil, "--addr", "127.0.0.1:0", "--config", cfg, "--state", state)
+		env := map[string]string{"SLUICE_SERVER": "http://" + s.addr}
+
+		r := run(t, env, "lease", "acquire", "bulk", "shop-1", "--holder", "w1")
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		var l struct {
+			ID     string `json:"id"`
+			Holder string `json:"holder"`
+			Token  int64  `json:"token"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &l), r.stdout)
+		require.Equal(t, "w1", l.Holder)
+		require.Positive(t, l.Token)
+
+		r = run(t, env, "lease", "acquire", "bulk", "shop-1")
+		require.Equal(t, cli.ExitFailure, r.code)
+		require.Contains(t, r.stderr, "lease unavailable (409)")
+
+		r = run(t, env, "lease", "list", "bulk", "shop-1")
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, `"holder":"w1"`)
+
+		r = run(t, env, "lease", "renew", l.ID)
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		r = run(t, env, "lease", "release", l.ID)
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		require.Equal(t, "released\n", r.stdout)
+		r = run(t, env, "lease", "release", l.ID)
+		require.Equal(t, cli.ExitFailure, r.code)
+		require.Contains(t, r.stderr, "lease not held (404)")
+
+		r = run(t, env, "lease", "acquire", "api", "k")
+		require.Equal(t, cli.ExitFailure, r.code)
+		require.Contains(t, r.stderr, "not concurrency")
+		require.Equal(t, cli.ExitOK, s.stop(t))
+	}
+}
+
+func TestLeaseCommandErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"lease", "acquire", "bulk"}, nil, "accepts 2 arg(s)"},
+		{[]string{"lease", "acquire", "bulk", "k", "--server", "ftp://x"}, nil, `invalid --server "ftp://x"`},
+		{[]string{"lease", "list", "bulk", "k"}, map[string]string{"SLUICE_SERVER": "nope"}, `invalid SLUICE_SERVER "nope"`},
+		{[]string{"lease", "acquire", "bulk", "k", "--wait", "-1s"}, nil, "invalid --wait"},
+		{[]string{"lease", "renew"}, nil, "accepts 1 arg(s)"},
+	} {
+		r := run(t, tc.env, tc.args...)
+		require.Equal(t, cli.ExitUsage, r.code, "%v: %s", tc.args, r.stderr)
+		require.Contains(t, r.stderr, tc.want, tc.args)
+	}
+}

@@ -1,0 +1,204 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/memstore"
+)
+
+var (
+	// ErrNotRatePolicy: a rate operation (Allow, Reserve, Wait) on a
+	// concurrency policy.
+	ErrNotRatePolicy = errors.New("limiter: concurrency policy: acquire a lease instead")
+	// ErrNotLeasePolicy: a lease operation on a rate policy.
+	ErrNotLeasePolicy = errors.New("limiter: not a concurrency policy")
+	// ErrShadowInMixed: a shadow policy in a request with a lease, which
+	// cannot evaluate a policy without charging it.
+	ErrShadowInMixed = errors.New("limiter: a shadow policy cannot be mixed with a lease")
+)
+
+func (p *Policy) validateConcurrency() error {
+	switch {
+	case p.Rate != 0 || p.Period != 0 || p.Burst != 0:
+		return fmt.Errorf("%w %q: concurrency takes permits and ttl, not rate, period or burst", ErrInvalidPolicy, p.Name)
+	case p.Shadow:
+		return fmt.Errorf("%w %q: concurrency cannot be shadow", ErrInvalidPolicy, p.Name)
+	case p.Outage != store.Outage{}:
+		return fmt.Errorf("%w %q: on_store_outage applies only to rate policies", ErrInvalidPolicy, p.Name)
+	case p.Permits < 1 || p.Permits > store.MaxPermits:
+		return fmt.Errorf("%w %q: permits must be in [1, %d], got %d", ErrInvalidPolicy, p.Name, store.MaxPermits, p.Permits)
+	}
+	if err := store.CheckTTL(p.TTL); err != nil {
+		return fmt.Errorf("%w %q: %w", ErrInvalidPolicy, p.Name, err)
+	}
+	return nil
+}
+
+// setLeases picks the lease store (see Config.Leases).
+func (l *Limiter) setLeases(ls store.LeaseStore) {
+	if ls == nil {
+		switch s := l.store.(type) {
+		case store.LeaseStore:
+			ls = s
+		case *memstore.Store:
+			ls = memstore.NewLeases(memstore.LeasesConfig{Rates: s})
+		default:
+			ls = memstore.NewLeases(memstore.LeasesConfig{})
+		}
+	}
+	l.leases = ls
+	l.mixed, _ = ls.(store.RateLeaseStore)
+}
+
+// Leases returns the store that keeps the leases of concurrency policies.
+func (l *Limiter) Leases() store.LeaseStore { return l.leases }
+
+func (l *Limiter) leasePolicy(policy string) (*Policy, error) {
+	h, err := l.Handle(policy)
+	if err != nil {
+		return nil, err
+	}
+	if h.policy.Algorithm != store.Concurrency {
+		return nil, fmt.Errorf("%w: %q is %s", ErrNotLeasePolicy, policy, h.policy.Algorithm)
+	}
+	return &h.policy, nil
+}
+
+// LeaseParams returns the store's acquire parameters for holder on key
+// under a concurrency policy: the policy's permits and TTL.
+func (l *Limiter) LeaseParams(policy, key, holder string) (store.AcquireParams, error) {
+	p, err := l.leasePolicy(policy)
+	if err != nil {
+		return store.AcquireParams{}, err
+	}
+	return store.AcquireParams{Name: p.Name, Key: key, Holder: holder, Permits: p.Permits, TTL: p.TTL}, nil
+}
+
+// Acquire takes one of a concurrency policy's permits of key for holder,
+// without waiting. Not acquiring is a result (res.Acquired false).
+func (l *Limiter) Acquire(ctx context.Context, policy, key, holder string) (store.AcquireResult, error) {
+	p, err := l.LeaseParams(policy, key, holder)
+	if err != nil {
+		return store.AcquireResult{}, err
+	}
+	return l.leases.Acquire(ctx, p)
+}
+
+// Renew extends holder's lease of key (with token) by the policy's TTL.
+func (l *Limiter) Renew(ctx context.Context, policy, key, holder string, token int64) (store.Lease, error) {
+	p, err := l.leasePolicy(policy)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	return l.leases.Renew(ctx, store.RenewParams{Name: p.Name, Key: key, Holder: holder, Token: token, TTL: p.TTL})
+}
+
+// Release frees holder's permit of key (with token).
+func (l *Limiter) Release(ctx context.Context, policy, key, holder string, token int64) error {
+	if _, err := l.leasePolicy(policy); err != nil {
+		return err
+	}
+	return l.leases.Release(ctx, store.ReleaseParams{Name: policy, Key: key, Holder: holder, Token: token})
+}
+
+// Holders lists the live leases of key under a concurrency policy.
+func (l *Limiter) Holders(ctx context.Context, policy, key string) ([]store.Lease, error) {
+	if _, err := l.leasePolicy(policy); err != nil {
+		return nil, err
+	}
+	return l.leases.Holders(ctx, store.HoldersParams{Name: policy, Key: key})
+}
+
+// LeaseRequest is the lease of a mixed all-or-nothing request.
+type LeaseRequest struct {
+	Policy string // a concurrency policy
+	Key    string
+	Holder string
+}
+
+// MixedDecision is the outcome of AllowAllAcquire: Allowed only if every
+// enforced rate policy allowed and the lease was acquired; otherwise no
+// rate was charged and no lease is held.
+type MixedDecision struct {
+	MultiDecision
+	Lease store.AcquireResult
+}
+
+// AllowAllAcquire takes every rate request and one lease at once, or none
+// of them. With a lease store that keeps rates too (store.RateLeaseStore,
+// every Sluice backend) it is one atomic store operation. Otherwise the
+// lease is acquired first, the rates taken all-or-nothing, and the lease
+// released again if they refuse: never a rate charged without the lease,
+// though another acquirer may find the permit briefly taken. Shadow
+// policies cannot take part (ErrShadowInMixed).
+func (l *Limiter) AllowAllAcquire(ctx context.Context, reqs []Request, lr LeaseRequest) (MixedDecision, error) {
+	lp, err := l.LeaseParams(lr.Policy, lr.Key, lr.Holder)
+	if err != nil {
+		return MixedDecision{}, err
+	}
+	hs := make([]*Handle, len(reqs))
+	items := make([]store.Item, len(reqs))
+	for i, r := range reqs {
+		h, err := l.Handle(r.Policy)
+		if err != nil {
+			return MixedDecision{}, err
+		}
+		if h.policy.Algorithm == store.Concurrency {
+			return MixedDecision{}, fmt.Errorf("%w: %q in the rate requests", ErrNotRatePolicy, r.Policy)
+		}
+		if h.policy.Shadow {
+			return MixedDecision{}, fmt.Errorf("%w: %q", ErrShadowInMixed, r.Policy)
+		}
+		hs[i] = h
+		items[i] = store.Item{Key: r.Key, Limit: h.limit, Cost: r.Cost}
+	}
+	var out MixedDecision
+	var rates store.AllResult
+	if l.mixed != nil {
+		res, err := l.mixed.TakeAllAcquire(ctx, store.TakeAllAcquireParams{Items: items, Lease: lp})
+		if err != nil {
+			return MixedDecision{}, fmt.Errorf("limiter: all-or-nothing with lease: %w", err)
+		}
+		out.Lease, rates = res.Lease, res.Rates
+	} else {
+		res, err := l.leases.Acquire(ctx, lp)
+		if err != nil {
+			return MixedDecision{}, fmt.Errorf("limiter: all-or-nothing with lease: %w", err)
+		}
+		out.Lease = res
+		peek := items
+		if !res.Acquired {
+			peek = make([]store.Item, len(items))
+			for i, it := range items {
+				it.Cost = 0
+				peek[i] = it
+			}
+		}
+		rates, err = l.store.TakeAll(ctx, store.TakeAllParams{Items: peek})
+		if err == nil && res.Acquired && !rates.Allowed {
+			err = l.leases.Release(context.WithoutCancel(ctx), store.ReleaseParams{Name: lp.Name, Key: lp.Key, Holder: lp.Holder, Token: res.Lease.Token})
+			out.Lease = store.AcquireResult{Held: res.Held - 1, At: res.At}
+		}
+		if err != nil {
+			return MixedDecision{}, fmt.Errorf("limiter: all-or-nothing with lease: %w", err)
+		}
+	}
+	if len(rates.Results) != len(items) {
+		return MixedDecision{}, fmt.Errorf("limiter: all-or-nothing with lease: %d results for %d items", len(rates.Results), len(items))
+	}
+	out.MultiDecision = MultiDecision{Allowed: out.Lease.Acquired && rates.Allowed, Decisions: make([]Decision, len(reqs))}
+	for i, h := range hs {
+		d := decision(&h.policy, &rates.Results[i])
+		out.Decisions[i] = d
+		if !d.Allowed {
+			out.RetryAfter = max(out.RetryAfter, d.RetryAfter)
+		}
+	}
+	if !out.Lease.Acquired {
+		out.RetryAfter = max(out.RetryAfter, out.Lease.RetryAfter)
+	}
+	return out, nil
+}

@@ -1,0 +1,355 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicerl/sluice/limiter"
+	"github.com/sluicerl/sluice/store"
+)
+
+// Lease problem types.
+const (
+	// TypeLeaseUnavailable: 409, every permit of the key is held; the
+	// body's retryAfterMs (and Retry-After) says when the first ends at
+	// the latest.
+	TypeLeaseUnavailable = "urn:sluice:problem:lease-unavailable"
+	// TypeLeaseNotHeld: 404, a renew or release of a lease that is not
+	// held (released, expired, or never granted). A stale holder's release
+	// frees nothing.
+	TypeLeaseNotHeld = "urn:sluice:problem:lease-not-held"
+	// TypeRateLimited: 429, the rate items of a lease request refused; no
+	// lease was taken and nothing was charged.
+	TypeRateLimited = "urn:sluice:problem:rate-limited"
+)
+
+// Route labels of the lease endpoints.
+const (
+	routeLeases     = "/v1/leases"
+	routeLease      = "/v1/leases/{id}"
+	routeLeaseRenew = "/v1/leases/{id}/renew"
+)
+
+// leaseRoutes adds the lease endpoints to mux.
+func (s *Server) leaseRoutes(mux *http.ServeMux) {
+	mux.Handle("POST "+routeLeases, s.wrap(routeLeases, s.acquireLease))
+	mux.Handle("GET "+routeLeases, s.wrap(routeLeases, s.listLeases))
+	mux.Handle(routeLeases, s.wrap(routeLeases, methodNotAllowed("GET, HEAD, POST")))
+	mux.Handle("POST "+routeLeaseRenew, s.wrap(routeLeaseRenew, s.renewLease))
+	mux.Handle(routeLeaseRenew, s.wrap(routeLeaseRenew, methodNotAllowed("POST")))
+	mux.Handle("DELETE "+routeLease, s.wrap(routeLease, s.releaseLease))
+	mux.Handle(routeLease, s.wrap(routeLease, methodNotAllowed("DELETE")))
+}
+
+// leaseBody is the body of POST /v1/leases: a concurrency policy and key,
+// an optional holder id (default: a new random one), and optional rate
+// items taken all-or-nothing with the lease.
+type leaseBody struct {
+	Policy string            `json:"policy"`
+	Key    string            `json:"key"`
+	Holder string            `json:"holder"`
+	Items  []json.RawMessage `json:"items"`
+}
+
+// leaseJSON is a lease in answers.
+type leaseJSON struct {
+	ID        string `json:"id"`
+	Policy    string `json:"policy"`
+	Key       string `json:"key"`
+	Holder    string `json:"holder"`
+	Token     int64  `json:"token"`
+	ExpiresAt string `json:"expiresAt"` // RFC 3339, store clock
+	TTLMs     int64  `json:"ttlMs"`
+	Permits   int64  `json:"permits"`
+}
+
+type leaseAnswer struct {
+	leaseJSON
+	Held      int64          `json:"held"`
+	Decisions []decisionJSON `json:"decisions,omitempty"`
+}
+
+// leaseID is the opaque id of a lease in URLs: everything a renew or
+// release needs, so that any server of a fleet can answer it.
+func leaseID(l store.Lease) string {
+	var b bytes.Buffer
+	_ = json.NewEncoder(&b).Encode([]any{l.Name, l.Key, l.Holder, l.Token})
+	return base64.RawURLEncoding.EncodeToString(bytes.TrimSpace(b.Bytes()))
+}
+
+func parseLeaseID(id string) (store.Lease, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(id)
+	if err != nil {
+		return store.Lease{}, false
+	}
+	var parts []json.RawMessage
+	if json.Unmarshal(raw, &parts) != nil || len(parts) != 4 {
+		return store.Lease{}, false
+	}
+	var l store.Lease
+	if json.Unmarshal(parts[0], &l.Name) != nil || json.Unmarshal(parts[1], &l.Key) != nil ||
+		json.Unmarshal(parts[2], &l.Holder) != nil || json.Unmarshal(parts[3], &l.Token) != nil ||
+		l.Name == "" || l.Key == "" || l.Holder == "" {
+		return store.Lease{}, false
+	}
+	return l, true
+}
+
+func (s *Server) leaseToJSON(l store.Lease) leaseJSON {
+	out := leaseJSON{ID: leaseID(l), Policy: l.Name, Key: l.Key, Holder: l.Holder, Token: l.Token,
+		ExpiresAt: time.UnixMicro(l.Expires).UTC().Format(time.RFC3339Nano)}
+	if h, err := s.lim.Handle(l.Name); err == nil {
+		p := h.Policy()
+		out.TTLMs, out.Permits = p.TTL.Milliseconds(), p.Permits
+	}
+	return out
+}
+
+func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
+		w.Header().Set("Accept-Post", contentJSON)
+		writeProblem(w, &problem{Type: typeBlank, Status: http.StatusUnsupportedMediaType,
+			Detail: "Content-Type must be application/json"})
+		return
+	}
+	var body leaseBody
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		writeProblem(w, s.decodeProblem(err, nil))
+		return
+	}
+	if err := dec.Decode(new(json.RawMessage)); !errors.Is(err, io.EOF) {
+		writeProblem(w, &problem{Type: TypeMalformedRequest, Status: http.StatusBadRequest,
+			Detail: "request body has data after the JSON object; send exactly one object"})
+		return
+	}
+	var errs []fieldError
+	add := func(ptr, kind, detail string) {
+		errs = append(errs, fieldError{Pointer: pointer(ptr), kind: kind, Detail: ptr + " " + detail})
+	}
+	errs = append(errs, s.checkLeasePolicy(body.Policy)...)
+	if body.Key == "" {
+		add("key", TypeInvalidRequest, "is required")
+	}
+	if body.Holder == "" {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		body.Holder = hex.EncodeToString(b[:])
+	} else if err := store.CheckHolder(body.Holder); err != nil {
+		add("holder", TypeInvalidRequest, strings.TrimPrefix(err.Error(), store.ErrInvalidLease.Error()+": "))
+	}
+	if len(body.Items) > s.maxItems {
+		add("items", TypeInvalidRequest, fmt.Sprintf("holds %d items; at most %d are allowed", len(body.Items), s.maxItems))
+		body.Items = nil
+	}
+	reqs := make([]limiter.Request, 0, len(body.Items))
+	for i, raw := range body.Items {
+		var ti takeItem
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.DisallowUnknownFields()
+		if err := d.Decode(&ti); err != nil {
+			p := s.decodeProblem(err, []string{"items", strconv.Itoa(i)})
+			writeProblem(w, &problem{Type: TypeMalformedRequest, Status: http.StatusBadRequest, Detail: p.Detail, Errors: p.Errors})
+			return
+		}
+		v, ierrs := s.validateItem(ti, []string{"items", strconv.Itoa(i)})
+		if len(ierrs) == 0 && v.info.handle.Policy().Shadow {
+			ierrs = append(ierrs, fieldError{Pointer: pointer("items", strconv.Itoa(i), "policy"), kind: TypeInvalidRequest,
+				Detail: fmt.Sprintf("items.%d.policy names shadow policy %q, which cannot be mixed with a lease", i, ti.Policy)})
+		}
+		errs = append(errs, ierrs...)
+		reqs = append(reqs, v.req)
+	}
+	if len(errs) > 0 {
+		writeProblem(w, invalid(errs))
+		return
+	}
+	ctx := r.Context()
+	var (
+		res store.AcquireResult
+		md  *limiter.MixedDecision
+		err error
+	)
+	if body.Items == nil {
+		res, err = s.lim.Acquire(ctx, body.Policy, body.Key, body.Holder)
+	} else {
+		var d limiter.MixedDecision
+		d, err = s.lim.AllowAllAcquire(ctx, reqs, limiter.LeaseRequest{Policy: body.Policy, Key: body.Key, Holder: body.Holder})
+		res, md = d.Lease, &d
+	}
+	if err != nil {
+		s.leaseStoreError(w, err)
+		return
+	}
+	var decisions []decisionJSON
+	if md != nil {
+		for _, d := range md.Decisions {
+			decisions = append(decisions, toJSON(d))
+		}
+	}
+	if res.Acquired && (md == nil || md.Allowed) {
+		ans := leaseAnswer{leaseJSON: s.leaseToJSON(res.Lease), Held: res.Held, Decisions: decisions}
+		w.Header().Set("Location", "/v1/leases/"+ans.ID)
+		writeJSON(w, http.StatusCreated, contentJSON, ans)
+		return
+	}
+	type refusal struct {
+		problem
+		RetryAfterMs int64          `json:"retryAfterMs"`
+		Held         int64          `json:"held"`
+		Decisions    []decisionJSON `json:"decisions,omitempty"`
+	}
+	out := refusal{Held: res.Held, Decisions: decisions}
+	retry := res.RetryAfter
+	if md != nil && !res.Acquired && md.RetryAfter > retry {
+		retry = md.RetryAfter
+	}
+	if md != nil && res.RetryAfter == 0 && !md.Allowed && res.Held < s.permits(body.Policy) {
+		// A permit was free: the rates refused.
+		retry = md.RetryAfter
+		out.problem = problem{Type: TypeRateLimited, Title: "Rate limited", Status: http.StatusTooManyRequests,
+			Detail: "the rate items refused; no lease was taken and nothing was charged"}
+	} else {
+		out.problem = problem{Type: TypeLeaseUnavailable, Title: "Lease unavailable", Status: http.StatusConflict,
+			Detail: fmt.Sprintf("all %d permits of policy %q for this key are held", s.permits(body.Policy), body.Policy)}
+	}
+	out.RetryAfterMs = ceilMillis(retry)
+	w.Header().Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
+	writeJSON(w, out.Status, contentProblem, out)
+}
+
+func (s *Server) permits(policy string) int64 {
+	h, err := s.lim.Handle(policy)
+	if err != nil {
+		return 0
+	}
+	return h.Policy().Permits
+}
+
+// checkLeasePolicy validates the policy of a lease request.
+func (s *Server) checkLeasePolicy(policy string) []fieldError {
+	switch info := s.policies[policy]; {
+	case policy == "":
+		return []fieldError{{Pointer: pointer("policy"), kind: TypeInvalidRequest, Detail: "policy is required"}}
+	case info == nil:
+		return []fieldError{{Pointer: pointer("policy"), kind: TypeUnknownPolicy,
+			Detail: fmt.Sprintf("policy names an unknown policy %q; GET /v1/policies lists them", truncate(policy, 64))}}
+	case info.handle.Policy().Algorithm != store.Concurrency:
+		return []fieldError{{Pointer: pointer("policy"), kind: TypeInvalidRequest,
+			Detail: fmt.Sprintf("policy %q is %s, not concurrency: leases need a concurrency policy", policy, info.handle.Policy().Algorithm)}}
+	}
+	return nil
+}
+
+func (s *Server) leaseFromPath(w http.ResponseWriter, r *http.Request) (store.Lease, bool) {
+	l, ok := parseLeaseID(r.PathValue("id"))
+	if ok && s.checkLeasePolicy(l.Name) == nil {
+		return l, true
+	}
+	writeProblem(w, &problem{Type: TypeLeaseNotHeld, Title: "Lease not held", Status: http.StatusNotFound,
+		Detail: "no such lease: the id is not one this API issued"})
+	return store.Lease{}, false
+}
+
+func (s *Server) renewLease(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	l, ok := s.leaseFromPath(w, r)
+	if !ok {
+		return
+	}
+	got, err := s.lim.Renew(r.Context(), l.Name, l.Key, l.Holder, l.Token)
+	if err != nil {
+		s.leaseStoreError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, contentJSON, s.leaseToJSON(got))
+}
+
+func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request) {
+	l, ok := s.leaseFromPath(w, r)
+	if !ok {
+		return
+	}
+	if err := s.lim.Release(r.Context(), l.Name, l.Key, l.Holder, l.Token); err != nil {
+		s.leaseStoreError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	q := r.URL.Query()
+	key, policy := q.Get("key"), q.Get("policy")
+	var errs []fieldError
+	if key == "" {
+		errs = append(errs, fieldError{Pointer: "#/query/key", kind: TypeInvalidRequest, Detail: "query parameter key is required"})
+	}
+	if policy == "" {
+		// One concurrency policy needs no naming.
+		var only []string
+		for _, p := range s.lim.Policies() {
+			if p.Algorithm == store.Concurrency {
+				only = append(only, p.Name)
+			}
+		}
+		if len(only) == 1 {
+			policy = only[0]
+		} else {
+			errs = append(errs, fieldError{Pointer: "#/query/policy", kind: TypeInvalidRequest,
+				Detail: fmt.Sprintf("query parameter policy is required: the server holds %d concurrency policies", len(only))})
+		}
+	} else if pe := s.checkLeasePolicy(policy); pe != nil {
+		pe[0].Pointer = "#/query/policy"
+		errs = append(errs, pe...)
+	}
+	if len(errs) > 0 {
+		writeProblem(w, invalid(errs))
+		return
+	}
+	hs, err := s.lim.Holders(r.Context(), policy, key)
+	if err != nil {
+		s.leaseStoreError(w, err)
+		return
+	}
+	out := struct {
+		Leases []leaseJSON `json:"leases"`
+	}{Leases: make([]leaseJSON, 0, len(hs))}
+	for _, l := range hs {
+		out.Leases = append(out.Leases, s.leaseToJSON(l))
+	}
+	writeJSON(w, http.StatusOK, contentJSON, out)
+}
+
+// leaseStoreError answers a lease error.
+func (s *Server) leaseStoreError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, store.ErrLeaseNotHeld):
+		writeProblem(w, &problem{Type: TypeLeaseNotHeld, Title: "Lease not held", Status: http.StatusNotFound,
+			Detail: "the lease is not held: it was released, it expired, or a successor holds the permit"})
+	case errors.Is(err, store.ErrInvalidLease), errors.Is(err, store.ErrEmptyKey), errors.Is(err, limiter.ErrShadowInMixed),
+		errors.Is(err, limiter.ErrNotRatePolicy), errors.Is(err, limiter.ErrNotLeasePolicy):
+		writeProblem(w, &problem{Type: TypeInvalidRequest, Status: http.StatusUnprocessableEntity,
+			Detail: "the store refused the request: " + err.Error()})
+	default:
+		if !errors.Is(err, context.Canceled) {
+			s.log.Error("server: lease store failed", "err", err)
+		}
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, &problem{Type: TypeStoreUnavailable, Title: "Lease store unavailable",
+			Status: http.StatusServiceUnavailable, Detail: "the lease store could not answer; try again"})
+	}
+}

@@ -1,0 +1,20 @@
+package memstore_test
+
+import (
+	"testing"
+
+	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/memstore"
+	"github.com/sluicerl/sluice/store/storetest"
+)
+
+func TestLeaseConformance(t *testing.T) {
+	t.Parallel()
+	storetest.RunLeases(t, func(*testing.T) store.LeaseStore { return memstore.NewLeases(memstore.LeasesConfig{}) })
+}
+
+func TestLeaseConformanceShared(t *testing.T) {
+	t.Parallel()
+	l := memstore.NewLeases(memstore.LeasesConfig{})
+	storetest.RunLeases(t, func(*testing.T) store.LeaseStore { return l })
+}

@@ -1,0 +1,99 @@
+package pgstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/pgstore"
+	"github.com/sluicerl/sluice/store/storetest"
+)
+
+func TestLeaseConformance(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxConns: 8})
+	storetest.RunLeases(t, func(*testing.T) store.LeaseStore { return b.store })
+}
+
+// TestLeaseTokensSurviveNewStores: a new Store over the same schema (a
+// restarted process) keeps issuing greater tokens, after the key's rows
+// are gone.
+func TestLeaseTokensSurviveNewStores(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var last int64
+	for i := range 3 {
+		s, err := pgstore.New(b.pool, pgstore.Config{})
+		require.NoError(t, err)
+		now := t0.Add(time.Duration(i) * time.Hour)
+		res, err := s.Acquire(ctx, store.AcquireParams{Name: "n", Key: "k", Holder: "h", Permits: 1, TTL: time.Second, Now: now})
+		require.NoError(t, err)
+		require.True(t, res.Acquired)
+		require.Greater(t, res.Lease.Token, last)
+		last = res.Lease.Token
+	}
+}
+
+// TestFence: the helper for users' own SQL accepts the holder's token in
+// the user's transaction, refuses a stale one, and holds the permit so
+// that a successor waits for the user's commit.
+func TestFence(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxConns: 8})
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, "CREATE TABLE jobs (id text PRIMARY KEY, cursor text)")
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, "INSERT INTO jobs VALUES ('j', '')")
+	require.NoError(t, err)
+
+	// Real time: the function reads the database clock.
+	a, err := b.store.Acquire(ctx, store.AcquireParams{Name: "job", Key: "j", Holder: "a", Permits: 1, TTL: 200 * time.Millisecond})
+	require.NoError(t, err)
+	require.True(t, a.Acquired)
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, pgstore.Fence(ctx, tx, "job", "j", a.Lease.Token))
+	_, err = tx.Exec(ctx, "UPDATE jobs SET cursor = 'a' WHERE id = 'j'")
+	require.NoError(t, err)
+
+	// A successor arriving after the lease ended must wait for the commit.
+	got := make(chan store.AcquireResult, 1)
+	go func() {
+		for {
+			res, err := b.store.Acquire(ctx, store.AcquireParams{Name: "job", Key: "j", Holder: "b", Permits: 1, TTL: time.Minute})
+			if err != nil {
+				t.Error(err)
+				close(got)
+				return
+			}
+			if res.Acquired {
+				got <- res
+				return
+			}
+			time.Sleep(res.RetryAfter)
+		}
+	}()
+	select {
+	case <-got:
+		t.Fatal("a successor took the permit while the fenced transaction was open")
+	case <-time.After(500 * time.Millisecond): // past a's TTL
+	}
+	require.NoError(t, tx.Commit(ctx))
+	bres, ok := <-got
+	require.True(t, ok)
+	require.Greater(t, bres.Lease.Token, a.Lease.Token)
+
+	// a's token is stale now: its transaction fails and writes nothing.
+	tx, err = b.pool.Begin(ctx)
+	require.NoError(t, err)
+	require.ErrorIs(t, pgstore.Fence(ctx, tx, "job", "j", a.Lease.Token), store.ErrStaleToken)
+	require.NoError(t, tx.Rollback(ctx))
+	var cursor string
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT cursor FROM jobs WHERE id = 'j'").Scan(&cursor))
+	require.Equal(t, "a", cursor)
+}

@@ -1,0 +1,348 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+
+	"github.com/sluicerl/sluice/store"
+)
+
+// Leases live in three tables (migration 0003): one row per held permit,
+// the fenced values, and one token counter for the whole file. The counter
+// is never reset, so fencing tokens strictly increase per key across
+// holders, processes and restarts, while the rows of expired permits can be
+// deleted. Every operation is one group-committed BEGIN IMMEDIATE
+// transaction on the store clock, deciding in Go with store.LeaseState.
+//
+// Releases are announced to WatchLease watchers of this Store only: other
+// processes sharing the file learn of a freed permit by retrying.
+
+var (
+	_ store.RateLeaseStore = (*Store)(nil)
+	_ store.LeaseWatcher   = (*Store)(nil)
+)
+
+// mark records that the operation wrote, raising the clock's high-water
+// mark as a rate write does.
+func (tx *txn) mark() {
+	tx.wrote = true
+	if tx.override == 0 && tx.now > tx.b.clockAt {
+		tx.b.clockAt, tx.b.clockSet = tx.now, true
+	}
+}
+
+func (tx *txn) exec(query string, args ...any) (int64, error) {
+	r, err := tx.s.conn.ExecContext(tx.ctx, query, args...)
+	if err != nil {
+		return 0, wrap(err)
+	}
+	n, err := r.RowsAffected()
+	return n, wrap(err)
+}
+
+// leases loads the live holders of (name, key), deleting expired rows.
+func (tx *txn) leases(name, key string) (*store.LeaseState, error) {
+	n, err := tx.exec("DELETE FROM sluice_lease_holder WHERE name = ? AND key = ? AND expires_at <= ?", name, key, tx.now)
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		tx.mark()
+	}
+	rows, err := tx.s.conn.QueryContext(tx.ctx,
+		"SELECT holder, token, expires_at FROM sluice_lease_holder WHERE name = ? AND key = ? ORDER BY token", name, key)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	defer rows.Close()
+	st := &store.LeaseState{}
+	for rows.Next() {
+		l := store.Lease{Name: name, Key: key}
+		if err := rows.Scan(&l.Holder, &l.Token, &l.Expires); err != nil {
+			return nil, wrap(err)
+		}
+		st.Holders = append(st.Holders, l)
+	}
+	return st, wrap(rows.Err())
+}
+
+// acquire decides p in tx and writes the permit if granted.
+func (tx *txn) acquire(p *store.AcquireParams) (store.AcquireResult, error) {
+	st, err := tx.leases(p.Name, p.Key)
+	if err != nil {
+		return store.AcquireResult{}, err
+	}
+	before := len(st.Holders)
+	res, err := st.Acquire(tx.now, p, func() (int64, error) {
+		var tok int64
+		err := tx.s.conn.QueryRowContext(tx.ctx, "UPDATE sluice_lease_seq SET last = last + 1 WHERE id = 1 RETURNING last").Scan(&tok)
+		tx.mark()
+		return tok, wrap(err)
+	})
+	if err != nil || !res.Acquired {
+		return res, err
+	}
+	if len(st.Holders) > before {
+		_, err = tx.exec("INSERT INTO sluice_lease_holder (name, key, holder, token, expires_at) VALUES (?, ?, ?, ?, ?)",
+			p.Name, p.Key, p.Holder, res.Lease.Token, res.Lease.Expires)
+	} else {
+		_, err = tx.exec("UPDATE sluice_lease_holder SET expires_at = ? WHERE name = ? AND key = ? AND holder = ?",
+			res.Lease.Expires, p.Name, p.Key, p.Holder)
+	}
+	tx.mark()
+	return res, err
+}
+
+// Acquire implements store.LeaseStore.
+func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
+	if err := p.Check(); err != nil {
+		return store.AcquireResult{}, err
+	}
+	var res store.AcquireResult
+	err := s.do(ctx, micros(p.Now), func(tx *txn) (err error) {
+		res, err = tx.acquire(&p)
+		return err
+	})
+	return res, err
+}
+
+// Renew implements store.LeaseStore.
+func (s *Store) Renew(ctx context.Context, p store.RenewParams) (store.Lease, error) {
+	if err := p.Check(); err != nil {
+		return store.Lease{}, err
+	}
+	var (
+		l    store.Lease
+		held bool
+	)
+	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
+		exp := tx.now + p.TTL.Microseconds()
+		n, err := tx.exec("UPDATE sluice_lease_holder SET expires_at = ? WHERE name = ? AND key = ? AND holder = ? AND token = ? AND expires_at > ?",
+			exp, p.Name, p.Key, p.Holder, p.Token, tx.now)
+		if err != nil {
+			return err
+		}
+		held = n == 1
+		if held {
+			tx.mark()
+			l = store.Lease{Name: p.Name, Key: p.Key, Holder: p.Holder, Token: p.Token, Expires: exp}
+		}
+		return nil
+	})
+	if err == nil && !held {
+		err = store.ErrLeaseNotHeld
+	}
+	return l, err
+}
+
+// Release implements store.LeaseStore.
+func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
+	var held bool
+	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
+		n, err := tx.exec("DELETE FROM sluice_lease_holder WHERE name = ? AND key = ? AND holder = ? AND token = ? AND expires_at > ?",
+			p.Name, p.Key, p.Holder, p.Token, tx.now)
+		if err != nil {
+			return err
+		}
+		held = n == 1
+		if held {
+			tx.mark()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if !held {
+		return store.ErrLeaseNotHeld
+	}
+	s.wakeups.Wake(wakeID(p.Name, p.Key))
+	return nil
+}
+
+// Holders implements store.LeaseStore.
+func (s *Store) Holders(ctx context.Context, p store.HoldersParams) ([]store.Lease, error) {
+	if p.Name == "" || p.Key == "" {
+		return nil, store.ErrEmptyKey
+	}
+	var out []store.Lease
+	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
+		st, err := tx.leases(p.Name, p.Key)
+		if err != nil {
+			return err
+		}
+		out = st.Live(tx.now)
+		return nil
+	})
+	return out, err
+}
+
+// FencedWrite implements store.LeaseStore.
+func (s *Store) FencedWrite(ctx context.Context, p store.FencedWriteParams) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
+	stale := false
+	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
+		var one int
+		err := tx.s.conn.QueryRowContext(tx.ctx, "SELECT 1 FROM sluice_lease_holder WHERE name = ? AND key = ? AND token = ? AND expires_at > ?",
+			p.Name, p.Key, p.Token, tx.now).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			stale = true
+			return nil
+		}
+		if err != nil {
+			return wrap(err)
+		}
+		n, err := tx.exec(`INSERT INTO sluice_lease_fence (name, key, field, token, value) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (name, key, field) DO UPDATE SET token = excluded.token, value = excluded.value
+WHERE sluice_lease_fence.token <= excluded.token`, p.Name, p.Key, p.Field, p.Token, nonNil(p.Value))
+		if err != nil {
+			return err
+		}
+		stale = n == 0
+		if !stale {
+			tx.mark()
+		}
+		return nil
+	})
+	if err == nil && stale {
+		err = store.ErrStaleToken
+	}
+	return err
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// FencedRead implements store.LeaseStore.
+func (s *Store) FencedRead(ctx context.Context, p store.FencedReadParams) (store.FencedValue, bool, error) {
+	if p.Name == "" || p.Key == "" {
+		return store.FencedValue{}, false, store.ErrEmptyKey
+	}
+	var (
+		v     store.FencedValue
+		found bool
+	)
+	err := s.do(ctx, 0, func(tx *txn) error {
+		err := tx.s.conn.QueryRowContext(tx.ctx, "SELECT token, value FROM sluice_lease_fence WHERE name = ? AND key = ? AND field = ?",
+			p.Name, p.Key, p.Field).Scan(&v.Token, &v.Value)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		found = err == nil
+		return wrap(err)
+	})
+	return v, found, err
+}
+
+func wakeID(name, key string) string { return name + "\x00" + key }
+
+// WatchLease implements store.LeaseWatcher for releases made through this
+// Store.
+func (s *Store) WatchLease(_ context.Context, name, key string) (<-chan struct{}, func(), error) {
+	if name == "" || key == "" {
+		return nil, nil, store.ErrEmptyKey
+	}
+	ch, stop, _ := s.wakeups.Watch(wakeID(name, key))
+	return ch, func() { stop() }, nil
+}
+
+// TakeAllAcquire implements store.RateLeaseStore: the rate items and the
+// lease are decided in one transaction, and written only if all the items
+// are allowed and the lease acquired.
+func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams) (store.TakeAllAcquireResult, error) {
+	lp := p.Lease
+	if err := lp.Check(); err != nil {
+		return store.TakeAllAcquireResult{}, err
+	}
+	for i := range p.Items {
+		if err := p.Items[i].Check(); err != nil {
+			return store.TakeAllAcquireResult{}, err
+		}
+	}
+	type ref struct{ name, key string }
+	type row struct {
+		stored, cur store.State
+		found       bool
+		last        int
+	}
+	var out store.TakeAllAcquireResult
+	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
+		out = store.TakeAllAcquireResult{Rates: store.AllResult{Allowed: true, Results: make([]store.Result, len(p.Items))}}
+		st, err := tx.leases(lp.Name, lp.Key)
+		if err != nil {
+			return err
+		}
+		trial := store.LeaseState{Holders: slices.Clone(st.Holders)}
+		if out.Lease, err = trial.Acquire(tx.now, &lp, func() (int64, error) { return 0, nil }); err != nil {
+			return err
+		}
+		rows := make(map[ref]*row, len(p.Items))
+		var order []ref
+		for i := range p.Items {
+			it := &p.Items[i]
+			r := ref{it.Limit.Name, it.Key}
+			rw := rows[r]
+			if rw == nil {
+				cur, found, err := tx.get(r.name, r.key)
+				if err != nil {
+					return err
+				}
+				rw = &row{stored: cur, cur: cur, found: found}
+				rows[r] = rw
+				order = append(order, r)
+			}
+			rw.last = i
+			cost := it.Cost
+			if !out.Lease.Acquired {
+				cost = 0 // a peek: nothing will be charged
+			}
+			if err := store.Eval(&it.Limit, &rw.cur, tx.now, cost, 0, &out.Rates.Results[i]); err != nil {
+				return err
+			}
+			out.Rates.Allowed = out.Rates.Allowed && out.Rates.Results[i].Allowed
+		}
+		if !out.Lease.Acquired {
+			return nil
+		}
+		if !out.Rates.Allowed {
+			for i := range p.Items {
+				if out.Rates.Results[i].Allowed {
+					it := &p.Items[i]
+					cur := rows[ref{it.Limit.Name, it.Key}].stored
+					_ = store.Eval(&it.Limit, &cur, tx.now, 0, 0, &out.Rates.Results[i])
+				}
+			}
+			out.Lease = store.AcquireResult{Held: int64(len(st.Holders)), At: tx.now}
+			return nil
+		}
+		for _, r := range order {
+			rw := rows[r]
+			if rw.cur == rw.stored {
+				continue
+			}
+			if err := tx.put(&p.Items[rw.last].Limit, r.key, rw.cur, rw.found); err != nil {
+				return err
+			}
+		}
+		if out.Lease, err = tx.acquire(&lp); err != nil {
+			return err
+		}
+		out.Allowed = out.Lease.Acquired
+		return nil
+	})
+	if err != nil {
+		return store.TakeAllAcquireResult{}, err
+	}
+	return out, nil
+}

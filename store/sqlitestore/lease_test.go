@@ -1,0 +1,43 @@
+package sqlitestore_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/sqlitestore"
+	"github.com/sluicerl/sluice/store/storetest"
+)
+
+func TestLeaseConformance(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	storetest.RunLeases(t, func(*testing.T) store.LeaseStore { return s })
+}
+
+// TestLeaseTokensSurviveRestart: tokens keep increasing after the file is
+// closed and opened again, and after the key's rows are gone.
+func TestLeaseTokensSurviveRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "leases.db")
+	var last int64
+	for i := range 3 {
+		s, err := sqlitestore.Open(ctx, path, sqlitestore.Config{})
+		require.NoError(t, err)
+		now := t0.Add(time.Duration(i) * time.Hour)
+		res, err := s.Acquire(ctx, store.AcquireParams{Name: "n", Key: "k", Holder: "h", Permits: 1, TTL: time.Second, Now: now})
+		require.NoError(t, err)
+		require.True(t, res.Acquired)
+		require.Greater(t, res.Lease.Token, last)
+		last = res.Lease.Token
+		if i == 1 {
+			require.NoError(t, s.Release(ctx, store.ReleaseParams{Name: "n", Key: "k", Holder: "h", Token: last, Now: now}))
+		}
+		require.NoError(t, s.Close())
+	}
+}
