@@ -41,6 +41,8 @@ func ExampleOpen() {
 	// Output:
 	// up 1 rate_state
 	// up 2 store_clock
+	// up 3 slots
 	// 1 rate_state true
 	// 2 store_clock true
+	// 3 slots true
 }

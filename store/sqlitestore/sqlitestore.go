@@ -48,6 +48,7 @@ type Store struct {
 	conn       *sql.Conn
 	connClosed bool
 	stmts      stmts
+	slots      *slotStmts // prepared on first use (slot.go)
 }
 
 type stmts struct {
