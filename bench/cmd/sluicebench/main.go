@@ -54,6 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	slice := fs.Duration("slice", 250*time.Millisecond, "shared-state figures: length of one alternation slice")
 	nslices := fs.Int("slices", 4, "shared-state figures: slices per case per round")
 	list := fs.Bool("list", false, "list the case ids and exit")
+	slotsDur := fs.Duration("slots-duration", 5*time.Second, "slots figures: how long the single-event and HTTP loads run")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -103,10 +104,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				fmt.Fprintf(stdout, "%-50s %s (goroutines: %d)\n", c.ID, c.Label, c.Workers)
 			}
 		}
+		for _, c := range slotCases {
+			fmt.Fprintf(stdout, "%-44s %s\n", c.id, c.label)
+		}
 		return nil
 	}
 	runHTTP := match(httpID)
-	if len(cases) == 0 && !runHTTP && nshared == 0 {
+	nslots := 0
+	for _, c := range slotCases {
+		if match(c.id) {
+			nslots++
+		}
+	}
+	if len(cases) == 0 && !runHTTP && nshared == 0 && nslots == 0 {
 		return fmt.Errorf("-only %q matches no case (see -list)", *only)
 	}
 
@@ -168,6 +178,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return fmt.Errorf("%s: %w", sec.Name, err)
 			}
 			w.Flush()
+		}
+	}
+	if nslots > 0 {
+		pg := os.Getenv("SLUICE_TEST_POSTGRES_URL")
+		if pg == "" {
+			pg = bench.DefaultPostgresURL
+		}
+		if err := slotsFigures(ctx, w, stderr, match, slotsOpts{duration: *slotsDur, pgURL: pg}); err != nil {
+			return err
 		}
 	}
 	return nil
