@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicerl/sluice/limiter"
+	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store"
 )
 
@@ -44,6 +45,9 @@ type Config struct {
 	// MaxItems bounds the items of one all-or-nothing take. Zero means
 	// DefaultMaxItems.
 	MaxItems int
+	// Slots serves the slot API (/api/v1/slots..., /admin/rate-limit/...,
+	// see slot.go). Nil leaves those routes out.
+	Slots *slot.Scheduler
 }
 
 // Server is the HTTP JSON API over a Limiter. It registers on servers the
@@ -59,6 +63,7 @@ type Server struct {
 	policies map[string]*policyInfo
 	listing  []byte // the GET /v1/policies body, built once
 	handler  http.Handler
+	slots    *slot.Scheduler
 }
 
 // policyInfo is what the server precomputes for one policy.
@@ -86,6 +91,7 @@ func New(cfg Config) (*Server, error) {
 		maxBody:  cfg.MaxBodyBytes,
 		maxItems: cfg.MaxItems,
 		policies: map[string]*policyInfo{},
+		slots:    cfg.Slots,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -166,6 +172,12 @@ func (s *Server) routes() http.Handler {
 		mux.Handle(rt.path, s.wrap(rt.path, methodNotAllowed(rt.allow)))
 	}
 	s.leaseRoutes(mux) // lease.go
+	for _, rt := range s.slotRoutes() {
+		mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, rt.h))
+		if !rt.shadowed {
+			mux.Handle(rt.path, s.wrap(rt.path, methodNotAllowed(rt.allow())))
+		}
+	}
 	mux.Handle("/", s.wrap(routeOther, func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, &problem{
 			Type: typeBlank, Title: http.StatusText(http.StatusNotFound), Status: http.StatusNotFound,

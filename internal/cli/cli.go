@@ -120,6 +120,7 @@ that shares a credential. 'sluice serve' runs its HTTP API.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newServeCmd(opts), newPoliciesCmd(opts), newMigrateCmd(opts), newVersionCmd(opts))
 	root.AddCommand(newLeaseCmd(opts))
+	root.AddCommand(newSlotsCmd(opts))
 	return root
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/server"
+	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store"
 )
 
@@ -53,7 +54,9 @@ func newServeCmd(opts *Options) *cobra.Command {
 		Use:   "serve",
 		Short: "Run the HTTP API",
 		Long: `Run the HTTP API: POST /v1/take, POST|GET /v1/leases, POST /v1/leases/{id}/renew,
-DELETE /v1/leases/{id}, GET /v1/policies, GET /healthz, GET /metrics.
+DELETE /v1/leases/{id}, GET /v1/policies, GET /healthz, GET /metrics, and the
+slot API (POST /api/v1/slots, /api/v1/slots/batch, GET /api/v1/slots/{eventId},
+/admin/rate-limit/config...) over the records database.
 
 Without --config, serve enforces one built-in policy, "default": GCRA,
 100 per second, bursts of 100. Rate state lives in memory unless --state
@@ -179,12 +182,17 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		return err
 	}
 	defer records.Close()
+	slots, closeSlots, err := openSlots(ctx, source["db"], f.db, slot.Config{})
+	if err != nil {
+		return err
+	}
+	defer closeSlots()
 
 	lim, err := limiter.New(limiter.Config{Store: st.store, Leases: st.leases, Policies: policies})
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg})
+	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg, Slots: slots})
 	if err != nil {
 		return err
 	}

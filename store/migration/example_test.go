@@ -42,7 +42,9 @@ func ExampleOpen() {
 	// up 1 rate_state
 	// up 2 store_clock
 	// up 3 leases
+	// up 4 slots
 	// 1 rate_state true
 	// 2 store_clock true
 	// 3 leases true
+	// 4 slots true
 }

@@ -50,6 +50,7 @@ type Store struct {
 	stmts      stmts
 
 	wakeups store.LeaseWakeups // lease.go: in-process release announcements
+	slots   *slotStmts         // prepared on first use (slot.go)
 }
 
 type stmts struct {

@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	nslices := fs.Int("slices", 4, "shared-state figures: slices per case per round")
 	list := fs.Bool("list", false, "list the case ids and exit")
 	leaseDur := fs.Duration("lease-duration", time.Second, "lease figures: how long each pairs/s round runs")
+	slotsDur := fs.Duration("slots-duration", 5*time.Second, "slots figures: how long the single-event and HTTP loads run")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -107,11 +108,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, id := range leaseIDs() {
 			fmt.Fprintf(stdout, "%-50s lease figure (see lease.go)\n", id)
 		}
+		for _, c := range slotCases {
+			fmt.Fprintf(stdout, "%-44s %s\n", c.id, c.label)
+		}
 		return nil
 	}
 	runHTTP := match(httpID)
 	runLeases := slices.ContainsFunc(leaseIDs(), match)
-	if len(cases) == 0 && !runHTTP && nshared == 0 && !runLeases {
+	nslots := 0
+	for _, c := range slotCases {
+		if match(c.id) {
+			nslots++
+		}
+	}
+	if len(cases) == 0 && !runHTTP && nshared == 0 && !runLeases && nslots == 0 {
 		return fmt.Errorf("-only %q matches no case (see -list)", *only)
 	}
 
@@ -178,6 +188,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if runLeases {
 		if err := leaseFigures(ctx, w, stderr, match, *rounds, *leaseDur); err != nil {
 			return fmt.Errorf("leases: %w", err)
+		}
+	}
+	if nslots > 0 {
+		pg := os.Getenv("SLUICE_TEST_POSTGRES_URL")
+		if pg == "" {
+			pg = bench.DefaultPostgresURL
+		}
+		if err := slotsFigures(ctx, w, stderr, match, slotsOpts{duration: *slotsDur, pgURL: pg}); err != nil {
+			return err
 		}
 	}
 	return nil

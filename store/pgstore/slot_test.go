@@ -1,0 +1,60 @@
+package pgstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/slottest"
+)
+
+func TestSlotConformance(t *testing.T) {
+	t.Parallel()
+	slottest.Run(t, func(t *testing.T) store.SlotStore { return setup(t, options{maxConns: 8}).store })
+}
+
+// TestSlotLockedWindowsSkipped: windows another transaction holds are
+// skipped, never waited on, and past the headroom the search gives up with
+// ErrExhausted.
+func TestSlotLockedWindowsSkipped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	c, err := b.store.PutSlotConfig(ctx, store.SlotConfig{Name: "lk", MaxPerWindow: 5, WindowSize: time.Second, Headroom: 3})
+	require.NoError(t, err)
+	t0 := slottest.T0
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	lock := func(i int) {
+		var ok bool
+		require.NoError(t, tx.QueryRow(ctx, "SELECT sluice_slot_lock($1, $2)", "lk", t0.Add(time.Duration(i)*time.Second).UnixMicro()).Scan(&ok))
+		require.True(t, ok)
+	}
+	// Hold the requested window and the next two: the fourth is taken.
+	for i := range 3 {
+		lock(i)
+	}
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	sl, err := b.store.AssignSlot(actx, store.AssignSlotParams{Config: c, Event: store.SlotEvent{EventID: "a", RequestedTime: t0, Jitter: 0.5}})
+	require.NoError(t, err)
+	require.Equal(t, t0.Add(3*time.Second), sl.WindowStart)
+	// Hold three more: nothing within the headroom of 3 after window 1.
+	for i := 3; i < 6; i++ {
+		lock(i)
+	}
+	_, err = b.store.AssignSlot(actx, store.AssignSlotParams{Config: c, Event: store.SlotEvent{EventID: "b", RequestedTime: t0, Jitter: 0.5}})
+	require.ErrorIs(t, err, store.ErrExhausted)
+	res, err := b.store.AssignSlots(actx, store.AssignSlotsParams{Config: c, Events: []store.SlotEvent{{EventID: "c", RequestedTime: t0}}})
+	require.NoError(t, err)
+	require.ErrorIs(t, res[0].Err, store.ErrExhausted)
+	require.NoError(t, tx.Rollback(ctx))
+	sl, err = b.store.AssignSlot(ctx, store.AssignSlotParams{Config: c, Event: store.SlotEvent{EventID: "b", RequestedTime: t0, Jitter: 0.5}})
+	require.NoError(t, err)
+	require.Equal(t, t0, sl.WindowStart)
+	slottest.Verify(t, b.store)
+}
