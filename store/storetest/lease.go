@@ -290,7 +290,7 @@ func testLeaseConcurrent(b *leaseBundle) {
 // invariants: no stale write accepted, tokens strictly increasing per key,
 // the successor's permit never freed by the stale holder.
 func testLeaseFencing(b *leaseBundle) {
-	const keys, rounds = 4, 250 // 1,000 rounds in all
+	const keys, rounds = 10, 100 // 1,000 rounds in all
 	var wg sync.WaitGroup
 	hists := make([][]fenceEvent, keys)
 	for k := range keys {
@@ -460,8 +460,10 @@ func testLeaseWatch(b *leaseBundle) {
 	other, stopOther, err := w.WatchLease(b.ctx, b.name, "other")
 	require.NoError(t, err)
 	defer stopOther()
-	// Real time: a backend's notifications carry no Now.
+	// Real time: a backend's notifications carry no Now. A waiter is
+	// refused, then the holder releases.
 	l := b.acquire("k", "a", 1, time.Minute, time.Time{}).Lease
+	require.False(t, b.acquire("k", "b", 1, time.Minute, time.Time{}).Acquired)
 	require.NoError(t, b.release(l, time.Time{}))
 	select {
 	case <-ch:
