@@ -49,7 +49,8 @@ type Store struct {
 	connClosed bool
 	stmts      stmts
 
-	wakeups store.LeaseWakeups // lease.go: in-process release announcements
+	wakeups    store.LeaseWakeups   // lease.go: in-process release announcements
+	leaseStmts map[string]*sql.Stmt // lease.go: prepared on conn, guarded by mu
 }
 
 type stmts struct {
