@@ -70,7 +70,7 @@ func TestFileSettings(t *testing.T) {
 	require.Equal(t, "wal", mode)
 	var n int
 	require.NoError(t, db.QueryRow("SELECT count(*) FROM sluice_schema_migrations").Scan(&n))
-	require.Equal(t, 2, n)
+	require.Equal(t, 3, n) // rate_state, store_clock, leases
 }
 
 // TestClockNeverRunsBackwards: the store clock stands still while the
