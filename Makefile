@@ -51,3 +51,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzTake -fuzztime 60s ./gcra
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./limiter
 	$(GO) test -run '^$$' -fuzz FuzzTakeRequest -fuzztime 60s ./server
+	$(GO) test -run '^$$' -fuzz FuzzLeaseRequest -fuzztime 60s ./server
