@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/memstore"
 	"github.com/sluicerl/sluice/store/pgstore"
 	"github.com/sluicerl/sluice/store/storetest"
 )
@@ -96,4 +97,10 @@ func TestFence(t *testing.T) {
 	var cursor string
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT cursor FROM jobs WHERE id = 'j'").Scan(&cursor))
 	require.Equal(t, "a", cursor)
+}
+
+func TestLeaseDifferential(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	storetest.LeaseDifferential(t, b.store, memstore.NewLeases(memstore.LeasesConfig{}), 7, 1500)
 }

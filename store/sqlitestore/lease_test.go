@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/memstore"
 	"github.com/sluicerl/sluice/store/sqlitestore"
 	"github.com/sluicerl/sluice/store/storetest"
 )
@@ -40,4 +41,10 @@ func TestLeaseTokensSurviveRestart(t *testing.T) {
 		}
 		require.NoError(t, s.Close())
 	}
+}
+
+func TestLeaseDifferential(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	storetest.LeaseDifferential(t, s, memstore.NewLeases(memstore.LeasesConfig{}), 7, 1500)
 }
