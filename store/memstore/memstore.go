@@ -9,8 +9,6 @@
 // sweeps such keys away as it grows; if MaxKeys keys still hold state, a
 // request for a new key fails with store.ErrTooManyKeys rather than forget
 // what an old key owes.
-//
-// Leases (NewLeases, lease.go) keep their state apart from the rate table.
 package memstore
 
 import (
