@@ -371,3 +371,30 @@ func (s *Store) listen(ctx context.Context) error {
 	}()
 	return nil
 }
+
+const cleanupLeasesSQL = `DELETE FROM sluice_lease_holder
+WHERE (name, key, holder) IN (
+    SELECT name, key, holder FROM sluice_lease_holder
+    WHERE expires_at <= sluice_rate_now()
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED)
+AND expires_at <= sluice_rate_now()`
+
+// CleanupLeases deletes the rows of expired permits at the database clock,
+// Config.CleanupBatch at a time, skipping rows a transaction holds (a
+// Fence), and returns how many it deleted. Acquires delete their key's
+// expired rows themselves; call it periodically to drop the rows of keys
+// nobody acquires any more. Tokens never reset: they come from a sequence.
+func (s *Store) CleanupLeases(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, cleanupLeasesSQL, s.batch)
+		if err != nil {
+			return total, wrap("cleanup leases", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(s.batch) {
+			return total, nil
+		}
+	}
+}

@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -103,4 +104,26 @@ func TestLeaseDifferential(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	storetest.LeaseDifferential(t, b.store, memstore.NewLeases(memstore.LeasesConfig{}), 7, 1500)
+}
+
+func TestCleanupLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := time.Now()
+	for i, ttl := range []time.Duration{time.Millisecond, time.Hour} {
+		res, err := b.store.Acquire(ctx, store.AcquireParams{Name: "n", Key: "k", Holder: fmt.Sprint("h", i), Permits: 2, TTL: ttl, Now: now.Add(-time.Minute)})
+		require.NoError(t, err)
+		require.True(t, res.Acquired)
+	}
+	n, err := b.store.CleanupLeases(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "only the expired permit")
+	var left int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM sluice_lease_holder").Scan(&left))
+	require.Equal(t, 1, left)
+	res, err := b.store.Acquire(ctx, store.AcquireParams{Name: "n", Key: "k", Holder: "h2", Permits: 2, TTL: time.Hour})
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	require.Equal(t, int64(3), res.Lease.Token, "tokens go on")
 }

@@ -381,3 +381,27 @@ func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams
 	}
 	return out, nil
 }
+
+// CleanupLeases deletes the rows of expired permits at the store clock,
+// Config.CleanupBatch rows per transaction, and returns how many it
+// deleted. Acquires delete their key's expired rows themselves; call it
+// periodically to drop the rows of keys nobody acquires any more. Tokens
+// never reset: they come from one counter per file.
+func (s *Store) CleanupLeases(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		var n int64
+		err := s.do(ctx, 0, func(tx *txn) (err error) {
+			n, err = tx.exec(`DELETE FROM sluice_lease_holder WHERE (name, key, holder) IN (
+    SELECT name, key, holder FROM sluice_lease_holder WHERE expires_at <= ? LIMIT ?)`, tx.now, s.batch)
+			if n > 0 {
+				tx.mark()
+			}
+			return err
+		})
+		total += n
+		if err != nil || n < int64(s.batch) {
+			return total, err
+		}
+	}
+}
