@@ -25,3 +25,9 @@ func TestLeaseDifferentialSelf(t *testing.T) {
 	// hold anyway.
 	storetest.LeaseDifferential(t, memstore.NewLeases(memstore.LeasesConfig{}), memstore.NewLeases(memstore.LeasesConfig{}), 1, 3000)
 }
+
+func TestLeaseAcrossStores(t *testing.T) {
+	t.Parallel()
+	l := memstore.NewLeases(memstore.LeasesConfig{})
+	storetest.LeaseAcrossStores(t, l, l)
+}

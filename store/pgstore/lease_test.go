@@ -127,3 +127,11 @@ func TestCleanupLeases(t *testing.T) {
 	require.True(t, res.Acquired)
 	require.Equal(t, int64(3), res.Lease.Token, "tokens go on")
 }
+
+func TestLeaseAcrossStores(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	other, err := pgstore.New(b.pool, pgstore.Config{})
+	require.NoError(t, err)
+	storetest.LeaseAcrossStores(t, b.store, other)
+}

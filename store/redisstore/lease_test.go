@@ -3,6 +3,8 @@ package redisstore
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
 	"github.com/sluicerl/sluice/store/storetest"
@@ -30,4 +32,12 @@ func TestLeaseDifferential(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, single(t), Config{})
 	storetest.LeaseDifferential(t, s, memstore.NewLeases(memstore.LeasesConfig{}), 7, 1500)
+}
+
+func TestLeaseAcrossStores(t *testing.T) {
+	t.Parallel()
+	a := newStore(t, single(t), Config{})
+	b, err := New(single(t), Config{Prefix: a.Prefix()})
+	require.NoError(t, err)
+	storetest.LeaseAcrossStores(t, a, b)
 }

@@ -70,3 +70,10 @@ func TestCleanupLeases(t *testing.T) {
 	require.NoError(t, db.QueryRow("SELECT count(*) FROM sluice_lease_holder").Scan(&left))
 	require.Equal(t, 1, left)
 }
+
+func TestLeaseAcrossStores(t *testing.T) {
+	t.Parallel()
+	a, path := newStore(t)
+	b := open(t, path, sqlitestore.Config{})
+	storetest.LeaseAcrossStores(t, a, b)
+}

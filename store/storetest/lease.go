@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -535,4 +536,60 @@ func testTakeAllAcquire(b *leaseBundle) {
 	})
 	require.ErrorIs(t, err, store.ErrCostExceedsLimit)
 	require.Empty(t, b.holders("k2", now))
+}
+
+// LeaseAcrossStores has goroutines on every store (several Store values on
+// one backend, as several processes would have) take turns on one permit
+// of one key, on the backend's own clock, and checks that the grants never
+// overlap and their tokens strictly increase in the order granted.
+func LeaseAcrossStores(t *testing.T, stores ...store.LeaseStore) {
+	t.Helper()
+	ctx := context.Background()
+	name := fmt.Sprintf("storetest/across/%016x", rand.Uint64())
+	const perStore, turns = 3, 20
+	var (
+		mu     sync.Mutex
+		held   bool
+		tokens []int64
+		wg     sync.WaitGroup
+	)
+	for si, s := range stores {
+		for g := range perStore {
+			wg.Go(func() {
+				holder := fmt.Sprintf("s%d-g%d", si, g)
+				for got := 0; got < turns; {
+					res, err := s.Acquire(ctx, store.AcquireParams{Name: name, Key: "k", Holder: holder, Permits: 1, TTL: time.Minute})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !res.Acquired {
+						runtime.Gosched()
+						continue
+					}
+					mu.Lock()
+					if held {
+						t.Errorf("%s holds the permit while another does", holder)
+					}
+					held = true
+					tokens = append(tokens, res.Lease.Token)
+					mu.Unlock()
+					runtime.Gosched() // hold it a moment
+					mu.Lock()
+					held = false
+					mu.Unlock()
+					if err := s.Release(ctx, store.ReleaseParams{Name: name, Key: "k", Holder: holder, Token: res.Lease.Token}); err != nil {
+						t.Error(err)
+						return
+					}
+					got++
+				}
+			})
+		}
+	}
+	wg.Wait()
+	require.Len(t, tokens, len(stores)*perStore*turns)
+	for i := 1; i < len(tokens); i++ {
+		require.Greater(t, tokens[i], tokens[i-1], "grant %d", i)
+	}
 }
