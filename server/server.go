@@ -59,6 +59,7 @@ type Server struct {
 	policies map[string]*policyInfo
 	listing  []byte // the GET /v1/policies body, built once
 	handler  http.Handler
+	leaseOps *prometheus.CounterVec // lease.go
 }
 
 // policyInfo is what the server precomputes for one policy.
@@ -127,6 +128,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if err := s.registerLeaseMetrics(); err != nil {
+		return nil, err
+	}
 	s.handler = s.routes()
 	return s, nil
 }
