@@ -304,12 +304,27 @@ func testLeaseFencing(b *leaseBundle) {
 	if b.t.Failed() {
 		return
 	}
-	total := 0
+	total, staleWrites, staleReleases := 0, 0, 0
 	for k, h := range hists {
 		require.NoError(b.t, checkFencing(h), "key %d", k)
 		total += len(h)
+		for i, e := range h {
+			// A's operations after B's acquire are the stale ones.
+			if e.holder == "A" && e.op != "acquire" && i > 0 && h[i-1].op != "acquire" {
+				switch e.op {
+				case "write":
+					staleWrites++
+				case "release":
+					staleReleases++
+				}
+			}
+		}
 	}
 	require.Greater(b.t, total, keys*rounds*5)
+	require.Equal(b.t, keys*rounds, staleWrites)
+	require.Equal(b.t, keys*rounds, staleReleases)
+	b.t.Logf("%d rounds, %d operations checked: %d stale writes and %d stale releases tried, none accepted",
+		keys*rounds, total, staleWrites, staleReleases)
 }
 
 // fenceEvent is one operation of the fencing test and what the store said.
