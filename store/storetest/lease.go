@@ -36,6 +36,7 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) store.LeaseStore) {
 		{"Fencing", testLeaseFencing},
 		{"Watch", testLeaseWatch},
 		{"TakeAllAcquire", testTakeAllAcquire},
+		{"Linearizable", testLeaseLinearizable},
 	}
 	t.Run("LeaseStore", func(t *testing.T) {
 		for _, tc := range tests {
