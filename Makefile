@@ -53,3 +53,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzTakeRequest -fuzztime 60s ./server
 	$(GO) test -run '^$$' -fuzz FuzzSlotRequest -fuzztime 60s ./server
 	$(GO) test -run '^$$' -fuzz FuzzParseWindowSize -fuzztime 60s ./store
+	$(GO) test -run '^$$' -fuzz FuzzLeaseRequest -fuzztime 60s ./server

@@ -109,9 +109,9 @@ func (p *Params) storeParams() (store.AcquireParams, error) {
 
 // Acquire takes a permit if one is free, without waiting. When none is,
 // it returns a nil Lease and the store's answer (RetryAfter says when a
-// permit frees at the latest). ctx bounds the store call and is the parent
-// of the Lease's Context: when ctx ends, the lease stops renewing and its
-// Context ends too (release it to free the permit at once).
+// permit frees at the latest). ctx bounds the call only: the Lease renews
+// itself until released or lost, and its Context carries ctx's values but
+// not its deadline.
 func (l *Leaser) Acquire(ctx context.Context, p Params) (*Lease, store.AcquireResult, error) {
 	sp, err := p.storeParams()
 	if err != nil {
@@ -126,11 +126,12 @@ func (l *Leaser) acquire(ctx context.Context, sp *store.AcquireParams) (*Lease, 
 	if err != nil || !res.Acquired {
 		return nil, res, err
 	}
-	return l.hold(ctx, res.Lease, sp.TTL, sent, res.At), res, nil
+	return l.hold(context.WithoutCancel(ctx), res.Lease, sp.TTL, sent, res.At), res, nil
 }
 
 // AcquireWait takes a permit, waiting until one frees or ctx ends (then it
-// returns ctx's error). It never polls the store in a loop: it retries when
+// returns ctx's error). As for Acquire, ctx bounds the wait, not the
+// Lease. It never polls the store in a loop: it retries when
 // the store announces a release of the key (store.LeaseWatcher), and
 // otherwise after a jittered back-off that grows from MinBackoff to
 // MaxBackoff and never outlasts the first holder's expiry.
@@ -196,8 +197,9 @@ type Lease struct {
 	stopped  bool
 }
 
+// hold starts keeping sl alive. parent carries values only: it never ends.
 func (l *Leaser) hold(parent context.Context, sl store.Lease, ttl time.Duration, sent time.Time, at int64) *Lease {
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	ctx, cancel := context.WithCancelCause(parent)
 	ls := &Lease{
 		l: l, sl: sl, ttl: ttl, ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), stop: make(chan struct{}),
@@ -206,7 +208,7 @@ func (l *Leaser) hold(parent context.Context, sl store.Lease, ttl time.Duration,
 		// the request was sent: counting from the send is safe.
 		deadline: sent.Add(time.Duration(sl.Expires-at) * time.Microsecond),
 	}
-	go ls.keepAlive(parent)
+	go ls.keepAlive()
 	return ls
 }
 
@@ -226,8 +228,8 @@ func (ls *Lease) Lease() store.Lease {
 }
 
 // Context returns a context that ends when the lease is lost (cause
-// ErrLost), released (ErrReleased) or its Acquire's ctx ends. Work done
-// under the lease should run under it; writes should still be fenced.
+// ErrLost) or released (ErrReleased). Work done under the lease should run
+// under it; writes should still be fenced.
 func (ls *Lease) Context() context.Context { return ls.ctx }
 
 // Err returns why the lease's Context ended, or nil while it is held.
@@ -265,7 +267,7 @@ func (ls *Lease) halt() {
 // keepAlive renews every fraction of the TTL until stopped, and cancels
 // the lease's Context when it is lost: a renewal finds it not held, or the
 // local deadline passes with no renewal through.
-func (ls *Lease) keepAlive(parent context.Context) {
+func (ls *Lease) keepAlive() {
 	defer close(ls.done)
 	every := time.Duration(float64(ls.ttl) * ls.l.fraction)
 	retry := max(every/4, time.Millisecond)
@@ -283,10 +285,6 @@ func (ls *Lease) keepAlive(parent context.Context) {
 		case <-ls.stop:
 			t.Stop()
 			return
-		case <-parent.Done():
-			t.Stop()
-			ls.cancel(context.Cause(parent))
-			return
 		case <-t.C():
 		}
 		ls.mu.Lock()
@@ -297,7 +295,9 @@ func (ls *Lease) keepAlive(parent context.Context) {
 			return
 		}
 		sent := ls.l.clk.Now()
-		rctx, cancel := context.WithDeadline(parent, ls.deadline)
+		// Past the deadline a renewal could not help: the lease may be
+		// gone. (The local deadline bounds the call, whatever the clock.)
+		rctx, cancel := context.WithTimeout(ls.ctx, ls.deadline.Sub(sent))
 		got, err := ls.l.store.Renew(rctx, store.RenewParams{Name: ls.sl.Name, Key: ls.sl.Key, Holder: ls.sl.Holder, Token: ls.sl.Token, TTL: ls.ttl})
 		cancel()
 		switch {

@@ -21,6 +21,12 @@
 // A policy in shadow mode is evaluated and counted but never denies: its
 // would-be denials come back as Decision.Shadowed.
 //
+// A policy with algorithm concurrency (Permits, TTL) is a lease, not a
+// rate: Acquire, Renew, Release and Holders work on its permits in
+// Config.Leases (see package lease for waiting and keep-alive), and
+// AllowAllAcquire takes rate policies and a lease all-or-nothing, in one
+// store operation on every Sluice backend.
+//
 // Errors are for requests that can never succeed (an unknown policy, a cost
 // above the burst) and for a store that could not answer.
 package limiter

@@ -5,7 +5,11 @@
 //
 // # Endpoints
 //
-//	POST /v1/take       take units of one policy, or of several all-or-nothing
+//	POST   /v1/take              take units of one policy, or of several all-or-nothing
+//	POST   /v1/leases            acquire a lease of a concurrency policy (lease.go)
+//	GET    /v1/leases?policy=&key=  list a key's holders
+//	POST   /v1/leases/{id}/renew renew a lease
+//	DELETE /v1/leases/{id}       release a lease
 //	GET  /v1/policies   list the policies
 //	GET  /healthz       {"status":"ok"}
 //	GET  /metrics       Prometheus metrics
@@ -44,6 +48,24 @@
 // scaled down. r is what remains and t the seconds, rounded up, until the
 // key is back to its full quota. Take answers are Cache-Control: no-store.
 //
+// # Leases
+//
+// POST /v1/leases {"policy":"bulk","key":"shop-1","holder":"worker-7"}
+// (holder optional: the server makes one up) answers 201 with
+//
+//	{"id":"...","policy":"bulk","key":"shop-1","holder":"worker-7","token":42,
+//	 "expiresAt":"2030-01-01T00:00:30Z","ttlMs":30000,"permits":5,"held":1}
+//
+// and a Location header. id is opaque and names everything a renew or
+// release needs, so any server of a fleet sharing a store answers it. When
+// every permit is held the answer is 409 TypeLeaseUnavailable with
+// retryAfterMs and Retry-After (when the first holder's lease ends at the
+// latest). "items":[...] adds rate items, taken all-or-nothing with the
+// lease in one store operation: if a rate refuses, 429 TypeRateLimited and
+// nothing is taken. Renewing or releasing a lease that is not held (expired,
+// released, superseded) is 404 TypeLeaseNotHeld; a stale release never
+// frees a successor's permit.
+//
 // # Errors
 //
 // Errors are RFC 9457 application/problem+json bodies with type, title,
@@ -72,6 +94,8 @@
 //	sluice_decisions_total{policy,result}        result: allowed, denied, shadow_denied, error
 //	sluice_decision_duration_seconds{policy}     histogram of limiter time
 //	sluice_http_requests_total{route,code}
+//	sluice_lease_operations_total{policy,op,result}  op: acquire, renew, release;
+//	                          result: ok, unavailable, rate_limited, not_held, invalid, error
 //
 // Label values come only from configured policy names, fixed route names
 // and status codes. Keys never appear in metrics or in the server's own log

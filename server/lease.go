@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/store"
 )
@@ -33,6 +35,58 @@ const (
 	// lease was taken and nothing was charged.
 	TypeRateLimited = "urn:sluice:problem:rate-limited"
 )
+
+// Values of the result label of sluice_lease_operations_total.
+const (
+	leaseOK          = "ok"
+	leaseUnavailable = "unavailable"  // acquire: every permit held
+	leaseRateLimited = "rate_limited" // acquire with items: a rate refused
+	leaseNotHeld     = "not_held"     // renew, release: not held
+	leaseInvalid     = "invalid"      // the request was refused before the store
+	leaseError       = "error"        // the store failed
+)
+
+// registerLeaseMetrics registers sluice_lease_operations_total, with the
+// series of every concurrency policy at zero.
+func (s *Server) registerLeaseMetrics() error {
+	s.leaseOps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_lease_operations_total",
+		Help: "Lease operations (acquire, renew, release) by concurrency policy and result (ok, unavailable, rate_limited, not_held, invalid, error). Policies the server does not hold count as policy=\"unknown\".",
+	}, []string{"policy", "op", "result"})
+	if err := s.reg.Register(s.leaseOps); err != nil {
+		return fmt.Errorf("server: register metrics: %w", err)
+	}
+	for _, p := range s.lim.Policies() {
+		if p.Algorithm != store.Concurrency {
+			continue
+		}
+		for _, op := range []string{"acquire", "renew", "release"} {
+			s.leaseOps.WithLabelValues(p.Name, op, leaseOK)
+		}
+	}
+	return nil
+}
+
+// countLease counts one lease operation; policy is client input until
+// checked, so unknown names count as "unknown".
+func (s *Server) countLease(policy, op, result string) {
+	if info := s.policies[policy]; info == nil || info.handle.Policy().Algorithm != store.Concurrency {
+		policy = policyUnknown
+	}
+	s.leaseOps.WithLabelValues(policy, op, result).Inc()
+}
+
+// leaseResult is the result label of a lease store error.
+func leaseResult(err error) string {
+	switch {
+	case errors.Is(err, store.ErrLeaseNotHeld):
+		return leaseNotHeld
+	case errors.Is(err, store.ErrInvalidLease), errors.Is(err, store.ErrEmptyKey), errors.Is(err, limiter.ErrShadowInMixed),
+		errors.Is(err, limiter.ErrNotRatePolicy), errors.Is(err, limiter.ErrNotLeasePolicy):
+		return leaseInvalid
+	}
+	return leaseError
+}
 
 // Route labels of the lease endpoints.
 const (
@@ -174,6 +228,7 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 		reqs = append(reqs, v.req)
 	}
 	if len(errs) > 0 {
+		s.countLease(body.Policy, "acquire", leaseInvalid)
 		writeProblem(w, invalid(errs))
 		return
 	}
@@ -191,6 +246,7 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 		res, md = d.Lease, &d
 	}
 	if err != nil {
+		s.countLease(body.Policy, "acquire", leaseResult(err))
 		s.leaseStoreError(w, err)
 		return
 	}
@@ -201,6 +257,7 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if res.Acquired && (md == nil || md.Allowed) {
+		s.countLease(body.Policy, "acquire", leaseOK)
 		ans := leaseAnswer{leaseJSON: s.leaseToJSON(res.Lease), Held: res.Held, Decisions: decisions}
 		w.Header().Set("Location", "/v1/leases/"+ans.ID)
 		writeJSON(w, http.StatusCreated, contentJSON, ans)
@@ -222,9 +279,11 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 		retry = md.RetryAfter
 		out.problem = problem{Type: TypeRateLimited, Title: "Rate limited", Status: http.StatusTooManyRequests,
 			Detail: "the rate items refused; no lease was taken and nothing was charged"}
+		s.countLease(body.Policy, "acquire", leaseRateLimited)
 	} else {
 		out.problem = problem{Type: TypeLeaseUnavailable, Title: "Lease unavailable", Status: http.StatusConflict,
 			Detail: fmt.Sprintf("all %d permits of policy %q for this key are held", s.permits(body.Policy), body.Policy)}
+		s.countLease(body.Policy, "acquire", leaseUnavailable)
 	}
 	out.RetryAfterMs = ceilMillis(retry)
 	w.Header().Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
@@ -254,11 +313,12 @@ func (s *Server) checkLeasePolicy(policy string) []fieldError {
 	return nil
 }
 
-func (s *Server) leaseFromPath(w http.ResponseWriter, r *http.Request) (store.Lease, bool) {
+func (s *Server) leaseFromPath(w http.ResponseWriter, r *http.Request, op string) (store.Lease, bool) {
 	l, ok := parseLeaseID(r.PathValue("id"))
 	if ok && s.checkLeasePolicy(l.Name) == nil {
 		return l, true
 	}
+	s.countLease(l.Name, op, leaseNotHeld)
 	writeProblem(w, &problem{Type: TypeLeaseNotHeld, Title: "Lease not held", Status: http.StatusNotFound,
 		Detail: "no such lease: the id is not one this API issued"})
 	return store.Lease{}, false
@@ -266,27 +326,31 @@ func (s *Server) leaseFromPath(w http.ResponseWriter, r *http.Request) (store.Le
 
 func (s *Server) renewLease(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	l, ok := s.leaseFromPath(w, r)
+	l, ok := s.leaseFromPath(w, r, "renew")
 	if !ok {
 		return
 	}
 	got, err := s.lim.Renew(r.Context(), l.Name, l.Key, l.Holder, l.Token)
 	if err != nil {
+		s.countLease(l.Name, "renew", leaseResult(err))
 		s.leaseStoreError(w, err)
 		return
 	}
+	s.countLease(l.Name, "renew", leaseOK)
 	writeJSON(w, http.StatusOK, contentJSON, s.leaseToJSON(got))
 }
 
 func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request) {
-	l, ok := s.leaseFromPath(w, r)
+	l, ok := s.leaseFromPath(w, r, "release")
 	if !ok {
 		return
 	}
 	if err := s.lim.Release(r.Context(), l.Name, l.Key, l.Holder, l.Token); err != nil {
+		s.countLease(l.Name, "release", leaseResult(err))
 		s.leaseStoreError(w, err)
 		return
 	}
+	s.countLease(l.Name, "release", leaseOK)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -336,12 +400,11 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
 
 // leaseStoreError answers a lease error.
 func (s *Server) leaseStoreError(w http.ResponseWriter, err error) {
-	switch {
-	case errors.Is(err, store.ErrLeaseNotHeld):
+	switch leaseResult(err) {
+	case leaseNotHeld:
 		writeProblem(w, &problem{Type: TypeLeaseNotHeld, Title: "Lease not held", Status: http.StatusNotFound,
 			Detail: "the lease is not held: it was released, it expired, or a successor holds the permit"})
-	case errors.Is(err, store.ErrInvalidLease), errors.Is(err, store.ErrEmptyKey), errors.Is(err, limiter.ErrShadowInMixed),
-		errors.Is(err, limiter.ErrNotRatePolicy), errors.Is(err, limiter.ErrNotLeasePolicy):
+	case leaseInvalid:
 		writeProblem(w, &problem{Type: TypeInvalidRequest, Status: http.StatusUnprocessableEntity,
 			Detail: "the store refused the request: " + err.Error()})
 	default:

@@ -162,3 +162,33 @@ func TestLeaseAPIErrors(t *testing.T) {
 	b.h.ServeHTTP(rec, req)
 	require.Equal(t, http.StatusUnsupportedMediaType, rec.Code)
 }
+
+func TestLeaseMetrics(t *testing.T) {
+	t.Parallel()
+	b := leaseSetup(t)
+	rec, a := b.leaseDo(t, "POST", "/v1/leases", `{"policy":"jobs","key":"j"}`)
+	require.Equal(t, http.StatusCreated, rec.Code)
+	rec, _ = b.leaseDo(t, "POST", "/v1/leases", `{"policy":"jobs","key":"j"}`)
+	require.Equal(t, http.StatusConflict, rec.Code)
+	rec, _ = b.leaseDo(t, "POST", "/v1/leases", `{"policy":"nope","key":"j"}`)
+	require.Equal(t, http.StatusUnprocessableEntity, rec.Code)
+	rec, _ = b.leaseDo(t, "DELETE", "/v1/leases/"+a["id"].(string), "")
+	require.Equal(t, http.StatusNoContent, rec.Code)
+	rec, _ = b.leaseDo(t, "DELETE", "/v1/leases/"+a["id"].(string), "")
+	require.Equal(t, http.StatusNotFound, rec.Code)
+
+	req := httptest.NewRequest("GET", "/metrics", nil)
+	mrec := httptest.NewRecorder()
+	b.h.ServeHTTP(mrec, req)
+	body := mrec.Body.String()
+	for _, line := range []string{
+		`sluice_lease_operations_total{op="acquire",policy="jobs",result="ok"} 1`,
+		`sluice_lease_operations_total{op="acquire",policy="jobs",result="unavailable"} 1`,
+		`sluice_lease_operations_total{op="acquire",policy="unknown",result="invalid"} 1`,
+		`sluice_lease_operations_total{op="release",policy="jobs",result="ok"} 1`,
+		`sluice_lease_operations_total{op="release",policy="jobs",result="not_held"} 1`,
+		`sluice_lease_operations_total{op="renew",policy="bulk",result="ok"} 0`,
+	} {
+		require.Contains(t, body, line)
+	}
+}

@@ -64,6 +64,7 @@ type Server struct {
 	listing  []byte // the GET /v1/policies body, built once
 	handler  http.Handler
 	slots    *slot.Scheduler
+	leaseOps *prometheus.CounterVec // lease.go
 }
 
 // policyInfo is what the server precomputes for one policy.
@@ -133,6 +134,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if err := s.registerLeaseMetrics(); err != nil {
+		return nil, err
+	}
 	s.handler = s.routes()
 	return s, nil
 }

@@ -182,8 +182,10 @@ type LeaseWatcher interface {
 	// WatchLease returns a channel that receives a value (coalesced, never
 	// blocking the store) after a permit of (name, key) is released, from
 	// the moment WatchLease returns until stop is called. Spurious wake-ups
-	// are allowed; a release after WatchLease returns is never missed while
-	// the store is reachable. A lease that expires is not announced.
+	// are allowed. While the store is reachable, no release of a permit that
+	// was held when an Acquire of the key was refused is missed (a store may
+	// announce only those: nobody can be waiting for the others). A lease
+	// that expires is not announced: waiters also wait for RetryAfter.
 	WatchLease(ctx context.Context, name, key string) (ch <-chan struct{}, stop func(), err error)
 }
 

@@ -3,7 +3,8 @@
 // a params struct in and a result out.
 //
 // Every backend (store/memstore, and the Redis, PostgreSQL and SQLite
-// stores) implements RateStore and passes the conformance suite in
+// stores) implements RateStore and LeaseStore (lease.go: N-permit leases
+// with fencing tokens) and passes the conformance suites in
 // store/storetest. The store's own clock decides: Redis TIME, the database's
 // now(), or the process clock clamped never to run backwards. Every params
 // struct carries an optional Now that overrides that clock; it exists for

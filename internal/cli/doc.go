@@ -7,6 +7,7 @@
 //
 //	sluice serve [--addr host:port] [--config FILE] [--log-level L] [--log-format text|json] [--shutdown-timeout D]
 //	sluice policies check FILE
+//	sluice lease acquire|renew|release|list ... [--server URL]
 //	sluice version
 //
 // serve runs the HTTP API of package server until its context ends (the

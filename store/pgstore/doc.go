@@ -30,4 +30,10 @@
 // move fresh_at a minute beyond the true time, and only when the true time
 // passes it, so that most decisions update the row in place (a HOT update,
 // no index writes).
+//
+// The store is also a store.LeaseStore (lease.go, migration 0003): one
+// PL/pgSQL call per operation, acquires and releases of a key serialised by
+// a transaction-scoped advisory lock, fencing tokens from one sequence, a
+// NOTIFY on channel sluice_lease for releases someone may wait for, and
+// sluice_lease_fence (Fence in Go) to fence the user's own SQL.
 package pgstore

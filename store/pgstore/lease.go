@@ -289,12 +289,18 @@ func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams
 
 // leaseListener LISTENs for released permits while anyone watches.
 type leaseListener struct {
-	mu      sync.Mutex // guards watches, cancel and done
+	mu      sync.Mutex // guards watches, cancel, done and idle
 	watches int
 	cancel  context.CancelFunc
 	done    chan struct{}
+	idle    *time.Timer // stops the listener after listenLinger unwatched
 	wake    store.LeaseWakeups
 }
+
+// listenLinger is how long the listener outlives its last watch, so that
+// waiters coming and going do not open a connection each. It is
+// housekeeping, not a decision: it runs on the real clock.
+const listenLinger = 5 * time.Second
 
 func wakeID(name, key string) string {
 	h := md5.Sum([]byte(name + "\x1f" + key))
@@ -310,6 +316,10 @@ func (s *Store) WatchLease(ctx context.Context, name, key string) (<-chan struct
 	l := &s.listener
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.idle != nil {
+		l.idle.Stop()
+		l.idle = nil
+	}
 	if l.done != nil {
 		select {
 		case <-l.done: // the listener died (connection lost): restart it
@@ -332,9 +342,15 @@ func (s *Store) WatchLease(ctx context.Context, name, key string) (<-chan struct
 			defer l.mu.Unlock()
 			l.watches--
 			if l.watches == 0 && l.done != nil {
-				l.cancel()
-				<-l.done
-				l.done = nil
+				l.idle = time.AfterFunc(listenLinger, func() {
+					l.mu.Lock()
+					defer l.mu.Unlock()
+					if l.watches == 0 && l.done != nil {
+						l.cancel()
+						<-l.done
+						l.done, l.idle = nil, nil
+					}
+				})
 			}
 		})
 	}, nil
@@ -370,4 +386,31 @@ func (s *Store) listen(ctx context.Context) error {
 		}
 	}()
 	return nil
+}
+
+const cleanupLeasesSQL = `DELETE FROM sluice_lease_holder
+WHERE (name, key, holder) IN (
+    SELECT name, key, holder FROM sluice_lease_holder
+    WHERE expires_at <= sluice_rate_now()
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED)
+AND expires_at <= sluice_rate_now()`
+
+// CleanupLeases deletes the rows of expired permits at the database clock,
+// Config.CleanupBatch at a time, skipping rows a transaction holds (a
+// Fence), and returns how many it deleted. Acquires delete their key's
+// expired rows themselves; call it periodically to drop the rows of keys
+// nobody acquires any more. Tokens never reset: they come from a sequence.
+func (s *Store) CleanupLeases(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, cleanupLeasesSQL, s.batch)
+		if err != nil {
+			return total, wrap("cleanup leases", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(s.batch) {
+			return total, nil
+		}
+	}
 }

@@ -2,12 +2,14 @@ package pgstore_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/memstore"
 	"github.com/sluicerl/sluice/store/pgstore"
 	"github.com/sluicerl/sluice/store/storetest"
 )
@@ -96,4 +98,40 @@ func TestFence(t *testing.T) {
 	var cursor string
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT cursor FROM jobs WHERE id = 'j'").Scan(&cursor))
 	require.Equal(t, "a", cursor)
+}
+
+func TestLeaseDifferential(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	storetest.LeaseDifferential(t, b.store, memstore.NewLeases(memstore.LeasesConfig{}), 7, 1500)
+}
+
+func TestCleanupLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := time.Now()
+	for i, ttl := range []time.Duration{time.Millisecond, time.Hour} {
+		res, err := b.store.Acquire(ctx, store.AcquireParams{Name: "n", Key: "k", Holder: fmt.Sprint("h", i), Permits: 2, TTL: ttl, Now: now.Add(-time.Minute)})
+		require.NoError(t, err)
+		require.True(t, res.Acquired)
+	}
+	n, err := b.store.CleanupLeases(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "only the expired permit")
+	var left int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM sluice_lease_holder").Scan(&left))
+	require.Equal(t, 1, left)
+	res, err := b.store.Acquire(ctx, store.AcquireParams{Name: "n", Key: "k", Holder: "h2", Permits: 2, TTL: time.Hour})
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	require.Equal(t, int64(3), res.Lease.Token, "tokens go on")
+}
+
+func TestLeaseAcrossStores(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	other, err := pgstore.New(b.pool, pgstore.Config{})
+	require.NoError(t, err)
+	storetest.LeaseAcrossStores(t, b.store, other)
 }

@@ -57,6 +57,19 @@
 // expires (PXAT) when it would become fresh: idle keys cost no memory, and
 // expiry never gives budget away.
 //
+// # Leases
+//
+// The store is also a store.LeaseStore (lease.go, lease.lua): one script
+// call per operation, on TIME. The permits of lease name N for key K are a
+// hash <prefix>lease:{K}:N:h (holder -> "token expires"), which expires with
+// its last permit; fenced values are a hash <prefix>lease:{K}:N:f; the
+// key's token counter <prefix>lease:{K}:N:seq never expires, so fencing
+// tokens strictly increase per key for as long as Redis keeps its data. A
+// release PUBLISHes on <prefix>lease-free; WatchLease holds one
+// subscription per Store while anyone watches. TakeAllAcquire runs the rate
+// script and the lease in one call: its keys must share the lease key's
+// slot on a cluster or ring.
+//
 // # Batching
 //
 // Concurrent calls on one Store share round trips. A call that finds fewer

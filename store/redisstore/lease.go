@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -349,12 +350,18 @@ type subscriber interface {
 // leaseSub is the Store's subscription to released permits, open while
 // anyone watches.
 type leaseSub struct {
-	mu      sync.Mutex // guards watches, ps and done
+	mu      sync.Mutex // guards watches, ps, done and idle
 	watches int
 	ps      *redis.PubSub
 	done    chan struct{}
+	idle    *time.Timer // closes the subscription after subLinger unwatched
 	wake    store.LeaseWakeups
 }
+
+// subLinger is how long the subscription outlives its last watch, so that
+// waiters coming and going do not subscribe each time. It is housekeeping,
+// not a decision: it runs on the real clock.
+const subLinger = 5 * time.Second
 
 // WatchLease implements store.LeaseWatcher. It needs a client that can
 // subscribe; with any other it returns an error.
@@ -369,6 +376,10 @@ func (s *Store) WatchLease(ctx context.Context, name, key string) (<-chan struct
 	l := &s.sub
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.idle != nil {
+		l.idle.Stop()
+		l.idle = nil
+	}
 	if l.done != nil {
 		select {
 		case <-l.done: // the subscription ended (connection lost): renew it
@@ -410,9 +421,15 @@ func (s *Store) WatchLease(ctx context.Context, name, key string) (<-chan struct
 			defer l.mu.Unlock()
 			l.watches--
 			if l.watches == 0 && l.ps != nil {
-				_ = l.ps.Close()
-				<-l.done
-				l.ps, l.done = nil, nil
+				l.idle = time.AfterFunc(subLinger, func() {
+					l.mu.Lock()
+					defer l.mu.Unlock()
+					if l.watches == 0 && l.ps != nil {
+						_ = l.ps.Close()
+						<-l.done
+						l.ps, l.done, l.idle = nil, nil, nil
+					}
+				})
 			}
 		})
 	}, nil

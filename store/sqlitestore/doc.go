@@ -19,4 +19,9 @@
 // Within a process, one connection does all the work, so goroutines queue
 // in Go rather than spin on SQLite's busy handler; across processes they
 // queue on busy_timeout.
+//
+// The store is also a store.LeaseStore (lease.go, migration 0003), deciding
+// in Go with store.LeaseState inside the same group-committed transactions;
+// fencing tokens come from one counter per file, never reset. Releases are
+// announced to WatchLease watchers of the same Store only.
 package sqlitestore

@@ -33,8 +33,40 @@ func (tx *txn) mark() {
 	}
 }
 
+// stmt returns query prepared on the store's connection, once. The store's
+// mu is held (a transaction is running).
+func (tx *txn) stmt(query string) (*sql.Stmt, error) {
+	st := tx.s.leaseStmts[query]
+	if st != nil {
+		return st, nil
+	}
+	st, err := tx.s.conn.PrepareContext(tx.ctx, query)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	if tx.s.leaseStmts == nil {
+		tx.s.leaseStmts = make(map[string]*sql.Stmt)
+	}
+	tx.s.leaseStmts[query] = st
+	return st, nil
+}
+
+func (tx *txn) queryRow(query string, args ...any) *sql.Row {
+	st, err := tx.stmt(query)
+	if err != nil {
+		// A Row carrying the error: prepare it unprepared, which fails
+		// the same way.
+		return tx.s.conn.QueryRowContext(tx.ctx, query, args...)
+	}
+	return st.QueryRowContext(tx.ctx, args...)
+}
+
 func (tx *txn) exec(query string, args ...any) (int64, error) {
-	r, err := tx.s.conn.ExecContext(tx.ctx, query, args...)
+	st, err := tx.stmt(query)
+	if err != nil {
+		return 0, err
+	}
+	r, err := st.ExecContext(tx.ctx, args...)
 	if err != nil {
 		return 0, wrap(err)
 	}
@@ -51,21 +83,24 @@ func (tx *txn) leases(name, key string) (*store.LeaseState, error) {
 	if n > 0 {
 		tx.mark()
 	}
-	rows, err := tx.s.conn.QueryContext(tx.ctx,
-		"SELECT holder, token, expires_at FROM sluice_lease_holder WHERE name = ? AND key = ? ORDER BY token", name, key)
+	st, err := tx.stmt("SELECT holder, token, expires_at FROM sluice_lease_holder WHERE name = ? AND key = ? ORDER BY token")
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.QueryContext(tx.ctx, name, key)
 	if err != nil {
 		return nil, wrap(err)
 	}
 	defer rows.Close()
-	st := &store.LeaseState{}
+	ls := &store.LeaseState{}
 	for rows.Next() {
 		l := store.Lease{Name: name, Key: key}
 		if err := rows.Scan(&l.Holder, &l.Token, &l.Expires); err != nil {
 			return nil, wrap(err)
 		}
-		st.Holders = append(st.Holders, l)
+		ls.Holders = append(ls.Holders, l)
 	}
-	return st, wrap(rows.Err())
+	return ls, wrap(rows.Err())
 }
 
 // acquire decides p in tx and writes the permit if granted.
@@ -77,7 +112,7 @@ func (tx *txn) acquire(p *store.AcquireParams) (store.AcquireResult, error) {
 	before := len(st.Holders)
 	res, err := st.Acquire(tx.now, p, func() (int64, error) {
 		var tok int64
-		err := tx.s.conn.QueryRowContext(tx.ctx, "UPDATE sluice_lease_seq SET last = last + 1 WHERE id = 1 RETURNING last").Scan(&tok)
+		err := tx.queryRow("UPDATE sluice_lease_seq SET last = last + 1 WHERE id = 1 RETURNING last").Scan(&tok)
 		tx.mark()
 		return tok, wrap(err)
 	})
@@ -190,7 +225,7 @@ func (s *Store) FencedWrite(ctx context.Context, p store.FencedWriteParams) erro
 	stale := false
 	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
 		var one int
-		err := tx.s.conn.QueryRowContext(tx.ctx, "SELECT 1 FROM sluice_lease_holder WHERE name = ? AND key = ? AND token = ? AND expires_at > ?",
+		err := tx.queryRow("SELECT 1 FROM sluice_lease_holder WHERE name = ? AND key = ? AND token = ? AND expires_at > ?",
 			p.Name, p.Key, p.Token, tx.now).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
 			stale = true
@@ -234,7 +269,7 @@ func (s *Store) FencedRead(ctx context.Context, p store.FencedReadParams) (store
 		found bool
 	)
 	err := s.do(ctx, 0, func(tx *txn) error {
-		err := tx.s.conn.QueryRowContext(tx.ctx, "SELECT token, value FROM sluice_lease_fence WHERE name = ? AND key = ? AND field = ?",
+		err := tx.queryRow("SELECT token, value FROM sluice_lease_fence WHERE name = ? AND key = ? AND field = ?",
 			p.Name, p.Key, p.Field).Scan(&v.Token, &v.Value)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
@@ -345,4 +380,28 @@ func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams
 		return store.TakeAllAcquireResult{}, err
 	}
 	return out, nil
+}
+
+// CleanupLeases deletes the rows of expired permits at the store clock,
+// Config.CleanupBatch rows per transaction, and returns how many it
+// deleted. Acquires delete their key's expired rows themselves; call it
+// periodically to drop the rows of keys nobody acquires any more. Tokens
+// never reset: they come from one counter per file.
+func (s *Store) CleanupLeases(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		var n int64
+		err := s.do(ctx, 0, func(tx *txn) (err error) {
+			n, err = tx.exec(`DELETE FROM sluice_lease_holder WHERE (name, key, holder) IN (
+    SELECT name, key, holder FROM sluice_lease_holder WHERE expires_at <= ? LIMIT ?)`, tx.now, s.batch)
+			if n > 0 {
+				tx.mark()
+			}
+			return err
+		})
+		total += n
+		if err != nil || n < int64(s.batch) {
+			return total, err
+		}
+	}
 }

@@ -2,6 +2,7 @@ package sqlitestore_test
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/memstore"
 	"github.com/sluicerl/sluice/store/sqlitestore"
 	"github.com/sluicerl/sluice/store/storetest"
 )
@@ -40,4 +42,38 @@ func TestLeaseTokensSurviveRestart(t *testing.T) {
 		}
 		require.NoError(t, s.Close())
 	}
+}
+
+func TestLeaseDifferential(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	storetest.LeaseDifferential(t, s, memstore.NewLeases(memstore.LeasesConfig{}), 7, 1500)
+}
+
+func TestCleanupLeases(t *testing.T) {
+	t.Parallel()
+	s, path := newStore(t)
+	ctx := context.Background()
+	now := time.Now()
+	for i, ttl := range []time.Duration{time.Millisecond, time.Hour} {
+		res, err := s.Acquire(ctx, store.AcquireParams{Name: "n", Key: "k", Holder: string(rune('a' + i)), Permits: 2, TTL: ttl, Now: now.Add(-time.Minute)})
+		require.NoError(t, err)
+		require.True(t, res.Acquired)
+	}
+	n, err := s.CleanupLeases(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "only the expired permit")
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	defer db.Close()
+	var left int
+	require.NoError(t, db.QueryRow("SELECT count(*) FROM sluice_lease_holder").Scan(&left))
+	require.Equal(t, 1, left)
+}
+
+func TestLeaseAcrossStores(t *testing.T) {
+	t.Parallel()
+	a, path := newStore(t)
+	b := open(t, path, sqlitestore.Config{})
+	storetest.LeaseAcrossStores(t, a, b)
 }

@@ -49,8 +49,9 @@ type Store struct {
 	connClosed bool
 	stmts      stmts
 
-	wakeups store.LeaseWakeups // lease.go: in-process release announcements
-	slots   *slotStmts         // prepared on first use (slot.go)
+	wakeups    store.LeaseWakeups   // lease.go: in-process release announcements
+	leaseStmts map[string]*sql.Stmt // lease.go: prepared on conn, guarded by mu
+	slots      *slotStmts           // prepared on first use (slot.go)
 }
 
 type stmts struct {

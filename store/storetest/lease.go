@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -35,6 +36,7 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) store.LeaseStore) {
 		{"Fencing", testLeaseFencing},
 		{"Watch", testLeaseWatch},
 		{"TakeAllAcquire", testTakeAllAcquire},
+		{"Linearizable", testLeaseLinearizable},
 	}
 	t.Run("LeaseStore", func(t *testing.T) {
 		for _, tc := range tests {
@@ -290,7 +292,7 @@ func testLeaseConcurrent(b *leaseBundle) {
 // invariants: no stale write accepted, tokens strictly increasing per key,
 // the successor's permit never freed by the stale holder.
 func testLeaseFencing(b *leaseBundle) {
-	const keys, rounds = 4, 250 // 1,000 rounds in all
+	const keys, rounds = 10, 100 // 1,000 rounds in all
 	var wg sync.WaitGroup
 	hists := make([][]fenceEvent, keys)
 	for k := range keys {
@@ -303,12 +305,27 @@ func testLeaseFencing(b *leaseBundle) {
 	if b.t.Failed() {
 		return
 	}
-	total := 0
+	total, staleWrites, staleReleases := 0, 0, 0
 	for k, h := range hists {
 		require.NoError(b.t, checkFencing(h), "key %d", k)
 		total += len(h)
+		for i, e := range h {
+			// A's operations after B's acquire are the stale ones.
+			if e.holder == "A" && e.op != "acquire" && i > 0 && h[i-1].op != "acquire" {
+				switch e.op {
+				case "write":
+					staleWrites++
+				case "release":
+					staleReleases++
+				}
+			}
+		}
 	}
 	require.Greater(b.t, total, keys*rounds*5)
+	require.Equal(b.t, keys*rounds, staleWrites)
+	require.Equal(b.t, keys*rounds, staleReleases)
+	b.t.Logf("%d rounds, %d operations checked: %d stale writes and %d stale releases tried, none accepted",
+		keys*rounds, total, staleWrites, staleReleases)
 }
 
 // fenceEvent is one operation of the fencing test and what the store said.
@@ -460,8 +477,10 @@ func testLeaseWatch(b *leaseBundle) {
 	other, stopOther, err := w.WatchLease(b.ctx, b.name, "other")
 	require.NoError(t, err)
 	defer stopOther()
-	// Real time: a backend's notifications carry no Now.
+	// Real time: a backend's notifications carry no Now. A waiter is
+	// refused, then the holder releases.
 	l := b.acquire("k", "a", 1, time.Minute, time.Time{}).Lease
+	require.False(t, b.acquire("k", "b", 1, time.Minute, time.Time{}).Acquired)
 	require.NoError(t, b.release(l, time.Time{}))
 	select {
 	case <-ch:
@@ -533,4 +552,60 @@ func testTakeAllAcquire(b *leaseBundle) {
 	})
 	require.ErrorIs(t, err, store.ErrCostExceedsLimit)
 	require.Empty(t, b.holders("k2", now))
+}
+
+// LeaseAcrossStores has goroutines on every store (several Store values on
+// one backend, as several processes would have) take turns on one permit
+// of one key, on the backend's own clock, and checks that the grants never
+// overlap and their tokens strictly increase in the order granted.
+func LeaseAcrossStores(t *testing.T, stores ...store.LeaseStore) {
+	t.Helper()
+	ctx := context.Background()
+	name := fmt.Sprintf("storetest/across/%016x", rand.Uint64())
+	const perStore, turns = 3, 20
+	var (
+		mu     sync.Mutex
+		held   bool
+		tokens []int64
+		wg     sync.WaitGroup
+	)
+	for si, s := range stores {
+		for g := range perStore {
+			wg.Go(func() {
+				holder := fmt.Sprintf("s%d-g%d", si, g)
+				for got := 0; got < turns; {
+					res, err := s.Acquire(ctx, store.AcquireParams{Name: name, Key: "k", Holder: holder, Permits: 1, TTL: time.Minute})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !res.Acquired {
+						runtime.Gosched()
+						continue
+					}
+					mu.Lock()
+					if held {
+						t.Errorf("%s holds the permit while another does", holder)
+					}
+					held = true
+					tokens = append(tokens, res.Lease.Token)
+					mu.Unlock()
+					runtime.Gosched() // hold it a moment
+					mu.Lock()
+					held = false
+					mu.Unlock()
+					if err := s.Release(ctx, store.ReleaseParams{Name: name, Key: "k", Holder: holder, Token: res.Lease.Token}); err != nil {
+						t.Error(err)
+						return
+					}
+					got++
+				}
+			})
+		}
+	}
+	wg.Wait()
+	require.Len(t, tokens, len(stores)*perStore*turns)
+	for i := 1; i < len(tokens); i++ {
+		require.Greater(t, tokens[i], tokens[i-1], "grant %d", i)
+	}
 }

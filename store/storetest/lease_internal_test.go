@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/store"
@@ -35,5 +36,36 @@ func TestCheckFencingCatches(t *testing.T) {
 		h := append([]fenceEvent(nil), good...)
 		edit(h)
 		require.Error(t, checkFencing(h), name)
+	}
+}
+
+// TestLeaseModelCatches makes sure the linearizability check fails the
+// histories a broken store would produce.
+func TestLeaseModelCatches(t *testing.T) {
+	t.Parallel()
+	op := func(c int, in linInput, call int64, out linOutput, ret int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret}
+	}
+	acq := func(h string) linInput { return linInput{op: linAcquire, holder: h} }
+	good := []porcupine.Operation{
+		op(0, acq("a"), 1, linOutput{ok: true, token: 1}, 2),
+		op(1, acq("b"), 1, linOutput{ok: true, token: 2}, 3),
+		op(2, acq("c"), 4, linOutput{ok: false}, 5),
+		op(0, linInput{op: linWrite, token: 1}, 6, linOutput{ok: true}, 7),
+		op(1, linInput{op: linWrite, token: 2}, 8, linOutput{ok: true}, 9),
+		op(0, linInput{op: linRelease, holder: "a", token: 1}, 10, linOutput{ok: true}, 11),
+		op(0, linInput{op: linHolders}, 12, linOutput{holders: "[{b 2}]"}, 13),
+	}
+	require.True(t, porcupine.CheckOperations(leaseModel, good))
+	for name, edit := range map[string]func(h []porcupine.Operation){
+		"three holders of two permits": func(h []porcupine.Operation) { h[2].Output = linOutput{ok: true, token: 3} },
+		"a token not increasing":       func(h []porcupine.Operation) { h[1].Output = linOutput{ok: true, token: 1} },
+		"an older token wrote last":    func(h []porcupine.Operation) { h[3].Call, h[3].Return = 10, 10 },
+		"a stale release freed":        func(h []porcupine.Operation) { h[5].Input = linInput{op: linRelease, holder: "a", token: 2} },
+		"holders lost b":               func(h []porcupine.Operation) { h[6].Output = linOutput{holders: "[]"} },
+	} {
+		h := append([]porcupine.Operation(nil), good...)
+		edit(h)
+		require.False(t, porcupine.CheckOperations(leaseModel, h), name)
 	}
 }

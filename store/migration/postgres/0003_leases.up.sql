@@ -7,6 +7,7 @@ CREATE TABLE sluice_lease_holder (
     holder     text   NOT NULL,
     token      bigint NOT NULL,
     expires_at bigint NOT NULL,
+    contended  boolean NOT NULL DEFAULT false, -- an acquire was refused while it held
     PRIMARY KEY (name, key, holder)
 );
 
@@ -61,6 +62,9 @@ BEGIN
     IF held >= p_permits THEN
         acquired := false; token := 0; expires_at := 0;
         retry_after := v_first - v_now;
+        -- Someone may wait for a permit: the next release announces itself.
+        UPDATE sluice_lease_holder h SET contended = true
+         WHERE h.name = p_name AND h.key = p_key AND NOT h.contended;
         RETURN;
     END IF;
     token := nextval('sluice_lease_token');
@@ -92,8 +96,12 @@ END
 $$;
 
 -- sluice_lease_release is store.LeaseStore.Release: true if (p_holder,
--- p_token) held a live permit, which is now free and announced on channel
--- sluice_lease with md5(name || chr(31) || key) as payload.
+-- p_token) held a live permit, which is now free. If an acquire was refused
+-- while it was held, the release is announced on channel sluice_lease with
+-- md5(name || chr(31) || key) as payload: only then can a waiter be
+-- waiting for it. (A waiter refused and woken by nothing else retries when
+-- the first lease would expire.) Announcing only then keeps NOTIFY, which
+-- serialises committing transactions, off the uncontended path.
 CREATE FUNCTION sluice_lease_release(
     p_name text, p_key text, p_holder text, p_token bigint, p_now bigint)
 RETURNS boolean
@@ -101,14 +109,21 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_now bigint := coalesce(p_now, sluice_rate_now());
+    v_contended boolean;
 BEGIN
+    -- As acquires do: a release never slips between an acquire's count and
+    -- its marking the holders contended.
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_name || chr(31) || p_key, 7));
     DELETE FROM sluice_lease_holder h
      WHERE h.name = p_name AND h.key = p_key AND h.holder = p_holder
-       AND h.token = p_token AND h.expires_at > v_now;
+       AND h.token = p_token AND h.expires_at > v_now
+    RETURNING h.contended INTO v_contended;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM pg_notify('sluice_lease', md5(p_name || chr(31) || p_key));
+    IF v_contended THEN
+        PERFORM pg_notify('sluice_lease', md5(p_name || chr(31) || p_key));
+    END IF;
     RETURN true;
 END
 $$;
