@@ -86,9 +86,10 @@ type SlotConfig struct {
 	// WindowSize is the window length: whole microseconds, from 1ms to
 	// MaxSlotWindow. Windows start at multiples of it from the Unix epoch.
 	WindowSize time.Duration
-	// Headroom is how many windows past the first open one a search may
-	// look at before failing with ErrExhausted. Zero means
-	// DefaultSlotHeadroom.
+	// Headroom bounds a search: it fails with ErrExhausted once it has
+	// looked Headroom windows past the first window it found held by
+	// another transaction. Full windows are skipped through an index and
+	// never count. Zero means DefaultSlotHeadroom.
 	Headroom int64
 	// Active is false once the config has been deactivated. Set by the
 	// store.

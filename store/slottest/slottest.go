@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("ConcurrentDuplicates", func(t *testing.T) { t.Parallel(); testConcurrentDuplicates(t, newStore(t)) })
 	t.Run("Configs", func(t *testing.T) { t.Parallel(); testConfigs(t, newStore(t)) })
 	t.Run("Batch", func(t *testing.T) { t.Parallel(); testBatch(t, newStore(t)) })
+	t.Run("BatchBeyondHeadroom", func(t *testing.T) { t.Parallel(); testBatchBeyondHeadroom(t, newStore(t)) })
 	t.Run("BatchMatchesSingle", func(t *testing.T) { t.Parallel(); testBatchMatchesSingle(t, newStore, newStore(t)) })
 	t.Run("InvalidInput", func(t *testing.T) { t.Parallel(); testInvalid(t, newStore(t)) })
 	t.Run("Concurrent100", func(t *testing.T) { t.Parallel(); testConcurrent(t, newStore(t)) })
@@ -418,4 +419,24 @@ func testConcurrent(t *testing.T, s store.SlotStore) {
 		total += w.Count
 	}
 	require.Equal(t, int64(100*perG), total)
+}
+
+// testBatchBeyondHeadroom: full windows never count against the headroom,
+// so a batch may fill far more windows than the headroom, and so may
+// singles after it.
+func testBatchBeyondHeadroom(t *testing.T, s store.SlotStore) {
+	ctx := context.Background()
+	c := put(t, s, "h", 1, time.Second, 3)
+	evs := events("h", 2500, T0, 9)
+	res, err := s.AssignSlots(ctx, store.AssignSlotsParams{Config: c, Events: evs})
+	require.NoError(t, err)
+	for i, r := range res {
+		require.NoError(t, r.Err, i)
+		require.Equal(t, T0.Add(time.Duration(i)*time.Second), r.Slot.WindowStart, i)
+	}
+	for i := range 5 {
+		sl := assign(t, s, c, fmt.Sprint("h-single-", i), T0, 0.5)
+		require.Equal(t, T0.Add(time.Duration(2500+i)*time.Second), sl.WindowStart)
+	}
+	Verify(t, s)
 }

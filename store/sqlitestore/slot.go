@@ -260,6 +260,9 @@ func (w *slotWalk) place(e *store.SlotEvent) (ws, sched int64, ok bool, err erro
 			return p.WindowStart, p.WindowStart + store.SlotOffset(e.Jitter, p.Elapsed, w.size), true, nil
 		}
 	}
+	// Every window before cur is full (SQLite has no other writer to
+	// skip), so the headroom counts from cur, as a single assignment's
+	// search would start there.
 	if p.WindowStart != w.lastWS {
 		w.lastWS = p.WindowStart
 		s, err := w.nextOpen(p.WindowStart + w.size)
@@ -267,7 +270,7 @@ func (w *slotWalk) place(e *store.SlotEvent) (ws, sched int64, ok bool, err erro
 			return 0, 0, false, err
 		}
 		w.cur = max(w.cur, s)
-		w.lim = s + w.headroom*w.size
+		w.lim = w.cur + w.headroom*w.size
 	}
 	for w.cur < w.lim {
 		n, err := w.count(w.cur)
@@ -278,6 +281,7 @@ func (w *slotWalk) place(e *store.SlotEvent) (ws, sched int64, ok bool, err erro
 			if w.cur, err = w.nextOpen(w.cur + w.size); err != nil {
 				return 0, 0, false, err
 			}
+			w.lim = w.cur + w.headroom*w.size
 			continue
 		}
 		ws = w.cur

@@ -122,10 +122,11 @@ AS $$ SELECT from_us + least(floor(j * (size - from_us)::float8)::bigint, size -
 -- sluice_slot_assign gives one event a slot in one round trip (seed 003's
 -- PL/SQL block): the idempotency check; phase 1, the requested window with
 -- its proportional capacity floor(max * remaining / size) and a jitter in
--- [elapsed, size); phase 2, from the first open window after it, up to
--- headroom windows, each with the full capacity and a uniform jitter. A
--- window another transaction holds is skipped, never waited on. status is
--- NEW, EXISTING or EXHAUSTED.
+-- [elapsed, size); phase 2, from the first open window after it, each with
+-- the full capacity and a uniform jitter. A window another transaction
+-- holds is skipped, never waited on; the search gives up (EXHAUSTED)
+-- headroom windows past the first such window. status is NEW, EXISTING or
+-- EXHAUSTED.
 CREATE FUNCTION sluice_slot_assign(
     cfg text, ver bigint, max_pw bigint, size bigint, headroom bigint,
     eid text, req bigint, jit float8,
@@ -154,11 +155,14 @@ BEGIN
         END IF;
     END IF;
     IF o_ws IS NULL THEN
+        -- The headroom counts from the first window found held by another
+        -- transaction (lim), or else from c: windows that turn out full
+        -- are jumped over through the index, never counted.
         c := sluice_slot_next_open(cfg, ws + size, size);
-        lim := c + headroom * size;
-        WHILE c < lim LOOP
+        WHILE c < coalesce(lim, c) + headroom * size LOOP
             cnt := sluice_slot_try(cfg, c);
             IF cnt < 0 THEN
+                lim := coalesce(lim, c);
                 c := c + size;
             ELSIF cnt >= max_pw THEN
                 c := sluice_slot_next_open(cfg, c + size, size);
@@ -214,7 +218,7 @@ DECLARE
     lost int[] := '{}';
     k int; i int; h int; np int;
     req bigint; ws bigint; el bigint; first_max bigint;
-    last_ws bigint := -1; s_lim bigint;
+    last_ws bigint := -1; s_lim bigint; pin bigint;
     cur bigint := -1; cur_h int;
     cnt bigint; placed boolean; n int;
 BEGIN
@@ -256,17 +260,22 @@ BEGIN
         END IF;
         CONTINUE WHEN placed;
         -- Phase 2: from the first open window after the requested one, up
-        -- to headroom windows past it.
+        -- to headroom windows past it. Every window before cur is full
+        -- unless another transaction held it: the first such window (pin)
+        -- is where a single assignment's search would start, so the
+        -- headroom counts from pin if there is one, else from cur.
         IF ws <> last_ws THEN
             last_ws := ws;
             s_lim := sluice_slot_next_open(cfg, ws + size, size);
+            pin := NULL;
             IF cur < s_lim THEN
                 cur := s_lim;
                 cur_h := NULL;
+            ELSIF s_lim < cur THEN
+                pin := s_lim;
             END IF;
-            s_lim := s_lim + headroom * size;
         END IF;
-        WHILE cur < s_lim LOOP
+        WHILE cur < coalesce(pin, cur) + headroom * size LOOP
             IF cur_h IS NULL THEN
                 cur_h := array_position(held_ws, cur);
                 IF cur_h IS NULL THEN
@@ -277,6 +286,7 @@ BEGIN
             END IF;
             cnt := held_cnt[cur_h];
             IF cnt < 0 THEN
+                pin := coalesce(pin, cur);
                 cur := cur + size;
                 cur_h := NULL;
             ELSIF cnt >= max_pw THEN
