@@ -427,7 +427,7 @@ func testConcurrent(t *testing.T, s store.SlotStore) {
 func testBatchBeyondHeadroom(t *testing.T, s store.SlotStore) {
 	ctx := context.Background()
 	c := put(t, s, "h", 1, time.Second, 3)
-	evs := events("h", 2500, T0, 9)
+	evs := events("h", 300, T0, 9)
 	res, err := s.AssignSlots(ctx, store.AssignSlotsParams{Config: c, Events: evs})
 	require.NoError(t, err)
 	for i, r := range res {
@@ -436,7 +436,7 @@ func testBatchBeyondHeadroom(t *testing.T, s store.SlotStore) {
 	}
 	for i := range 5 {
 		sl := assign(t, s, c, fmt.Sprint("h-single-", i), T0, 0.5)
-		require.Equal(t, T0.Add(time.Duration(2500+i)*time.Second), sl.WindowStart)
+		require.Equal(t, T0.Add(time.Duration(300+i)*time.Second), sl.WindowStart)
 	}
 	Verify(t, s)
 }
