@@ -36,12 +36,14 @@ type Slot = store.Slot
 type Result = store.SlotResult
 
 // Event is one event of a batch: its id and the earliest time it may run.
+// A plain value; the zero value is refused (no id, no time).
 type Event struct {
 	EventID       string
 	RequestedTime time.Time
 }
 
-// Config configures a Scheduler. Zero fields take the documented defaults.
+// Config configures a Scheduler. Zero fields take the documented defaults;
+// Store is required.
 type Config struct {
 	// Store keeps configs, counters and slots. Required.
 	Store store.SlotStore

@@ -52,7 +52,7 @@ const (
 )
 
 // SlotStatus says whether an assignment made a new slot or found the one
-// the event already had.
+// the event already had. The zero value is SlotNew.
 type SlotStatus uint8
 
 const (
@@ -73,7 +73,8 @@ func (s SlotStatus) String() string {
 	return fmt.Sprintf("slot_status(%d)", uint8(s))
 }
 
-// SlotConfig is one version of a named slot config. The zero value is not
+// SlotConfig is one version of a named slot config: a plain value, safe to
+// copy and to share read-only between goroutines. The zero value is not
 // valid; see Validate.
 type SlotConfig struct {
 	Name string
@@ -152,7 +153,8 @@ func FormatWindowSize(d time.Duration) string {
 	return isoduration.Format(d)
 }
 
-// SlotEvent is one event to schedule.
+// SlotEvent is one event to schedule: a plain value. The zero value is not
+// valid; see Check.
 type SlotEvent struct {
 	EventID string
 	// RequestedTime is the earliest time the event may be scheduled at.
@@ -203,7 +205,8 @@ type AssignSlotsParams struct {
 	Events []SlotEvent
 }
 
-// Slot is an event's assigned execution time.
+// Slot is an event's assigned execution time, in UTC: a plain value. The
+// zero value means no slot.
 type Slot struct {
 	EventID       string
 	ConfigName    string
@@ -215,14 +218,15 @@ type Slot struct {
 }
 
 // SlotResult is one event's outcome in a batch: a slot, or Err
-// (ErrExhausted) when no window within the headroom had room.
+// (ErrExhausted) when no window within the headroom had room. A plain
+// value.
 type SlotResult struct {
 	Slot Slot
 	Err  error
 }
 
-// SlotReport is what VerifySlots found. Problems is empty when every
-// invariant holds.
+// SlotReport is what VerifySlots found: a plain value. Problems is empty
+// when every invariant holds (as in the zero value).
 type SlotReport struct {
 	Configs  int64 // config names with at least one window
 	Windows  int64 // window counter rows
@@ -264,7 +268,7 @@ type SlotStore interface {
 	SlotWindows(ctx context.Context, name string, from, to time.Time, limit int) ([]SlotWindow, error)
 }
 
-// SlotWindow is one window's counter.
+// SlotWindow is one window's counter: a plain value.
 type SlotWindow struct {
 	Start  time.Time
 	Count  int64
@@ -272,7 +276,8 @@ type SlotWindow struct {
 }
 
 // SlotPlan is the arithmetic of one event's placement, the same on every
-// backend. Times are Unix microseconds.
+// backend (the PostgreSQL functions compute it in SQL, bit for bit). Times
+// are Unix microseconds. A plain value.
 type SlotPlan struct {
 	Requested   int64
 	WindowStart int64 // the requested window
