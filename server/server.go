@@ -64,6 +64,8 @@ type Server struct {
 	listing  []byte // the GET /v1/policies body, built once
 	handler  http.Handler
 	slots    *slot.Scheduler
+	// slotMetrics is set when slots is (slot.go).
+	slotMetrics *slotMetrics
 }
 
 // policyInfo is what the server precomputes for one policy.
@@ -133,6 +135,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if s.slots != nil {
+		if s.slotMetrics, err = newSlotMetrics(s.reg); err != nil {
+			return nil, err
+		}
+	}
 	s.handler = s.routes()
 	return s, nil
 }

@@ -123,7 +123,11 @@ func TestSlotBatchAndAdmin(t *testing.T) {
 		`{"eventId":"late","configName":"bulk","requestedTime":"2025-06-01T12:00:00Z"}`)
 	require.Equal(t, http.StatusUnprocessableEntity, rec.Code)
 	require.Contains(t, rec.Body.String(), server.TypeUnknownConfig)
-	require.Contains(t, b.metrics(t), `route="/api/v1/slots/batch"`)
+	m := b.metrics(t)
+	require.Contains(t, m, `route="/api/v1/slots/batch"`)
+	require.Contains(t, m, `sluice_slot_events_total{status="new"} 5`)
+	require.Contains(t, m, `sluice_slot_events_total{status="existing"} 1`)
+	require.Contains(t, m, `sluice_slot_store_duration_seconds_count{op="batch"} 1`)
 }
 
 func TestSlotBadInput(t *testing.T) {
