@@ -162,10 +162,22 @@ func derefInt(p *int64) int64 {
 	return *p
 }
 
+// slotRetryRounds is how many more times AssignSlots tries the events that
+// found no window within the headroom, after waiting slotRetryWait,
+// doubled each round: other transactions (another batch) held the windows
+// they needed, and once those commit their full windows are skipped.
+const (
+	slotRetryRounds = 5
+	slotRetryWait   = 25 * time.Millisecond
+)
+
 // AssignSlots implements store.SlotStore. Events are sorted by requested
 // time, repeated ids folded into their first occurrence, and sent in
 // chunks of up to 10,000 events, each one call of sluice_slot_assign_batch
-// (one round trip and one transaction).
+// (one round trip and one transaction). Events left ErrExhausted because
+// other transactions held the windows are tried again, up to
+// slotRetryRounds times with a growing wait, so that concurrent bulk loads
+// do not starve each other.
 func (s *Store) AssignSlots(ctx context.Context, p store.AssignSlotsParams) ([]store.SlotResult, error) {
 	if err := checkAssignConfig(&p.Config); err != nil {
 		return nil, err
@@ -175,6 +187,39 @@ func (s *Store) AssignSlots(ctx context.Context, p store.AssignSlotsParams) ([]s
 		return nil, err
 	}
 	out := make([]store.SlotResult, len(p.Events))
+	if err := s.assignChunks(ctx, &p, order, out); err != nil {
+		return nil, err
+	}
+	wait := slotRetryWait
+	for range slotRetryRounds {
+		var again []int // still sorted by requested time
+		for _, i := range order {
+			if errors.Is(out[i].Err, store.ErrExhausted) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		wait *= 2
+		if err := s.assignChunks(ctx, &p, again, out); err != nil {
+			return nil, err
+		}
+	}
+	store.FillRepeats(out, first)
+	return out, nil
+}
+
+// assignChunks assigns the events at indexes order (sorted by requested
+// time, no repeated ids) and sets their results in out.
+func (s *Store) assignChunks(ctx context.Context, p *store.AssignSlotsParams, order []int, out []store.SlotResult) error {
 	c := &p.Config
 	chunk := slotChunk(c.MaxPerWindow)
 	for start := 0; start < len(order); start += chunk {
@@ -225,11 +270,10 @@ func (s *Store) AssignSlots(ctx context.Context, p store.AssignSlotsParams) ([]s
 			return nil
 		}()
 		if err != nil {
-			return nil, wrap("assign slots", err)
+			return wrap("assign slots", err)
 		}
 	}
-	store.FillRepeats(out, first)
-	return out, nil
+	return nil
 }
 
 // GetSlot implements store.SlotStore.

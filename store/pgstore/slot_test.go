@@ -2,6 +2,9 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,4 +60,37 @@ func TestSlotLockedWindowsSkipped(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, t0, sl.WindowStart)
 	slottest.Verify(t, b.store)
+}
+
+// TestSlotConcurrentBatches: two bulk loads of one instant at once. Each
+// transaction holds many windows, so the other's search finds them held
+// and runs out of headroom; the retry rounds let every event through once
+// the holder commits.
+func TestSlotConcurrentBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxConns: 4})
+	ctx := context.Background()
+	c, err := b.store.PutSlotConfig(ctx, store.SlotConfig{Name: "cb", MaxPerWindow: 10, WindowSize: time.Second, Headroom: 5})
+	require.NoError(t, err)
+	const n = 3000
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for g := range 2 {
+		wg.Go(func() {
+			evs := make([]store.SlotEvent, n)
+			for i := range evs {
+				evs[i] = store.SlotEvent{EventID: fmt.Sprintf("cb%d-%d", g, i), RequestedTime: slottest.T0, Jitter: 0.5}
+			}
+			res, err := b.store.AssignSlots(ctx, store.AssignSlotsParams{Config: c, Events: evs})
+			errs[g] = err
+			for _, r := range res {
+				errs[g] = errors.Join(errs[g], r.Err)
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	rep := slottest.Verify(t, b.store)
+	require.Equal(t, int64(2*n), rep.Slots)
 }
