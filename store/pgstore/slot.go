@@ -162,10 +162,12 @@ func derefInt(p *int64) int64 {
 	return *p
 }
 
-// slotRetryRounds is how many more times AssignSlots tries the events that
-// found no window within the headroom, after waiting slotRetryWait,
-// doubled each round: other transactions (another batch) held the windows
-// they needed, and once those commit their full windows are skipped.
+// slotRetryRounds is how many rounds in a row without progress AssignSlots
+// tries the events that found no window within the headroom, waiting
+// slotRetryWait, doubled each such round: other transactions (another
+// batch) held the windows they needed, and once those commit their full
+// windows are skipped. A round that places some events starts the count
+// and the wait afresh.
 const (
 	slotRetryRounds = 5
 	slotRetryWait   = 25 * time.Millisecond
@@ -175,9 +177,8 @@ const (
 // time, repeated ids folded into their first occurrence, and sent in
 // chunks of up to 10,000 events, each one call of sluice_slot_assign_batch
 // (one round trip and one transaction). Events left ErrExhausted because
-// other transactions held the windows are tried again, up to
-// slotRetryRounds times with a growing wait, so that concurrent bulk loads
-// do not starve each other.
+// other transactions held the windows are tried again (see
+// slotRetryRounds), so that concurrent bulk loads do not starve each other.
 func (s *Store) AssignSlots(ctx context.Context, p store.AssignSlotsParams) ([]store.SlotResult, error) {
 	if err := checkAssignConfig(&p.Config); err != nil {
 		return nil, err
@@ -190,17 +191,9 @@ func (s *Store) AssignSlots(ctx context.Context, p store.AssignSlotsParams) ([]s
 	if err := s.assignChunks(ctx, &p, order, out); err != nil {
 		return nil, err
 	}
+	again := exhausted(order, out)
 	wait := slotRetryWait
-	for range slotRetryRounds {
-		var again []int // still sorted by requested time
-		for _, i := range order {
-			if errors.Is(out[i].Err, store.ErrExhausted) {
-				again = append(again, i)
-			}
-		}
-		if len(again) == 0 {
-			break
-		}
+	for idle := 0; len(again) > 0 && idle < slotRetryRounds; {
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -208,13 +201,31 @@ func (s *Store) AssignSlots(ctx context.Context, p store.AssignSlotsParams) ([]s
 			return nil, ctx.Err()
 		case <-t.C:
 		}
-		wait *= 2
 		if err := s.assignChunks(ctx, &p, again, out); err != nil {
 			return nil, err
 		}
+		left := exhausted(again, out)
+		if len(left) < len(again) {
+			idle, wait = 0, slotRetryWait
+		} else {
+			idle, wait = idle+1, 2*wait
+		}
+		again = left
 	}
 	store.FillRepeats(out, first)
 	return out, nil
+}
+
+// exhausted returns the indexes of order whose result is ErrExhausted, in
+// order.
+func exhausted(order []int, out []store.SlotResult) []int {
+	var left []int
+	for _, i := range order {
+		if errors.Is(out[i].Err, store.ErrExhausted) {
+			left = append(left, i)
+		}
+	}
+	return left
 }
 
 // assignChunks assigns the events at indexes order (sorted by requested
