@@ -34,7 +34,7 @@ const (
 const (
 	routeSlots          = "/api/v1/slots"
 	routeSlotsBatch     = "/api/v1/slots/batch"
-	routeSlot           = "/api/v1/slots/{eventId}"
+	routeSlot           = "/api/v1/slots/{eventId...}"
 	routeSlotConfig     = "/admin/rate-limit/config"
 	routeSlotConfigName = "/admin/rate-limit/config/{name}"
 	routeSlotDeactivate = "/admin/rate-limit/config/{name}/deactivate"

@@ -84,6 +84,14 @@ func TestSlotSeedVerification(t *testing.T) {
 	rec = b.do(t, http.MethodGet, "/admin/rate-limit/config/default", "", "")
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.Contains(t, rec.Body.String(), `"windowSize":"PT4S"`)
+
+	// Ids with slashes and escapes read back too.
+	rec = b.do(t, http.MethodPost, "/api/v1/slots", "application/json",
+		`{"eventId":"feed/7 #1","configName":"default","requestedTime":"2025-06-01T12:00:00Z"}`)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	rec = b.do(t, http.MethodGet, "/api/v1/slots/feed/7%20%231", "", "")
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Contains(t, rec.Body.String(), `"eventId":"feed/7 #1"`)
 }
 
 func TestSlotBatchAndAdmin(t *testing.T) {
