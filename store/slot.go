@@ -127,6 +127,18 @@ func (c *SlotConfig) Validate() error {
 	return nil
 }
 
+// CheckStored reports whether the config is valid and is a stored version
+// (Version set), as assignments need.
+func (c *SlotConfig) CheckStored() error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.Version < 1 {
+		return fmt.Errorf("%w %q: version must be set (a stored config)", ErrInvalidSlotConfig, c.Name)
+	}
+	return nil
+}
+
 // ParseWindowSize parses an ISO-8601 duration such as PT4S, PT1M or P1D.
 // Years, months and weeks are refused: they have no fixed length.
 func ParseWindowSize(s string) (time.Duration, error) {

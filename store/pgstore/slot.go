@@ -88,17 +88,6 @@ func (s *Store) DeactivateSlotConfig(ctx context.Context, name string) error {
 	return nil
 }
 
-// checkAssignConfig checks the config an assignment runs under.
-func checkAssignConfig(c *store.SlotConfig) error {
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	if c.Version < 1 {
-		return fmt.Errorf("%w %q: version must be set (a stored config)", store.ErrInvalidSlotConfig, c.Name)
-	}
-	return nil
-}
-
 func slotFrom(eventID, status, cfg string, ver int64, req, ws, sched *int64) (store.Slot, error) {
 	sl := store.Slot{EventID: eventID, ConfigName: cfg, ConfigVersion: ver}
 	switch status {
@@ -123,7 +112,7 @@ func slotFrom(eventID, status, cfg string, ver int64, req, ws, sched *int64) (st
 // AssignSlot implements store.SlotStore in one round trip: one call of the
 // sluice_slot_assign function (migration slots).
 func (s *Store) AssignSlot(ctx context.Context, p store.AssignSlotParams) (store.Slot, error) {
-	if err := checkAssignConfig(&p.Config); err != nil {
+	if err := p.Config.CheckStored(); err != nil {
 		return store.Slot{}, err
 	}
 	if err := p.Event.Check(); err != nil {
@@ -180,7 +169,7 @@ const (
 // other transactions held the windows are tried again (see
 // slotRetryRounds), so that concurrent bulk loads do not starve each other.
 func (s *Store) AssignSlots(ctx context.Context, p store.AssignSlotsParams) ([]store.SlotResult, error) {
-	if err := checkAssignConfig(&p.Config); err != nil {
+	if err := p.Config.CheckStored(); err != nil {
 		return nil, err
 	}
 	order, first, err := store.SlotBatchOrder(p.Events)

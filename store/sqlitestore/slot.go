@@ -150,16 +150,6 @@ func (s *Store) DeactivateSlotConfig(ctx context.Context, name string) error {
 	return nil
 }
 
-func checkAssignConfig(c *store.SlotConfig) error {
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	if c.Version < 1 {
-		return fmt.Errorf("%w %q: version must be set (a stored config)", store.ErrInvalidSlotConfig, c.Name)
-	}
-	return nil
-}
-
 // slotWalk places events of one config inside one transaction, as the
 // PostgreSQL functions do: phase 1 in the requested window with its
 // proportional capacity, phase 2 from the first open window after it, up
@@ -347,7 +337,7 @@ func (s *Store) AssignSlots(ctx context.Context, p store.AssignSlotsParams) ([]s
 }
 
 func (s *Store) assign(ctx context.Context, cfg *store.SlotConfig, events []store.SlotEvent, single bool) ([]store.SlotResult, error) {
-	if err := checkAssignConfig(cfg); err != nil {
+	if err := cfg.CheckStored(); err != nil {
 		return nil, err
 	}
 	var (
