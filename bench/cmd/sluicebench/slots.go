@@ -49,6 +49,7 @@ var slotCases = []slotCase{
 	{"slots/sqlite/batch", "SQLite: AssignBatch, 500K events for one instant, 100 per PT4S"},
 	{"slots/http/postgres-32", "HTTP POST /api/v1/slots over PostgreSQL, 32 connections"},
 	{"slots/http/sqlite-32", "HTTP POST /api/v1/slots over SQLite, 32 connections"},
+	{"slots/http/postgres-batch-32", "HTTP POST /api/v1/slots/batch of 100 events over PostgreSQL, 32 connections"},
 }
 
 type slotsOpts struct {
@@ -220,14 +221,21 @@ func runSlotCase(ctx context.Context, c slotCase, o slotsOpts) (string, error) {
 			return "", err
 		}
 		defer env.close()
-		return slotsHTTP(ctx, env, 32, o.duration)
+		return slotsHTTP(ctx, env, 32, 1, o.duration)
+	case "slots/http/postgres-batch-32":
+		env, err := pgSlotEnv(ctx, o.pgURL, 32)
+		if err != nil {
+			return "", err
+		}
+		defer env.close()
+		return slotsHTTP(ctx, env, 32, 100, o.duration)
 	case "slots/http/sqlite-32":
 		env, err := sqliteSlotEnv(ctx)
 		if err != nil {
 			return "", err
 		}
 		defer env.close()
-		return slotsHTTP(ctx, env, 32, o.duration)
+		return slotsHTTP(ctx, env, 32, 1, o.duration)
 	}
 	return "", fmt.Errorf("unknown case %s", c.id)
 }
@@ -326,8 +334,9 @@ func slotsSingle(ctx context.Context, env *slotEnv, workers int, d time.Duration
 }
 
 // slotsHTTP serves the slot API on loopback and drives POST /api/v1/slots
-// from conns goroutines, one connection each, for d.
-func slotsHTTP(ctx context.Context, env *slotEnv, conns int, d time.Duration) (string, error) {
+// (batch 1) or POST /api/v1/slots/batch with batch events per request from
+// conns goroutines, one connection each, for d.
+func slotsHTTP(ctx context.Context, env *slotEnv, conns, batch int, d time.Duration) (string, error) {
 	lim, err := limiter.New(limiter.Config{Policies: []limiter.Policy{{Name: "p", Rate: 1, Period: time.Second}}})
 	if err != nil {
 		return "", err
@@ -344,6 +353,11 @@ func slotsHTTP(ctx context.Context, env *slotEnv, conns int, d time.Duration) (s
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 	url := "http://" + ln.Addr().String() + "/api/v1/slots"
+	want := http.StatusCreated
+	if batch > 1 {
+		url += "/batch"
+		want = http.StatusOK
+	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}, Timeout: 30 * time.Second}
 	var n, bad atomic.Int64
 	var firstErr atomic.Value
@@ -355,6 +369,16 @@ func slotsHTTP(ctx context.Context, env *slotEnv, conns int, d time.Duration) (s
 		wg.Go(func() {
 			for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 				body := fmt.Appendf(nil, `{"eventId":"h%d-%d","configName":"default","requestedTime":"2025-06-01T12:00:00Z"}`, g, i)
+				if batch > 1 {
+					body = append(body[:0], `{"configName":"default","events":[`...)
+					for k := range batch {
+						if k > 0 {
+							body = append(body, ',')
+						}
+						body = fmt.Appendf(body, `{"eventId":"h%d-%d-%d","requestedTime":"2025-06-01T12:00:00Z"}`, g, i, k)
+					}
+					body = append(body, "]}"...)
+				}
 				t0 := time.Now()
 				resp, err := client.Post(url, "application/json", bytes.NewReader(body))
 				if err != nil {
@@ -364,13 +388,13 @@ func slotsHTTP(ctx context.Context, env *slotEnv, conns int, d time.Duration) (s
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				_ = resp.Body.Close()
-				if resp.StatusCode != http.StatusCreated {
+				if resp.StatusCode != want {
 					bad.Add(1)
 					firstErr.CompareAndSwap(nil, "status "+resp.Status)
 					continue
 				}
 				lat[g] = append(lat[g], time.Since(t0))
-				n.Add(1)
+				n.Add(int64(batch))
 			}
 		})
 	}
@@ -391,7 +415,7 @@ func slotsHTTP(ctx context.Context, env *slotEnv, conns int, d time.Duration) (s
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%d events in %s = %.0f events/s, p50 %s p99 %s; %s", n.Load(), el.Round(time.Millisecond),
+	return fmt.Sprintf("%d events in %s = %.0f events/s, p50 %s p99 %s per request; %s", n.Load(), el.Round(time.Millisecond),
 		float64(n.Load())/el.Seconds(), p(0.5), p(0.99), v), nil
 }
 
