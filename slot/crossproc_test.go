@@ -21,6 +21,7 @@ import (
 	"github.com/sluicerl/sluice/internal/testenv"
 	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/memstore"
 	"github.com/sluicerl/sluice/store/pgstore"
 	"github.com/sluicerl/sluice/store/sqlitestore"
 )
@@ -219,7 +220,7 @@ func crossProcess(t *testing.T, backend, url string) {
 	require.Equal(t, want, total)
 }
 
-// TestBackendsAgree: PostgreSQL and SQLite place the same events with the
+// TestBackendsAgree: PostgreSQL, SQLite and memory place the same events with the
 // same jitter in exactly the same slots (singles and batches mixed, several
 // requested times, repeats).
 func TestBackendsAgree(t *testing.T) {
@@ -251,7 +252,7 @@ func TestBackendsAgree(t *testing.T) {
 	defer closeLite()
 
 	var schs []*slot.Scheduler
-	for _, st := range []store.SlotStore{pg, lite} {
+	for _, st := range []store.SlotStore{pg, lite, memstore.NewSlots(nil)} {
 		s, err := slot.New(slot.Config{Store: st, Jitter: seeded(99)})
 		require.NoError(t, err)
 		_, err = s.PutConfig(ctx, store.SlotConfig{Name: "a", MaxPerWindow: 5, WindowSize: 1500 * time.Millisecond, Headroom: 10})
@@ -266,21 +267,23 @@ func TestBackendsAgree(t *testing.T) {
 			for i := range evs {
 				evs[i] = slot.Event{EventID: fmt.Sprint("e", rng.IntN(400)), RequestedTime: at()}
 			}
-			var got [2][]slot.Result
+			var got [3][]slot.Result
 			for k, s := range schs {
 				got[k], err = s.AssignBatch(ctx, "a", evs)
 				require.NoError(t, err)
 			}
 			require.Equal(t, got[0], got[1], "round %d", round)
+			require.Equal(t, got[0], got[2], "round %d", round)
 			continue
 		}
 		id, when := fmt.Sprint("e", rng.IntN(400)), at()
-		var got [2]slot.Slot
+		var got [3]slot.Slot
 		for k, s := range schs {
 			got[k], err = s.Assign(ctx, id, "a", when)
 			require.NoError(t, err)
 		}
 		require.Equal(t, got[0], got[1], "round %d", round)
+		require.Equal(t, got[0], got[2], "round %d", round)
 	}
 	for _, s := range schs {
 		rep, err := s.Verify(ctx)

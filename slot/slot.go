@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicerl/sluice/clock"
 	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/memstore"
 )
 
 // Defaults for the zero fields of Config.
@@ -42,10 +43,11 @@ type Event struct {
 	RequestedTime time.Time
 }
 
-// Config configures a Scheduler. Zero fields take the documented defaults;
-// Store is required.
+// Config configures a Scheduler. Zero fields take the documented defaults.
 type Config struct {
-	// Store keeps configs, counters and slots. Required.
+	// Store keeps configs, counters and slots. Nil means an in-memory
+	// store (store/memstore.Slots): one process, nothing kept across a
+	// restart.
 	Store store.SlotStore
 	// Clock times the config cache. Nil means the real clock.
 	Clock clock.Clock
@@ -82,7 +84,7 @@ type cached struct {
 // New returns a Scheduler for cfg.
 func New(cfg Config) (*Scheduler, error) {
 	if cfg.Store == nil {
-		return nil, errors.New("slot: config: Store is required")
+		cfg.Store = memstore.NewSlots(cfg.Clock)
 	}
 	if cfg.MaxBatch < 0 {
 		return nil, fmt.Errorf("slot: config: MaxBatch must be >= 0, got %d", cfg.MaxBatch)

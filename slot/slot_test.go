@@ -40,10 +40,20 @@ var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	_, err := slot.New(slot.Config{})
-	require.ErrorContains(t, err, "Store is required")
-	_, err = slot.New(slot.Config{Store: newStore(t), MaxBatch: -1})
+	_, err := slot.New(slot.Config{Store: newStore(t), MaxBatch: -1})
 	require.ErrorContains(t, err, "MaxBatch")
+	// No store: in memory.
+	s, err := slot.New(slot.Config{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = s.PutConfig(ctx, store.SlotConfig{Name: "m", MaxPerWindow: 1, WindowSize: time.Second})
+	require.NoError(t, err)
+	a, err := s.Assign(ctx, "e1", "m", t0)
+	require.NoError(t, err)
+	b, err := s.Assign(ctx, "e2", "m", t0)
+	require.NoError(t, err)
+	require.Equal(t, t0.Add(time.Second), b.WindowStart)
+	require.Equal(t, t0, a.WindowStart)
 }
 
 func TestConfigCache(t *testing.T) {
