@@ -96,3 +96,18 @@ func TestSlotConcurrentBatches(t *testing.T) {
 	rep := slottest.Verify(t, b.store)
 	require.Equal(t, int64(loads*n), rep.Slots)
 }
+
+// TestSlotNeedsReadCommitted: under a stronger isolation the count read
+// after a window's lock could be stale, so the functions refuse to run.
+func TestSlotNeedsReadCommitted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT * FROM sluice_slot_assign('x', 1, 10, 1000000, 100, 'e', 0, 0.5)")
+	require.ErrorContains(t, err, "assignments need READ COMMITTED isolation, not repeatable read")
+}

@@ -50,6 +50,20 @@ CREATE FUNCTION sluice_slot_lock(cfg text, ws bigint) RETURNS boolean
 LANGUAGE sql VOLATILE
 AS $$ SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema() || ' slot ' || cfg, ws)) $$;
 
+-- sluice_slot_check_isolation refuses to assign outside READ COMMITTED:
+-- the count read right after taking a window's lock must see the previous
+-- holder's commit, which a snapshot older than the lock would not.
+CREATE FUNCTION sluice_slot_check_isolation() RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'sluice slots: assignments need READ COMMITTED isolation, not %',
+            current_setting('transaction_isolation') USING ERRCODE = 'SL002';
+    END IF;
+END
+$$;
+
 -- sluice_slot_try locks window ws and returns its count, creating its row
 -- if needed; -1 when another transaction holds the window.
 CREATE FUNCTION sluice_slot_try(cfg text, ws bigint) RETURNS bigint
@@ -136,6 +150,7 @@ AS $$
 DECLARE
     ws bigint; el bigint; first_max bigint; c bigint; lim bigint; cnt bigint; n int;
 BEGIN
+    PERFORM sluice_slot_check_isolation();
     SELECT s.config_name, s.config_version, s.requested_at, s.window_start, s.scheduled_at
     INTO o_cfg, o_ver, o_req, o_ws, o_sched
     FROM sluice_slots s WHERE s.event_id = eid;
@@ -222,6 +237,7 @@ DECLARE
     cur bigint := -1; cur_h int;
     cnt bigint; placed boolean; n int;
 BEGIN
+    PERFORM sluice_slot_check_isolation();
     RETURN QUERY
     SELECT u.ord::int, 'EXISTING'::text, s.config_name, s.config_version, s.requested_at, s.window_start, s.scheduled_at
     FROM unnest(eids) WITH ORDINALITY AS u(id, ord)
