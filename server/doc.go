@@ -14,6 +14,12 @@
 //	GET  /healthz       {"status":"ok"}
 //	GET  /metrics       Prometheus metrics
 //
+// With Config.Slots, also the slot API of seed 003 (see slot.go): POST
+// /api/v1/slots, POST /api/v1/slots/batch, GET /api/v1/slots/{eventId},
+// POST /admin/rate-limit/config, GET /admin/rate-limit/config/{name}, POST
+// /admin/rate-limit/config/{name}/deactivate, POST
+// /admin/rate-limit/cache/flush.
+//
 // A single take is {"policy":"api","key":"user-42","cost":1}: cost is a
 // whole number from 0 to 2^53, 1 when omitted (or null), and 0 peeks without
 // taking. The answer is

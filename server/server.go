@@ -65,6 +65,8 @@ type Server struct {
 	handler  http.Handler
 	slots    *slot.Scheduler
 	leaseOps *prometheus.CounterVec // lease.go
+	// slotMetrics is set when slots is (slot.go).
+	slotMetrics *slotMetrics
 }
 
 // policyInfo is what the server precomputes for one policy.
@@ -136,6 +138,11 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = m
 	if err := s.registerLeaseMetrics(); err != nil {
 		return nil, err
+	}
+	if s.slots != nil {
+		if s.slotMetrics, err = newSlotMetrics(s.reg); err != nil {
+			return nil, err
+		}
 	}
 	s.handler = s.routes()
 	return s, nil

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store"
 )
@@ -32,12 +34,42 @@ const (
 const (
 	routeSlots          = "/api/v1/slots"
 	routeSlotsBatch     = "/api/v1/slots/batch"
-	routeSlot           = "/api/v1/slots/{eventId}"
+	routeSlot           = "/api/v1/slots/{eventId...}"
 	routeSlotConfig     = "/admin/rate-limit/config"
 	routeSlotConfigName = "/admin/rate-limit/config/{name}"
 	routeSlotDeactivate = "/admin/rate-limit/config/{name}/deactivate"
 	routeSlotFlush      = "/admin/rate-limit/cache/flush"
 )
+
+// slotMetrics count slot assignments. Labels are fixed words, never config
+// names or event ids.
+type slotMetrics struct {
+	events   *prometheus.CounterVec   // status: new, existing, exhausted
+	duration *prometheus.HistogramVec // op: assign, batch
+}
+
+func newSlotMetrics(reg prometheus.Registerer) (*slotMetrics, error) {
+	m := &slotMetrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_slot_events_total",
+			Help: "Events the slot API answered, by status: new (a slot was made), existing (the event had one), exhausted (no window within the headroom).",
+		}, []string{"status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_slot_store_duration_seconds",
+			Help:    "Time the slot store took per call, by op (assign: one event, batch: many).",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10),
+		}, []string{"op"}),
+	}
+	for _, c := range []prometheus.Collector{m.events, m.duration} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("server: register slot metrics: %w", err)
+		}
+	}
+	for _, st := range []string{"new", "existing", "exhausted"} {
+		m.events.WithLabelValues(st)
+	}
+	return m, nil
+}
 
 // slotRoute is one slot endpoint: one method per path.
 type slotRoute struct {
@@ -224,7 +256,17 @@ func (s *Server) assignSlot(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, invalid(errs))
 		return
 	}
+	start := time.Now()
 	sl, err := s.slots.Assign(r.Context(), body.EventID, body.ConfigName, at)
+	s.slotMetrics.duration.WithLabelValues("assign").Observe(time.Since(start).Seconds())
+	switch {
+	case err == nil && sl.Status == store.SlotNew:
+		s.slotMetrics.events.WithLabelValues("new").Inc()
+	case err == nil:
+		s.slotMetrics.events.WithLabelValues("existing").Inc()
+	case errors.Is(err, store.ErrExhausted):
+		s.slotMetrics.events.WithLabelValues("exhausted").Inc()
+	}
 	if err != nil {
 		s.slotError(w, err, body.ConfigName)
 		return
@@ -297,7 +339,9 @@ func (s *Server) assignSlots(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, invalid(errs))
 		return
 	}
+	start := time.Now()
 	res, err := s.slots.AssignBatch(r.Context(), body.ConfigName, events)
+	s.slotMetrics.duration.WithLabelValues("batch").Observe(time.Since(start).Seconds())
 	if err != nil {
 		s.slotError(w, err, body.ConfigName)
 		return
@@ -316,6 +360,9 @@ func (s *Server) assignSlots(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Results[i] = toSlotJSON(rs.Slot)
 	}
+	s.slotMetrics.events.WithLabelValues("new").Add(float64(out.Assigned))
+	s.slotMetrics.events.WithLabelValues("existing").Add(float64(out.Existing))
+	s.slotMetrics.events.WithLabelValues("exhausted").Add(float64(out.Exhausted))
 	writeJSON(w, http.StatusOK, contentJSON, out)
 }
 

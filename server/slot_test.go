@@ -84,6 +84,14 @@ func TestSlotSeedVerification(t *testing.T) {
 	rec = b.do(t, http.MethodGet, "/admin/rate-limit/config/default", "", "")
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.Contains(t, rec.Body.String(), `"windowSize":"PT4S"`)
+
+	// Ids with slashes and escapes read back too.
+	rec = b.do(t, http.MethodPost, "/api/v1/slots", "application/json",
+		`{"eventId":"feed/7 #1","configName":"default","requestedTime":"2025-06-01T12:00:00Z"}`)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	rec = b.do(t, http.MethodGet, "/api/v1/slots/feed/7%20%231", "", "")
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Contains(t, rec.Body.String(), `"eventId":"feed/7 #1"`)
 }
 
 func TestSlotBatchAndAdmin(t *testing.T) {
@@ -123,7 +131,11 @@ func TestSlotBatchAndAdmin(t *testing.T) {
 		`{"eventId":"late","configName":"bulk","requestedTime":"2025-06-01T12:00:00Z"}`)
 	require.Equal(t, http.StatusUnprocessableEntity, rec.Code)
 	require.Contains(t, rec.Body.String(), server.TypeUnknownConfig)
-	require.Contains(t, b.metrics(t), `route="/api/v1/slots/batch"`)
+	m := b.metrics(t)
+	require.Contains(t, m, `route="/api/v1/slots/batch"`)
+	require.Contains(t, m, `sluice_slot_events_total{status="new"} 5`)
+	require.Contains(t, m, `sluice_slot_events_total{status="existing"} 1`)
+	require.Contains(t, m, `sluice_slot_store_duration_seconds_count{op="batch"} 1`)
 }
 
 func TestSlotBadInput(t *testing.T) {

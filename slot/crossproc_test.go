@@ -21,6 +21,7 @@ import (
 	"github.com/sluicerl/sluice/internal/testenv"
 	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/memstore"
 	"github.com/sluicerl/sluice/store/pgstore"
 	"github.com/sluicerl/sluice/store/sqlitestore"
 )
@@ -217,4 +218,76 @@ func crossProcess(t *testing.T, backend, url string) {
 		total += w.Count
 	}
 	require.Equal(t, want, total)
+}
+
+// TestBackendsAgree: PostgreSQL, SQLite and memory place the same events with the
+// same jitter in exactly the same slots (singles and batches mixed, several
+// requested times, repeats).
+func TestBackendsAgree(t *testing.T) {
+	t.Parallel()
+	url := testenv.PostgresURL()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		testenv.Unreachable(t, "PostgreSQL at "+url, err)
+	}
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	schema := fmt.Sprintf("slot_agree_%016x", rand.Uint64())
+	_, err = conn.Exec(ctx, "CREATE SCHEMA "+schema)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") })
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pgstore.Migrate(ctx, pool)
+	require.NoError(t, err)
+	pg, err := pgstore.New(pool, pgstore.Config{})
+	require.NoError(t, err)
+	lite, closeLite, err := openStore(ctx, "sqlite", filepath.Join(t.TempDir(), "agree.db"))
+	require.NoError(t, err)
+	defer closeLite()
+
+	var schs []*slot.Scheduler
+	for _, st := range []store.SlotStore{pg, lite, memstore.NewSlots(nil)} {
+		s, err := slot.New(slot.Config{Store: st, Jitter: seeded(99)})
+		require.NoError(t, err)
+		_, err = s.PutConfig(ctx, store.SlotConfig{Name: "a", MaxPerWindow: 5, WindowSize: 1500 * time.Millisecond, Headroom: 10})
+		require.NoError(t, err)
+		schs = append(schs, s)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	at := func() time.Time { return cpAt.Add(time.Duration(rng.IntN(20_000_000)) * time.Microsecond) }
+	for round := range 60 {
+		if round%3 == 0 {
+			evs := make([]slot.Event, 40)
+			for i := range evs {
+				evs[i] = slot.Event{EventID: fmt.Sprint("e", rng.IntN(400)), RequestedTime: at()}
+			}
+			var got [3][]slot.Result
+			for k, s := range schs {
+				got[k], err = s.AssignBatch(ctx, "a", evs)
+				require.NoError(t, err)
+			}
+			require.Equal(t, got[0], got[1], "round %d", round)
+			require.Equal(t, got[0], got[2], "round %d", round)
+			continue
+		}
+		id, when := fmt.Sprint("e", rng.IntN(400)), at()
+		var got [3]slot.Slot
+		for k, s := range schs {
+			got[k], err = s.Assign(ctx, id, "a", when)
+			require.NoError(t, err)
+		}
+		require.Equal(t, got[0], got[1], "round %d", round)
+		require.Equal(t, got[0], got[2], "round %d", round)
+	}
+	for _, s := range schs {
+		rep, err := s.Verify(ctx)
+		require.NoError(t, err)
+		require.Empty(t, rep.Problems)
+	}
 }

@@ -3,7 +3,8 @@
 // holds more than MaxPerWindow events, at or after the time it asked for.
 //
 // A Scheduler works over a store.SlotStore (store/pgstore to share the
-// schedule between processes, store/sqlitestore embedded). It adds what the
+// schedule between processes, store/sqlitestore embedded and durable,
+// store/memstore in memory by default). It adds what the
 // store leaves to its caller: named, versioned configs cached for a few
 // seconds (with an explicit Flush, as the seed's admin API needs), the
 // jitter that places events inside their windows, and the batch limits.

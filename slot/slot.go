@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicerl/sluice/clock"
 	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/memstore"
 )
 
 // Defaults for the zero fields of Config.
@@ -36,6 +37,7 @@ type Slot = store.Slot
 type Result = store.SlotResult
 
 // Event is one event of a batch: its id and the earliest time it may run.
+// A plain value; the zero value is refused (no id, no time).
 type Event struct {
 	EventID       string
 	RequestedTime time.Time
@@ -43,7 +45,9 @@ type Event struct {
 
 // Config configures a Scheduler. Zero fields take the documented defaults.
 type Config struct {
-	// Store keeps configs, counters and slots. Required.
+	// Store keeps configs, counters and slots. Nil means an in-memory
+	// store (store/memstore.Slots): one process, nothing kept across a
+	// restart.
 	Store store.SlotStore
 	// Clock times the config cache. Nil means the real clock.
 	Clock clock.Clock
@@ -80,7 +84,7 @@ type cached struct {
 // New returns a Scheduler for cfg.
 func New(cfg Config) (*Scheduler, error) {
 	if cfg.Store == nil {
-		return nil, errors.New("slot: config: Store is required")
+		cfg.Store = memstore.NewSlots(cfg.Clock)
 	}
 	if cfg.MaxBatch < 0 {
 		return nil, fmt.Errorf("slot: config: MaxBatch must be >= 0, got %d", cfg.MaxBatch)

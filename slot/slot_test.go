@@ -40,10 +40,20 @@ var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	_, err := slot.New(slot.Config{})
-	require.ErrorContains(t, err, "Store is required")
-	_, err = slot.New(slot.Config{Store: newStore(t), MaxBatch: -1})
+	_, err := slot.New(slot.Config{Store: newStore(t), MaxBatch: -1})
 	require.ErrorContains(t, err, "MaxBatch")
+	// No store: in memory.
+	s, err := slot.New(slot.Config{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = s.PutConfig(ctx, store.SlotConfig{Name: "m", MaxPerWindow: 1, WindowSize: time.Second})
+	require.NoError(t, err)
+	a, err := s.Assign(ctx, "e1", "m", t0)
+	require.NoError(t, err)
+	b, err := s.Assign(ctx, "e2", "m", t0)
+	require.NoError(t, err)
+	require.Equal(t, t0.Add(time.Second), b.WindowStart)
+	require.Equal(t, t0, a.WindowStart)
 }
 
 func TestConfigCache(t *testing.T) {
@@ -142,4 +152,61 @@ func TestAssignBatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, rep.Problems)
 	require.Equal(t, int64(500), rep.Slots)
+}
+
+// TestJitterIsUniform: with a uniform jitter source, scheduled times spread
+// evenly over the window (a chi-square test on 10 buckets, 9 degrees of
+// freedom, below 27.88, its 0.1% critical value), and in the requested
+// window only over its remaining part.
+func TestJitterIsUniform(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := slot.New(slot.Config{Jitter: seeded(7), MaxBatch: 10_000})
+	require.NoError(t, err)
+	const n = 10_000
+	_, err = s.PutConfig(ctx, store.SlotConfig{Name: "u", MaxPerWindow: n, WindowSize: 10 * time.Second})
+	require.NoError(t, err)
+	// Asked for 5 s into the window: n/2 fit there, in [5s, 10s); the
+	// other half fill the next window, over all of it.
+	req := t0.Add(5 * time.Second)
+	evs := make([]slot.Event, n)
+	for i := range evs {
+		evs[i] = slot.Event{EventID: fmt.Sprint("u", i), RequestedTime: req}
+	}
+	res, err := s.AssignBatch(ctx, "u", evs)
+	require.NoError(t, err)
+	var first, second [10]int
+	for _, r := range res {
+		require.NoError(t, r.Err)
+		off := r.Slot.ScheduledTime.Sub(r.Slot.WindowStart)
+		switch r.Slot.WindowStart {
+		case t0:
+			require.GreaterOrEqual(t, off, 5*time.Second)
+			first[(off-5*time.Second)/(500*time.Millisecond)]++
+		case t0.Add(10 * time.Second):
+			second[off/time.Second]++
+		default:
+			t.Fatalf("window %s", r.Slot.WindowStart)
+		}
+	}
+	chi2 := func(b [10]int) float64 {
+		var x float64
+		for _, o := range b {
+			d := float64(o) - n/2/10
+			x += d * d / (n / 2 / 10)
+		}
+		return x
+	}
+	require.Less(t, chi2(first), 27.88, "first window: %v", first)
+	require.Less(t, chi2(second), 27.88, "second window: %v", second)
+	require.Equal(t, n/2, sum(first[:]))
+	require.Equal(t, n/2, sum(second[:]))
+}
+
+func sum(xs []int) int {
+	t := 0
+	for _, x := range xs {
+		t += x
+	}
+	return t
 }

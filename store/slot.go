@@ -52,7 +52,7 @@ const (
 )
 
 // SlotStatus says whether an assignment made a new slot or found the one
-// the event already had.
+// the event already had. The zero value is SlotNew.
 type SlotStatus uint8
 
 const (
@@ -73,7 +73,8 @@ func (s SlotStatus) String() string {
 	return fmt.Sprintf("slot_status(%d)", uint8(s))
 }
 
-// SlotConfig is one version of a named slot config. The zero value is not
+// SlotConfig is one version of a named slot config: a plain value, safe to
+// copy and to share read-only between goroutines. The zero value is not
 // valid; see Validate.
 type SlotConfig struct {
 	Name string
@@ -86,9 +87,10 @@ type SlotConfig struct {
 	// WindowSize is the window length: whole microseconds, from 1ms to
 	// MaxSlotWindow. Windows start at multiples of it from the Unix epoch.
 	WindowSize time.Duration
-	// Headroom is how many windows past the first open one a search may
-	// look at before failing with ErrExhausted. Zero means
-	// DefaultSlotHeadroom.
+	// Headroom bounds a search: it fails with ErrExhausted once it has
+	// looked Headroom windows past the first window it found held by
+	// another transaction. Full windows are skipped through an index and
+	// never count. Zero means DefaultSlotHeadroom.
 	Headroom int64
 	// Active is false once the config has been deactivated. Set by the
 	// store.
@@ -125,6 +127,18 @@ func (c *SlotConfig) Validate() error {
 	return nil
 }
 
+// CheckStored reports whether the config is valid and is a stored version
+// (Version set), as assignments need.
+func (c *SlotConfig) CheckStored() error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.Version < 1 {
+		return fmt.Errorf("%w %q: version must be set (a stored config)", ErrInvalidSlotConfig, c.Name)
+	}
+	return nil
+}
+
 // ParseWindowSize parses an ISO-8601 duration such as PT4S, PT1M or P1D.
 // Years, months and weeks are refused: they have no fixed length.
 func ParseWindowSize(s string) (time.Duration, error) {
@@ -151,7 +165,8 @@ func FormatWindowSize(d time.Duration) string {
 	return isoduration.Format(d)
 }
 
-// SlotEvent is one event to schedule.
+// SlotEvent is one event to schedule: a plain value. The zero value is not
+// valid; see Check.
 type SlotEvent struct {
 	EventID string
 	// RequestedTime is the earliest time the event may be scheduled at.
@@ -202,7 +217,8 @@ type AssignSlotsParams struct {
 	Events []SlotEvent
 }
 
-// Slot is an event's assigned execution time.
+// Slot is an event's assigned execution time, in UTC: a plain value. The
+// zero value means no slot.
 type Slot struct {
 	EventID       string
 	ConfigName    string
@@ -214,14 +230,15 @@ type Slot struct {
 }
 
 // SlotResult is one event's outcome in a batch: a slot, or Err
-// (ErrExhausted) when no window within the headroom had room.
+// (ErrExhausted) when no window within the headroom had room. A plain
+// value.
 type SlotResult struct {
 	Slot Slot
 	Err  error
 }
 
-// SlotReport is what VerifySlots found. Problems is empty when every
-// invariant holds.
+// SlotReport is what VerifySlots found: a plain value. Problems is empty
+// when every invariant holds (as in the zero value).
 type SlotReport struct {
 	Configs  int64 // config names with at least one window
 	Windows  int64 // window counter rows
@@ -263,7 +280,7 @@ type SlotStore interface {
 	SlotWindows(ctx context.Context, name string, from, to time.Time, limit int) ([]SlotWindow, error)
 }
 
-// SlotWindow is one window's counter.
+// SlotWindow is one window's counter: a plain value.
 type SlotWindow struct {
 	Start  time.Time
 	Count  int64
@@ -271,7 +288,8 @@ type SlotWindow struct {
 }
 
 // SlotPlan is the arithmetic of one event's placement, the same on every
-// backend. Times are Unix microseconds.
+// backend (the PostgreSQL functions compute it in SQL, bit for bit). Times
+// are Unix microseconds. A plain value.
 type SlotPlan struct {
 	Requested   int64
 	WindowStart int64 // the requested window

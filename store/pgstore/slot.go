@@ -88,17 +88,6 @@ func (s *Store) DeactivateSlotConfig(ctx context.Context, name string) error {
 	return nil
 }
 
-// checkAssignConfig checks the config an assignment runs under.
-func checkAssignConfig(c *store.SlotConfig) error {
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	if c.Version < 1 {
-		return fmt.Errorf("%w %q: version must be set (a stored config)", store.ErrInvalidSlotConfig, c.Name)
-	}
-	return nil
-}
-
 func slotFrom(eventID, status, cfg string, ver int64, req, ws, sched *int64) (store.Slot, error) {
 	sl := store.Slot{EventID: eventID, ConfigName: cfg, ConfigVersion: ver}
 	switch status {
@@ -123,7 +112,7 @@ func slotFrom(eventID, status, cfg string, ver int64, req, ws, sched *int64) (st
 // AssignSlot implements store.SlotStore in one round trip: one call of the
 // sluice_slot_assign function (migration slots).
 func (s *Store) AssignSlot(ctx context.Context, p store.AssignSlotParams) (store.Slot, error) {
-	if err := checkAssignConfig(&p.Config); err != nil {
+	if err := p.Config.CheckStored(); err != nil {
 		return store.Slot{}, err
 	}
 	if err := p.Event.Check(); err != nil {
@@ -162,12 +151,25 @@ func derefInt(p *int64) int64 {
 	return *p
 }
 
+// slotRetryRounds is how many rounds in a row without progress AssignSlots
+// tries the events that found no window within the headroom, waiting
+// slotRetryWait, doubled each such round: other transactions (another
+// batch) held the windows they needed, and once those commit their full
+// windows are skipped. A round that places some events starts the count
+// and the wait afresh.
+const (
+	slotRetryRounds = 5
+	slotRetryWait   = 25 * time.Millisecond
+)
+
 // AssignSlots implements store.SlotStore. Events are sorted by requested
 // time, repeated ids folded into their first occurrence, and sent in
 // chunks of up to 10,000 events, each one call of sluice_slot_assign_batch
-// (one round trip and one transaction).
+// (one round trip and one transaction). Events left ErrExhausted because
+// other transactions held the windows are tried again (see
+// slotRetryRounds), so that concurrent bulk loads do not starve each other.
 func (s *Store) AssignSlots(ctx context.Context, p store.AssignSlotsParams) ([]store.SlotResult, error) {
-	if err := checkAssignConfig(&p.Config); err != nil {
+	if err := p.Config.CheckStored(); err != nil {
 		return nil, err
 	}
 	order, first, err := store.SlotBatchOrder(p.Events)
@@ -175,6 +177,49 @@ func (s *Store) AssignSlots(ctx context.Context, p store.AssignSlotsParams) ([]s
 		return nil, err
 	}
 	out := make([]store.SlotResult, len(p.Events))
+	if err := s.assignChunks(ctx, &p, order, out); err != nil {
+		return nil, err
+	}
+	again := exhausted(order, out)
+	wait := slotRetryWait
+	for idle := 0; len(again) > 0 && idle < slotRetryRounds; {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		if err := s.assignChunks(ctx, &p, again, out); err != nil {
+			return nil, err
+		}
+		left := exhausted(again, out)
+		if len(left) < len(again) {
+			idle, wait = 0, slotRetryWait
+		} else {
+			idle, wait = idle+1, 2*wait
+		}
+		again = left
+	}
+	store.FillRepeats(out, first)
+	return out, nil
+}
+
+// exhausted returns the indexes of order whose result is ErrExhausted, in
+// order.
+func exhausted(order []int, out []store.SlotResult) []int {
+	var left []int
+	for _, i := range order {
+		if errors.Is(out[i].Err, store.ErrExhausted) {
+			left = append(left, i)
+		}
+	}
+	return left
+}
+
+// assignChunks assigns the events at indexes order (sorted by requested
+// time, no repeated ids) and sets their results in out.
+func (s *Store) assignChunks(ctx context.Context, p *store.AssignSlotsParams, order []int, out []store.SlotResult) error {
 	c := &p.Config
 	chunk := slotChunk(c.MaxPerWindow)
 	for start := 0; start < len(order); start += chunk {
@@ -225,11 +270,10 @@ func (s *Store) AssignSlots(ctx context.Context, p store.AssignSlotsParams) ([]s
 			return nil
 		}()
 		if err != nil {
-			return nil, wrap("assign slots", err)
+			return wrap("assign slots", err)
 		}
 	}
-	store.FillRepeats(out, first)
-	return out, nil
+	return nil
 }
 
 // GetSlot implements store.SlotStore.

@@ -40,6 +40,8 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("ConcurrentDuplicates", func(t *testing.T) { t.Parallel(); testConcurrentDuplicates(t, newStore(t)) })
 	t.Run("Configs", func(t *testing.T) { t.Parallel(); testConfigs(t, newStore(t)) })
 	t.Run("Batch", func(t *testing.T) { t.Parallel(); testBatch(t, newStore(t)) })
+	t.Run("BatchBeyondHeadroom", func(t *testing.T) { t.Parallel(); testBatchBeyondHeadroom(t, newStore(t)) })
+	t.Run("ConcurrentBatchDuplicates", func(t *testing.T) { t.Parallel(); testConcurrentBatchDuplicates(t, newStore(t)) })
 	t.Run("BatchMatchesSingle", func(t *testing.T) { t.Parallel(); testBatchMatchesSingle(t, newStore, newStore(t)) })
 	t.Run("InvalidInput", func(t *testing.T) { t.Parallel(); testInvalid(t, newStore(t)) })
 	t.Run("Concurrent100", func(t *testing.T) { t.Parallel(); testConcurrent(t, newStore(t)) })
@@ -418,4 +420,67 @@ func testConcurrent(t *testing.T, s store.SlotStore) {
 		total += w.Count
 	}
 	require.Equal(t, int64(100*perG), total)
+}
+
+// testBatchBeyondHeadroom: full windows never count against the headroom,
+// so a batch may fill far more windows than the headroom, and so may
+// singles after it.
+func testBatchBeyondHeadroom(t *testing.T, s store.SlotStore) {
+	ctx := context.Background()
+	c := put(t, s, "h", 1, time.Second, 3)
+	evs := events("h", 300, T0, 9)
+	res, err := s.AssignSlots(ctx, store.AssignSlotsParams{Config: c, Events: evs})
+	require.NoError(t, err)
+	for i, r := range res {
+		require.NoError(t, r.Err, i)
+		require.Equal(t, T0.Add(time.Duration(i)*time.Second), r.Slot.WindowStart, i)
+	}
+	for i := range 5 {
+		sl := assign(t, s, c, fmt.Sprint("h-single-", i), T0, 0.5)
+		require.Equal(t, T0.Add(time.Duration(300+i)*time.Second), sl.WindowStart)
+	}
+	Verify(t, s)
+}
+
+// testConcurrentBatchDuplicates: four batches of the same 1,000 ids (in
+// different orders, some ids repeated) at once. Every id gets one slot,
+// the same in every answer; the counters count each once.
+func testConcurrentBatchDuplicates(t *testing.T, s store.SlotStore) {
+	ctx := context.Background()
+	c := put(t, s, "bd", 50, time.Second, 1000)
+	const n, loads = 1000, 4
+	res := make([][]store.SlotResult, loads)
+	evs := make([][]store.SlotEvent, loads)
+	errs := make([]error, loads)
+	var wg sync.WaitGroup
+	for g := range loads {
+		rng := rand.New(rand.NewPCG(uint64(g), 11))
+		evs[g] = events("bd", n, T0, uint64(g))
+		rng.Shuffle(n, func(i, j int) { evs[g][i], evs[g][j] = evs[g][j], evs[g][i] })
+		evs[g] = append(evs[g], evs[g][:10]...)
+		wg.Go(func() { res[g], errs[g] = s.AssignSlots(ctx, store.AssignSlotsParams{Config: c, Events: evs[g]}) })
+	}
+	wg.Wait()
+	slots := map[string]store.Slot{}
+	news := 0
+	for g := range loads {
+		require.NoError(t, errs[g])
+		for i, r := range res[g] {
+			require.NoError(t, r.Err)
+			require.Equal(t, evs[g][i].EventID, r.Slot.EventID)
+			if r.Slot.Status == store.SlotNew {
+				news++
+			}
+			sl := r.Slot
+			sl.Status = store.SlotExisting
+			if prev, ok := slots[sl.EventID]; ok {
+				require.Equal(t, prev, sl, "two slots for %s", sl.EventID)
+			}
+			slots[sl.EventID] = sl
+		}
+	}
+	require.Len(t, slots, n)
+	require.Equal(t, n, news, "each id is NEW exactly once")
+	rep := Verify(t, s)
+	require.Equal(t, int64(n), rep.Slots)
 }

@@ -150,16 +150,6 @@ func (s *Store) DeactivateSlotConfig(ctx context.Context, name string) error {
 	return nil
 }
 
-func checkAssignConfig(c *store.SlotConfig) error {
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	if c.Version < 1 {
-		return fmt.Errorf("%w %q: version must be set (a stored config)", store.ErrInvalidSlotConfig, c.Name)
-	}
-	return nil
-}
-
 // slotWalk places events of one config inside one transaction, as the
 // PostgreSQL functions do: phase 1 in the requested window with its
 // proportional capacity, phase 2 from the first open window after it, up
@@ -260,6 +250,9 @@ func (w *slotWalk) place(e *store.SlotEvent) (ws, sched int64, ok bool, err erro
 			return p.WindowStart, p.WindowStart + store.SlotOffset(e.Jitter, p.Elapsed, w.size), true, nil
 		}
 	}
+	// Every window before cur is full (SQLite has no other writer to
+	// skip), so the headroom counts from cur, as a single assignment's
+	// search would start there.
 	if p.WindowStart != w.lastWS {
 		w.lastWS = p.WindowStart
 		s, err := w.nextOpen(p.WindowStart + w.size)
@@ -267,7 +260,7 @@ func (w *slotWalk) place(e *store.SlotEvent) (ws, sched int64, ok bool, err erro
 			return 0, 0, false, err
 		}
 		w.cur = max(w.cur, s)
-		w.lim = s + w.headroom*w.size
+		w.lim = w.cur + w.headroom*w.size
 	}
 	for w.cur < w.lim {
 		n, err := w.count(w.cur)
@@ -278,6 +271,7 @@ func (w *slotWalk) place(e *store.SlotEvent) (ws, sched int64, ok bool, err erro
 			if w.cur, err = w.nextOpen(w.cur + w.size); err != nil {
 				return 0, 0, false, err
 			}
+			w.lim = w.cur + w.headroom*w.size
 			continue
 		}
 		ws = w.cur
@@ -343,7 +337,7 @@ func (s *Store) AssignSlots(ctx context.Context, p store.AssignSlotsParams) ([]s
 }
 
 func (s *Store) assign(ctx context.Context, cfg *store.SlotConfig, events []store.SlotEvent, single bool) ([]store.SlotResult, error) {
-	if err := checkAssignConfig(cfg); err != nil {
+	if err := cfg.CheckStored(); err != nil {
 		return nil, err
 	}
 	var (

@@ -45,9 +45,11 @@ var slotCases = []slotCase{
 	{"slots/postgres/insert-floor", "PostgreSQL: bare INSERT of 1,000 events per statement (the floor), 500K events"},
 	{"slots/postgres/batch", "PostgreSQL: AssignBatch, 500K events for one instant, 100 per PT4S"},
 	{"slots/postgres/single-32", "PostgreSQL: AssignSlot, one event per call, 32 goroutines"},
+	{"slots/postgres/naive-32", "PostgreSQL: naive prototype, one transaction of 3 statements per event, FOR UPDATE (waits), 32 goroutines"},
 	{"slots/sqlite/batch", "SQLite: AssignBatch, 500K events for one instant, 100 per PT4S"},
 	{"slots/http/postgres-32", "HTTP POST /api/v1/slots over PostgreSQL, 32 connections"},
 	{"slots/http/sqlite-32", "HTTP POST /api/v1/slots over SQLite, 32 connections"},
+	{"slots/http/postgres-batch-32", "HTTP POST /api/v1/slots/batch of 100 events over PostgreSQL, 32 connections"},
 }
 
 type slotsOpts struct {
@@ -206,20 +208,34 @@ func runSlotCase(ctx context.Context, c slotCase, o slotsOpts) (string, error) {
 		}
 		defer env.close()
 		return slotsSingle(ctx, env, 32, o.duration)
+	case "slots/postgres/naive-32":
+		env, err := pgSlotEnv(ctx, o.pgURL, 32)
+		if err != nil {
+			return "", err
+		}
+		defer env.close()
+		return slotsNaive(ctx, env, 32, o.duration)
 	case "slots/http/postgres-32":
 		env, err := pgSlotEnv(ctx, o.pgURL, 32)
 		if err != nil {
 			return "", err
 		}
 		defer env.close()
-		return slotsHTTP(ctx, env, 32, o.duration)
+		return slotsHTTP(ctx, env, 32, 1, o.duration)
+	case "slots/http/postgres-batch-32":
+		env, err := pgSlotEnv(ctx, o.pgURL, 32)
+		if err != nil {
+			return "", err
+		}
+		defer env.close()
+		return slotsHTTP(ctx, env, 32, 100, o.duration)
 	case "slots/http/sqlite-32":
 		env, err := sqliteSlotEnv(ctx)
 		if err != nil {
 			return "", err
 		}
 		defer env.close()
-		return slotsHTTP(ctx, env, 32, o.duration)
+		return slotsHTTP(ctx, env, 32, 1, o.duration)
 	}
 	return "", fmt.Errorf("unknown case %s", c.id)
 }
@@ -318,8 +334,9 @@ func slotsSingle(ctx context.Context, env *slotEnv, workers int, d time.Duration
 }
 
 // slotsHTTP serves the slot API on loopback and drives POST /api/v1/slots
-// from conns goroutines, one connection each, for d.
-func slotsHTTP(ctx context.Context, env *slotEnv, conns int, d time.Duration) (string, error) {
+// (batch 1) or POST /api/v1/slots/batch with batch events per request from
+// conns goroutines, one connection each, for d.
+func slotsHTTP(ctx context.Context, env *slotEnv, conns, batch int, d time.Duration) (string, error) {
 	lim, err := limiter.New(limiter.Config{Policies: []limiter.Policy{{Name: "p", Rate: 1, Period: time.Second}}})
 	if err != nil {
 		return "", err
@@ -336,6 +353,11 @@ func slotsHTTP(ctx context.Context, env *slotEnv, conns int, d time.Duration) (s
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 	url := "http://" + ln.Addr().String() + "/api/v1/slots"
+	want := http.StatusCreated
+	if batch > 1 {
+		url += "/batch"
+		want = http.StatusOK
+	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}, Timeout: 30 * time.Second}
 	var n, bad atomic.Int64
 	var firstErr atomic.Value
@@ -347,6 +369,16 @@ func slotsHTTP(ctx context.Context, env *slotEnv, conns int, d time.Duration) (s
 		wg.Go(func() {
 			for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 				body := fmt.Appendf(nil, `{"eventId":"h%d-%d","configName":"default","requestedTime":"2025-06-01T12:00:00Z"}`, g, i)
+				if batch > 1 {
+					body = append(body[:0], `{"configName":"default","events":[`...)
+					for k := range batch {
+						if k > 0 {
+							body = append(body, ',')
+						}
+						body = fmt.Appendf(body, `{"eventId":"h%d-%d-%d","requestedTime":"2025-06-01T12:00:00Z"}`, g, i, k)
+					}
+					body = append(body, "]}"...)
+				}
 				t0 := time.Now()
 				resp, err := client.Post(url, "application/json", bytes.NewReader(body))
 				if err != nil {
@@ -356,13 +388,13 @@ func slotsHTTP(ctx context.Context, env *slotEnv, conns int, d time.Duration) (s
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				_ = resp.Body.Close()
-				if resp.StatusCode != http.StatusCreated {
+				if resp.StatusCode != want {
 					bad.Add(1)
 					firstErr.CompareAndSwap(nil, "status "+resp.Status)
 					continue
 				}
 				lat[g] = append(lat[g], time.Since(t0))
-				n.Add(1)
+				n.Add(int64(batch))
 			}
 		})
 	}
@@ -383,6 +415,67 @@ func slotsHTTP(ctx context.Context, env *slotEnv, conns int, d time.Duration) (s
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%d events in %s = %.0f events/s, p50 %s p99 %s; %s", n.Load(), el.Round(time.Millisecond),
+	return fmt.Sprintf("%d events in %s = %.0f events/s, p50 %s p99 %s per request; %s", n.Load(), el.Round(time.Millisecond),
 		float64(n.Load())/el.Seconds(), p(0.5), p(0.99), v), nil
+}
+
+// slotsNaive is the prototype the issue contrasts with: per event one
+// transaction that creates the window's counter if missing, locks it with
+// a waiting FOR UPDATE, walks window by window to the first with room, and
+// inserts the slot and bumps the counter: several round trips per event,
+// and every goroutine queues on the same window's lock.
+func slotsNaive(ctx context.Context, env *slotEnv, workers int, d time.Duration) (string, error) {
+	size, at := slotsWindow.Microseconds(), slotsAt.UnixMicro()
+	var n, errs atomic.Int64
+	var firstErr atomic.Value
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	start := time.Now()
+	one := func(id string) error {
+		tx, err := env.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		for ws := at; ; ws += size {
+			if _, err := tx.Exec(ctx, `INSERT INTO sluice_slot_windows (config_name, window_start) VALUES ('default', $1) ON CONFLICT DO NOTHING`, ws); err != nil {
+				return err
+			}
+			var cnt int64
+			if err := tx.QueryRow(ctx, `SELECT slot_count FROM sluice_slot_windows WHERE config_name = 'default' AND window_start = $1 FOR UPDATE`, ws).Scan(&cnt); err != nil {
+				return err
+			}
+			if cnt >= slotsMax {
+				continue
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO sluice_slots (event_id, config_name, config_version, window_us, requested_at, window_start, scheduled_at)
+VALUES ($1, 'default', 1, $2, $3, $4, $4)`, id, size, at, ws); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE sluice_slot_windows SET slot_count = slot_count + 1,
+status = CASE WHEN slot_count + 1 >= $2 THEN 'CLOSED' ELSE 'OPEN' END WHERE config_name = 'default' AND window_start = $1`, ws, slotsMax); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		}
+	}
+	for g := range workers {
+		wg.Go(func() {
+			for i := 0; time.Now().Before(deadline); i++ {
+				if err := one(fmt.Sprintf("n%d-%d", g, i)); err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	line := fmt.Sprintf("%d events in %s = %.0f events/s", n.Load(), el.Round(time.Millisecond), float64(n.Load())/el.Seconds())
+	if errs.Load() > 0 {
+		line += fmt.Sprintf(", %d failed (first: %v)", errs.Load(), firstErr.Load())
+	}
+	return line, nil
 }

@@ -4,6 +4,7 @@ DROP FUNCTION sluice_slot_offset(float8, bigint, bigint);
 DROP FUNCTION sluice_slot_set(text, bigint, bigint, bigint, bigint);
 DROP FUNCTION sluice_slot_next_open(text, bigint, bigint);
 DROP FUNCTION sluice_slot_try(text, bigint);
+DROP FUNCTION sluice_slot_check_isolation();
 DROP FUNCTION sluice_slot_lock(text, bigint);
 DROP TABLE sluice_slots;
 DROP TABLE sluice_slot_windows;

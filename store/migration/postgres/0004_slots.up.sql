@@ -50,6 +50,20 @@ CREATE FUNCTION sluice_slot_lock(cfg text, ws bigint) RETURNS boolean
 LANGUAGE sql VOLATILE
 AS $$ SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema() || ' slot ' || cfg, ws)) $$;
 
+-- sluice_slot_check_isolation refuses to assign outside READ COMMITTED:
+-- the count read right after taking a window's lock must see the previous
+-- holder's commit, which a snapshot older than the lock would not.
+CREATE FUNCTION sluice_slot_check_isolation() RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'sluice slots: assignments need READ COMMITTED isolation, not %',
+            current_setting('transaction_isolation') USING ERRCODE = 'SL002';
+    END IF;
+END
+$$;
+
 -- sluice_slot_try locks window ws and returns its count, creating its row
 -- if needed; -1 when another transaction holds the window.
 CREATE FUNCTION sluice_slot_try(cfg text, ws bigint) RETURNS bigint
@@ -122,10 +136,11 @@ AS $$ SELECT from_us + least(floor(j * (size - from_us)::float8)::bigint, size -
 -- sluice_slot_assign gives one event a slot in one round trip (seed 003's
 -- PL/SQL block): the idempotency check; phase 1, the requested window with
 -- its proportional capacity floor(max * remaining / size) and a jitter in
--- [elapsed, size); phase 2, from the first open window after it, up to
--- headroom windows, each with the full capacity and a uniform jitter. A
--- window another transaction holds is skipped, never waited on. status is
--- NEW, EXISTING or EXHAUSTED.
+-- [elapsed, size); phase 2, from the first open window after it, each with
+-- the full capacity and a uniform jitter. A window another transaction
+-- holds is skipped, never waited on; the search gives up (EXHAUSTED)
+-- headroom windows past the first such window. status is NEW, EXISTING or
+-- EXHAUSTED.
 CREATE FUNCTION sluice_slot_assign(
     cfg text, ver bigint, max_pw bigint, size bigint, headroom bigint,
     eid text, req bigint, jit float8,
@@ -135,6 +150,7 @@ AS $$
 DECLARE
     ws bigint; el bigint; first_max bigint; c bigint; lim bigint; cnt bigint; n int;
 BEGIN
+    PERFORM sluice_slot_check_isolation();
     SELECT s.config_name, s.config_version, s.requested_at, s.window_start, s.scheduled_at
     INTO o_cfg, o_ver, o_req, o_ws, o_sched
     FROM sluice_slots s WHERE s.event_id = eid;
@@ -154,11 +170,14 @@ BEGIN
         END IF;
     END IF;
     IF o_ws IS NULL THEN
+        -- The headroom counts from the first window found held by another
+        -- transaction (lim), or else from c: windows that turn out full
+        -- are jumped over through the index, never counted.
         c := sluice_slot_next_open(cfg, ws + size, size);
-        lim := c + headroom * size;
-        WHILE c < lim LOOP
+        WHILE c < coalesce(lim, c) + headroom * size LOOP
             cnt := sluice_slot_try(cfg, c);
             IF cnt < 0 THEN
+                lim := coalesce(lim, c);
                 c := c + size;
             ELSIF cnt >= max_pw THEN
                 c := sluice_slot_next_open(cfg, c + size, size);
@@ -214,10 +233,11 @@ DECLARE
     lost int[] := '{}';
     k int; i int; h int; np int;
     req bigint; ws bigint; el bigint; first_max bigint;
-    last_ws bigint := -1; s_lim bigint;
+    last_ws bigint := -1; s_lim bigint; pin bigint;
     cur bigint := -1; cur_h int;
     cnt bigint; placed boolean; n int;
 BEGIN
+    PERFORM sluice_slot_check_isolation();
     RETURN QUERY
     SELECT u.ord::int, 'EXISTING'::text, s.config_name, s.config_version, s.requested_at, s.window_start, s.scheduled_at
     FROM unnest(eids) WITH ORDINALITY AS u(id, ord)
@@ -256,17 +276,22 @@ BEGIN
         END IF;
         CONTINUE WHEN placed;
         -- Phase 2: from the first open window after the requested one, up
-        -- to headroom windows past it.
+        -- to headroom windows past it. Every window before cur is full
+        -- unless another transaction held it: the first such window (pin)
+        -- is where a single assignment's search would start, so the
+        -- headroom counts from pin if there is one, else from cur.
         IF ws <> last_ws THEN
             last_ws := ws;
             s_lim := sluice_slot_next_open(cfg, ws + size, size);
+            pin := NULL;
             IF cur < s_lim THEN
                 cur := s_lim;
                 cur_h := NULL;
+            ELSIF s_lim < cur THEN
+                pin := s_lim;
             END IF;
-            s_lim := s_lim + headroom * size;
         END IF;
-        WHILE cur < s_lim LOOP
+        WHILE cur < coalesce(pin, cur) + headroom * size LOOP
             IF cur_h IS NULL THEN
                 cur_h := array_position(held_ws, cur);
                 IF cur_h IS NULL THEN
@@ -277,6 +302,7 @@ BEGIN
             END IF;
             cnt := held_cnt[cur_h];
             IF cnt < 0 THEN
+                pin := coalesce(pin, cur);
                 cur := cur + size;
                 cur_h := NULL;
             ELSIF cnt >= max_pw THEN
@@ -300,14 +326,25 @@ BEGIN
     END LOOP;
 
     -- Every new slot in one statement, in id order so that two calls
-    -- inserting the same ids cannot deadlock.
-    INSERT INTO sluice_slots (event_id, config_name, config_version, window_us, requested_at, window_start, scheduled_at)
-    SELECT e.id, cfg, ver, size, e.req, x.ws, x.sched
-    FROM unnest(out_i, out_ws, out_sched) AS x(i, ws, sched)
-    JOIN unnest(eids, reqs) WITH ORDINALITY AS e(id, req, ord) ON e.ord = x.i
-    ORDER BY e.id
-    ON CONFLICT (event_id) DO NOTHING;
-    GET DIAGNOSTICS n = ROW_COUNT;
+    -- inserting the same ids cannot deadlock. A plain INSERT first (a
+    -- third cheaper than ON CONFLICT); only if an id got a slot from a
+    -- concurrent call since the lookup, again with ON CONFLICT DO NOTHING.
+    BEGIN
+        INSERT INTO sluice_slots (event_id, config_name, config_version, window_us, requested_at, window_start, scheduled_at)
+        SELECT e.id, cfg, ver, size, e.req, x.ws, x.sched
+        FROM unnest(out_i, out_ws, out_sched) AS x(i, ws, sched)
+        JOIN unnest(eids, reqs) WITH ORDINALITY AS e(id, req, ord) ON e.ord = x.i
+        ORDER BY e.id;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    EXCEPTION WHEN unique_violation THEN
+        INSERT INTO sluice_slots (event_id, config_name, config_version, window_us, requested_at, window_start, scheduled_at)
+        SELECT e.id, cfg, ver, size, e.req, x.ws, x.sched
+        FROM unnest(out_i, out_ws, out_sched) AS x(i, ws, sched)
+        JOIN unnest(eids, reqs) WITH ORDINALITY AS e(id, req, ord) ON e.ord = x.i
+        ORDER BY e.id
+        ON CONFLICT (event_id) DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    END;
     IF n < cardinality(out_i) THEN
         -- Ids a concurrent call gave a slot after our lookup: theirs stand,
         -- and our windows do not count them. (We hold our windows, so such
