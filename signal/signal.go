@@ -119,9 +119,9 @@ type Report struct {
 	// Timeout is set when the call failed by timing out.
 	Timeout bool
 	// Unknown is set when the call may have been processed although it
-	// did not succeed: a 500, 502 or 504, a timeout, or a network error
-	// after the request was sent. A non-idempotent call must not be
-	// retried blindly after it.
+	// did not succeed: a 500, 502 or 504, a 503 without Retry-After, a
+	// timeout, or a network error after the request was sent. A
+	// non-idempotent call must not be retried blindly after it.
 	Unknown bool
 	// RetryAfter, in microseconds, is the delay a Retry-After asked for
 	// (or a throttled GraphQL bucket needs to refill), when HasRetryAfter.
@@ -217,7 +217,6 @@ func (p *Parser) ParseTo(rep *Report, now int64, r Response) {
 		return
 	}
 	rep.Class = ClassifyStatus(r.Status)
-	rep.Unknown = r.Status == 500 || r.Status == 502 || r.Status == 504
 	switch r.Status {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		rep.Throttled = true
@@ -245,6 +244,15 @@ func (p *Parser) ParseTo(rep *Report, now int64, r Response) {
 	binance(rep, h)
 	if len(r.Body) > 0 {
 		p.graphQL(rep, r.Body)
+	}
+	// A 503 that says when to come back refused the request; one that
+	// does not may come from anywhere in the chain, after the request was
+	// handled (Binance: "the execution status is UNKNOWN").
+	switch r.Status {
+	case 500, 502, 504:
+		rep.Unknown = true
+	case 503:
+		rep.Unknown = !rep.HasRetryAfter
 	}
 }
 
