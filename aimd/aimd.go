@@ -571,3 +571,14 @@ func (l *Locked) State() State {
 	defer l.mu.Unlock()
 	return l.s
 }
+
+// Fresh reports whether dropping s at now (an idle key's eviction) gives
+// nothing away: the key is not paused, and its rate is at least Start, so a
+// fresh key would not send faster than this one may.
+func (c *Controller) Fresh(s *State, now int64) bool {
+	if !s.Started {
+		return true
+	}
+	_, paused := s.Paused(now)
+	return !paused && s.Rate >= c.start
+}

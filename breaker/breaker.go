@@ -75,7 +75,8 @@ type Config struct {
 	// DefaultFailureRate (0.5).
 	FailureRate float64
 	// ConsecutiveFailures trips the breaker after this many failures in a
-	// row, whatever the window says. Zero means
+	// row, whatever the window's rate says (a run broken by a window
+	// without outcomes starts again). Zero means
 	// DefaultConsecutiveFailures (10); negative disables it.
 	ConsecutiveFailures int
 	// OpenTimeout is how long the breaker stays open before probing.
@@ -359,6 +360,9 @@ func (p *Policy) recordClosed(b *Breaker, now int64, o Outcome) Event {
 	if epoch < b.latest {
 		epoch = b.latest // a clock running backwards counts as now
 	}
+	if b.latest < epoch-int64(p.buckets)+1 {
+		b.consec = 0 // a run of failures older than the window is over
+	}
 	b.latest = epoch
 	bk := &b.buckets[epoch%int64(p.buckets)]
 	if bk.epoch != epoch {
@@ -465,4 +469,18 @@ func (l *Locked) OpenUntil() (int64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.p.OpenUntil(&l.b)
+}
+
+// Fresh reports whether dropping b at now (an idle key's eviction) loses
+// nothing: it is closed and nothing it counted is still in the window
+// (failures older than the window, consecutive ones included, no longer
+// count towards a trip).
+func (p *Policy) Fresh(b *Breaker, now int64) bool {
+	if b.state != Closed {
+		return false
+	}
+	if b.since == 0 {
+		return true
+	}
+	return b.latest < now/p.width-int64(p.buckets)+1
 }

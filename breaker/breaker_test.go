@@ -333,3 +333,22 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 	})
 	require.Zero(t, allocs)
 }
+
+func TestFresh(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{Window: 10 * time.Second, Buckets: 10, ConsecutiveFailures: 2, OpenTimeout: time.Second, HalfOpenProbes: 1})
+	var b Breaker
+	require.True(t, p.Fresh(&b, t0))
+	tk, _, _ := p.Allow(&b, t0)
+	p.Record(&b, t0, tk, Failure)
+	require.False(t, p.Fresh(&b, t0+9*sec), "a failure still in the window")
+	require.True(t, p.Fresh(&b, t0+10*sec))
+	// Dropping it then lost nothing: the old failure no longer counts.
+	tk, _, _ = p.Allow(&b, t0+10*sec)
+	p.Record(&b, t0+10*sec, tk, Failure)
+	require.Equal(t, Closed, b.State())
+	tk, _, _ = p.Allow(&b, t0+10*sec)
+	p.Record(&b, t0+10*sec, tk, Failure) // two in a row: trips
+	require.Equal(t, Open, b.State())
+	require.False(t, p.Fresh(&b, t0+time.Hour.Microseconds()), "open (or half-open) is never fresh")
+}

@@ -349,3 +349,9 @@ func (r *Retrier) Tokens(now int64) float64 {
 	defer r.mu.Unlock()
 	return r.p.Tokens(r.b, now)
 }
+
+// Fresh reports whether dropping b at now (an idle key's eviction) gives
+// nothing away: the budget is full again.
+func (p *Policy) Fresh(b Budget, now int64) bool {
+	return p.Tokens(b, now) >= p.capa
+}

@@ -216,3 +216,13 @@ func TestRetrier(t *testing.T) {
 	require.Equal(t, 100, retried)
 	require.Zero(t, r.Tokens(t0))
 }
+
+func TestFresh(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{BudgetCapacity: 2, BudgetFloor: 1})
+	var b Budget
+	require.True(t, p.Fresh(b, t0))
+	p.Decide(&b, t0, Attempt{N: 1, Outcome: Transient}, 0)
+	require.False(t, p.Fresh(b, t0+999*ms))
+	require.True(t, p.Fresh(b, t0+sec))
+}
