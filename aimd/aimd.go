@@ -78,7 +78,8 @@ const (
 )
 
 // Config configures a Controller. Every zero field means its documented
-// default; rates are requests (or cost units) per second.
+// default (so the zero Config is usable); rates are requests (or cost
+// units) per second. New copies it.
 type Config struct {
 	// Start is the conservative rate before any signal. Zero means
 	// DefaultStart (1/s), clamped into [Floor, Ceiling].
@@ -200,7 +201,8 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// Outcome is what a call's result means for the rate.
+// Outcome is what a call's result means for the rate. The zero value is
+// no outcome: a Sample with it only applies its RetryAfter and Hint.
 type Outcome uint8
 
 const (
@@ -218,7 +220,7 @@ const (
 	Failed
 )
 
-// Sample is one call's outcome.
+// Sample is one call's outcome, a plain value.
 type Sample struct {
 	Outcome Outcome
 	// Latency, in microseconds, is how long the call took. The call was
@@ -310,7 +312,7 @@ type State struct {
 	N, Next int
 }
 
-// Decision is the result of an observation.
+// Decision is the result of an observation, a plain value.
 type Decision struct {
 	Rate        float64
 	Change      Change

@@ -60,7 +60,8 @@ const (
 	DefaultHalfOpenProbes      = 3
 )
 
-// Config configures a Policy; every zero field means its documented default.
+// Config configures a Policy; every zero field means its documented default,
+// so the zero Config is usable. New copies it.
 type Config struct {
 	// Window is the length of the sliding error window; Buckets how many
 	// buckets it is counted in (at most MaxBuckets). Zero means
@@ -165,7 +166,8 @@ func (s State) String() string {
 	return fmt.Sprintf("State(%d)", uint8(s))
 }
 
-// Outcome is what a call's result means to the breaker.
+// Outcome is what a call's result means to the breaker. The zero value is
+// no outcome, which Record ignores.
 type Outcome uint8
 
 const (
@@ -223,7 +225,7 @@ func (r Reason) String() string {
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }
 
-// Counts are a breaker's counters at a transition.
+// Counts are a breaker's counters at a transition; a plain value.
 type Counts struct {
 	// Requests and Failures are the outcomes in the sliding window.
 	Requests, Failures int
@@ -235,8 +237,8 @@ type Counts struct {
 }
 
 // Event is one transition, safe to persist and show: it holds no request,
-// payload or credential, only states, the reason, counters and times.
-// The zero Event is no transition; see Changed.
+// payload or credential, only states, the reason, counters and times. It
+// is a plain value; the zero Event is no transition (see Changed).
 type Event struct {
 	From, To State
 	Reason   Reason
@@ -284,7 +286,9 @@ func (p *Policy) OpenUntil(b *Breaker) (int64, bool) {
 	return b.since + p.openTimeout, b.state == Open
 }
 
-// Ticket is an admitted call. Pass it back to Record (or Locked.Done).
+// Ticket is an admitted call, a plain value. Pass it back to Record (or
+// Locked.Done) once. The zero Ticket is a call admitted by a closed breaker
+// that never transitioned.
 type Ticket struct {
 	Generation uint64
 	Probe      bool

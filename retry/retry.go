@@ -68,7 +68,8 @@ const (
 	DefaultBudgetCapacity = 10.0
 )
 
-// Config configures a Policy. Every zero field means its documented default.
+// Config configures a Policy. Every zero field means its documented default,
+// so the zero Config is usable; New copies it.
 type Config struct {
 	// Base and Cap shape the backoff: before retry n (n = 1 for the first
 	// retry) the delay is uniform in [0, min(Cap, Base x 2^(n-1))). Zero
@@ -176,7 +177,8 @@ func (p *Policy) Backoff(n int, u float64) int64 {
 	return int64(u * float64(ceil))
 }
 
-// Outcome is what an attempt's result means for retrying.
+// Outcome is what an attempt's result means for retrying. The zero value is
+// no outcome, which is never retried.
 type Outcome uint8
 
 const (
@@ -192,7 +194,7 @@ const (
 	Canceled
 )
 
-// Attempt describes the attempt that just finished.
+// Attempt describes the attempt that just finished; a plain value.
 type Attempt struct {
 	// N is the number of attempts made so far, this one included (1
 	// after the first).
@@ -240,7 +242,8 @@ func (p *Policy) Tokens(b Budget, now int64) float64 {
 	return b.Tokens
 }
 
-// Decision is what to do after an attempt.
+// Decision is what to do after an attempt; a plain value whose zero value
+// is "do not retry, nothing exhausted".
 type Decision struct {
 	// Retry says to try again after Delay microseconds.
 	Retry bool
@@ -287,7 +290,8 @@ func (p *Policy) Decide(b *Budget, now int64, a Attempt, u float64) Decision {
 
 // Error is the error a caller returns when retrying stopped: why (Reason,
 // one of the sentinel errors), after how many attempts, and the last
-// attempt's error. errors.Is matches both Reason and Last.
+// attempt's error. errors.Is matches both Reason and Last. It is immutable
+// once built; the zero value has no Reason and should not be used.
 type Error struct {
 	Reason   error
 	Attempts int
@@ -311,7 +315,8 @@ func (e *Error) Unwrap() []error {
 }
 
 // Rand is a source of uniform numbers in [0, 1). *rand.Rand of math/rand/v2
-// is one.
+// is one; Retrier calls it under its lock, so it need not be safe for
+// concurrent use.
 type Rand interface{ Float64() float64 }
 
 // Retrier is a Policy with one key's Budget and a random source behind a
