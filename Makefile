@@ -54,3 +54,14 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzSlotRequest -fuzztime 60s ./server
 	$(GO) test -run '^$$' -fuzz FuzzParseWindowSize -fuzztime 60s ./store
 	$(GO) test -run '^$$' -fuzz FuzzLeaseRequest -fuzztime 60s ./server
+	$(GO) test -run '^$$' -fuzz '^FuzzRetryAfter$$' -fuzztime 60s ./signal
+	$(GO) test -run '^$$' -fuzz '^FuzzResetDelay$$' -fuzztime 60s ./signal
+	$(GO) test -run '^$$' -fuzz '^FuzzSFList$$' -fuzztime 60s ./signal
+	$(GO) test -run '^$$' -fuzz '^FuzzSFDictionary$$' -fuzztime 60s ./signal
+	$(GO) test -run '^$$' -fuzz '^FuzzRateLimitHeaders$$' -fuzztime 60s ./signal
+	$(GO) test -run '^$$' -fuzz '^FuzzShopifyCallLimit$$' -fuzztime 60s ./signal
+	$(GO) test -run '^$$' -fuzz '^FuzzShopifyGraphQL$$' -fuzztime 60s ./signal
+	$(GO) test -run '^$$' -fuzz '^FuzzBinanceHeaders$$' -fuzztime 60s ./signal
+	$(GO) test -run '^$$' -fuzz '^FuzzObserve$$' -fuzztime 60s ./aimd
+	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime 60s ./retry
+	$(GO) test -run '^$$' -fuzz '^FuzzBreaker$$' -fuzztime 60s ./breaker
