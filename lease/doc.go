@@ -1,8 +1,8 @@
 // Package lease holds N-permit leases with fencing tokens over any
 // store.LeaseStore: Acquire never blocks, AcquireWait blocks until a permit
 // frees (woken by the store's release announcements where it has them,
-// else by jittered back-off bounded by the first holder's expiry, never by
-// polling the store in a loop), and every held Lease keeps itself alive,
+// else by a jittered back-off from 10ms to 1s bounded by the first holder's
+// expiry, never by a tight polling loop), and every held Lease keeps itself alive,
 // renewing at a fraction of its TTL, and cancels its Context the moment it
 // is lost.
 //
