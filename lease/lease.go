@@ -131,7 +131,7 @@ func (l *Leaser) acquire(ctx context.Context, sp *store.AcquireParams) (*Lease, 
 
 // AcquireWait takes a permit, waiting until one frees or ctx ends (then it
 // returns ctx's error). As for Acquire, ctx bounds the wait, not the
-// Lease. It never polls the store in a loop: it retries when
+// Lease. It never polls the store in a tight loop: it retries when
 // the store announces a release of the key (store.LeaseWatcher), and
 // otherwise after a jittered back-off that grows from MinBackoff to
 // MaxBackoff and never outlasts the first holder's expiry.

@@ -192,3 +192,19 @@ func TestLeaseMetrics(t *testing.T) {
 		require.Contains(t, body, line)
 	}
 }
+
+func TestPoliciesListConcurrency(t *testing.T) {
+	t.Parallel()
+	b := leaseSetup(t)
+	rec, out := b.leaseDo(t, "GET", "/v1/policies", "")
+	require.Equal(t, http.StatusOK, rec.Code)
+	var bulk map[string]any
+	for _, p := range out["policies"].([]any) {
+		if m := p.(map[string]any); m["name"] == "bulk" {
+			bulk = m
+		}
+	}
+	require.Equal(t, "concurrency", bulk["algorithm"])
+	require.Equal(t, float64(2), bulk["permits"])
+	require.Equal(t, float64(30000), bulk["ttlMs"])
+}

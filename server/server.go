@@ -293,6 +293,8 @@ type policyJSON struct {
 	Burst       int64  `json:"burst"`
 	Shadow      bool   `json:"shadow"`
 	Description string `json:"description"`
+	Permits     int64  `json:"permits,omitempty"` // concurrency only
+	TTLMs       int64  `json:"ttlMs,omitempty"`   // concurrency only
 }
 
 func policyToJSON(p limiter.Policy) policyJSON {
@@ -307,6 +309,7 @@ func policyToJSON(p limiter.Policy) policyJSON {
 	if p.Algorithm == store.GCRA { // the effective burst: 0 in the policy means rate
 		out.Burst = p.Limit().Max()
 	}
+	out.Permits, out.TTLMs = p.Permits, p.TTL.Milliseconds()
 	return out
 }
 

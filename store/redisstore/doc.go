@@ -66,7 +66,8 @@
 // key's token counter <prefix>lease:{K}:N:seq never expires, so fencing
 // tokens strictly increase per key for as long as Redis keeps its data. A
 // release PUBLISHes on <prefix>lease-free; WatchLease holds one
-// subscription per Store while anyone watches. TakeAllAcquire runs the rate
+// subscription per Store (on a ring, one per shard, since a PUBLISH reaches
+// only the shard that ran it) while anyone watches. TakeAllAcquire runs the rate
 // script and the lease in one call: its keys must share the lease key's
 // slot on a cluster or ring.
 //

@@ -342,19 +342,21 @@ func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams
 }
 
 // subscriber is a client that can subscribe: *redis.Client,
-// *redis.ClusterClient and *redis.Ring.
+// *redis.ClusterClient (a cluster delivers every PUBLISH to every node).
+// A *redis.Ring is subscribed shard by shard: a PUBLISH reaches only the
+// subscribers of the shard that ran it.
 type subscriber interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
-// leaseSub is the Store's subscription to released permits, open while
-// anyone watches.
+// leaseSub is the Store's subscription to released permits (one per ring
+// shard), open while anyone watches.
 type leaseSub struct {
 	mu      sync.Mutex // guards watches, ps, done and idle
 	watches int
-	ps      *redis.PubSub
-	done    chan struct{}
-	idle    *time.Timer // closes the subscription after subLinger unwatched
+	ps      []*redis.PubSub
+	done    chan struct{} // closed when a subscription has ended
+	idle    *time.Timer   // closes the subscriptions after subLinger unwatched
 	wake    store.LeaseWakeups
 }
 
@@ -363,14 +365,36 @@ type leaseSub struct {
 // not a decision: it runs on the real clock.
 const subLinger = 5 * time.Second
 
+// close ends the subscriptions; l.mu is held.
+func (l *leaseSub) close() {
+	for _, ps := range l.ps {
+		_ = ps.Close()
+	}
+	l.ps, l.done = nil, nil
+}
+
 // WatchLease implements store.LeaseWatcher. It needs a client that can
 // subscribe; with any other it returns an error.
 func (s *Store) WatchLease(ctx context.Context, name, key string) (<-chan struct{}, func(), error) {
 	if name == "" || key == "" {
 		return nil, nil, store.ErrEmptyKey
 	}
-	sub, ok := s.client.(subscriber)
-	if !ok {
+	var subs []subscriber
+	switch c := s.client.(type) {
+	case *redis.Ring:
+		var mu sync.Mutex
+		err := c.ForEachShard(ctx, func(_ context.Context, shard *redis.Client) error {
+			mu.Lock()
+			subs = append(subs, shard)
+			mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("redisstore: ring shards: %w", err)
+		}
+	case subscriber:
+		subs = []subscriber{c}
+	default:
 		return nil, nil, fmt.Errorf("redisstore: client %T cannot subscribe", s.client)
 	}
 	l := &s.sub
@@ -382,34 +406,39 @@ func (s *Store) WatchLease(ctx context.Context, name, key string) (<-chan struct
 	}
 	if l.done != nil {
 		select {
-		case <-l.done: // the subscription ended (connection lost): renew it
-			_ = l.ps.Close()
-			l.ps, l.done = nil, nil
+		case <-l.done: // a subscription ended (connection lost): renew them
+			l.close()
 		default:
 		}
 	}
 	if l.ps == nil {
-		ps := sub.Subscribe(ctx, s.leaseChannel())
-		// Wait for the confirmation: from here on no release is missed.
-		if _, err := ps.Receive(ctx); err != nil {
-			_ = ps.Close()
-			return nil, nil, fmt.Errorf("redisstore: subscribe: %w", err)
-		}
 		done := make(chan struct{})
-		l.ps, l.done = ps, done
-		go func() {
-			defer close(done)
-			for {
-				msg, err := ps.Receive(context.Background())
-				if err != nil {
-					l.wake.WakeAll()
-					return
-				}
-				if m, ok := msg.(*redis.Message); ok {
-					l.wake.Wake(m.Payload)
-				}
+		var once sync.Once
+		for _, sub := range subs {
+			ps := sub.Subscribe(ctx, s.leaseChannel())
+			l.ps = append(l.ps, ps)
+			// Wait for the confirmation: from here on no release is missed.
+			if _, err := ps.Receive(ctx); err != nil {
+				l.close()
+				return nil, nil, fmt.Errorf("redisstore: subscribe: %w", err)
 			}
-		}()
+		}
+		for _, ps := range l.ps {
+			go func() {
+				defer once.Do(func() { close(done) })
+				for {
+					msg, err := ps.Receive(context.Background())
+					if err != nil {
+						l.wake.WakeAll()
+						return
+					}
+					if m, ok := msg.(*redis.Message); ok {
+						l.wake.Wake(m.Payload)
+					}
+				}
+			}()
+		}
+		l.done = done
 	}
 	l.watches++
 	ch, stop, _ := l.wake.Watch(wakeID(name, key))
@@ -425,9 +454,8 @@ func (s *Store) WatchLease(ctx context.Context, name, key string) (<-chan struct
 					l.mu.Lock()
 					defer l.mu.Unlock()
 					if l.watches == 0 && l.ps != nil {
-						_ = l.ps.Close()
-						<-l.done
-						l.ps, l.done, l.idle = nil, nil, nil
+						l.close()
+						l.idle = nil
 					}
 				})
 			}
