@@ -153,7 +153,7 @@ func openState(ctx context.Context, flag, raw string, policies []limiter.Policy,
 		closeFn()
 		return nil, err
 	}
-	// Leases bypass the guard: a lease is never granted by an outage mode.
-	leases, _ := primary.(store.LeaseStore)
-	return &stateStore{store: g, leases: leases, kind: kind, shared: true, close: closeFn}, nil
+	// Leases get the guard's timeout too, and always fail closed: no
+	// outage mode grants a permit.
+	return &stateStore{store: g, leases: g.Leases(), kind: kind, shared: true, close: closeFn}, nil
 }

@@ -20,8 +20,12 @@
 // a healed one is back in use within about a second.
 //
 // Errors that say the request itself is wrong (store.ErrCostExceedsLimit,
-// ErrInvalidLimit, ErrNegativeCost, ErrEmptyKey) pass through unchanged, as
-// does the caller's own context ending.
+// ErrInvalidLimit, ErrNegativeCost, ErrEmptyKey, and the lease answers
+// ErrLeaseNotHeld, ErrStaleToken, ErrInvalidLease) pass through unchanged,
+// as does the caller's own context ending.
+//
+// Store.Leases guards the primary's lease operations with the same timeout
+// and health state; leases always fail closed.
 package guard
 
 import (
@@ -176,7 +180,7 @@ func (s *Store) failed() {
 // requestError reports whether err is about the request, not the store.
 func requestError(err error) bool {
 	return errors.Is(err, store.ErrCostExceedsLimit) || errors.Is(err, store.ErrInvalidLimit) ||
-		errors.Is(err, store.ErrNegativeCost) || errors.Is(err, store.ErrEmptyKey)
+		errors.Is(err, store.ErrNegativeCost) || errors.Is(err, store.ErrEmptyKey) || leaseAnswer(err)
 }
 
 // call runs f against the store with the timeout. It returns ok=false when
