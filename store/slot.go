@@ -192,11 +192,23 @@ func (e *SlotEvent) Check() error {
 	case !(e.Jitter >= 0 && e.Jitter < 1):
 		return fmt.Errorf("%w %q: jitter must be in [0, 1), got %v", ErrInvalidEvent, e.EventID, e.Jitter)
 	}
-	us := e.RequestedTime.UnixMicro()
+	us := e.RequestedMicros()
 	if us < 0 || us > maxSlotTime {
 		return fmt.Errorf("%w %q: requested time %s is outside 1970-01-01 to 9999-12-31", ErrInvalidEvent, e.EventID, e.RequestedTime.UTC().Format(time.RFC3339))
 	}
 	return nil
+}
+
+// RequestedMicros returns RequestedTime in Unix microseconds, the unit
+// backends schedule in, rounded up: a requested time between two
+// microseconds becomes the later one, so that no event is scheduled before
+// the time it asked for.
+func (e *SlotEvent) RequestedMicros() int64 {
+	us := e.RequestedTime.UnixMicro()
+	if e.RequestedTime.Nanosecond()%1000 != 0 {
+		us++
+	}
+	return us
 }
 
 // maxSlotTime is 9999-12-31T00:00:00Z in Unix microseconds: far enough for

@@ -71,6 +71,25 @@ func TestSlotConfigValidate(t *testing.T) {
 	}
 }
 
+func TestRequestedMicrosRoundsUp(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		at   time.Time
+		want int64
+	}{
+		{base, base.UnixMicro()},
+		{base.Add(time.Microsecond), base.UnixMicro() + 1},
+		{base.Add(1), base.UnixMicro() + 1},
+		{base.Add(999), base.UnixMicro() + 1},
+		{base.Add(1001), base.UnixMicro() + 2},
+		{base.Add(1).In(time.FixedZone("X", -5*3600)), base.UnixMicro() + 1},
+	} {
+		e := store.SlotEvent{RequestedTime: tc.at}
+		require.Equal(t, tc.want, e.RequestedMicros(), "%s", tc.at)
+	}
+}
+
 func TestPlanSlotAndOffset(t *testing.T) {
 	t.Parallel()
 	const size = 4_000_000

@@ -157,7 +157,7 @@ func (m *Slots) assign(cfg *store.SlotConfig, events []store.SlotEvent, order []
 			out[i] = store.SlotResult{Slot: sl}
 			continue
 		}
-		p := store.PlanSlot(e.RequestedTime.UnixMicro(), size, mx)
+		p := store.PlanSlot(e.RequestedMicros(), size, mx)
 		w, sched := int64(-1), int64(0)
 		if p.FirstMax > 0 && count(p.WindowStart) < p.FirstMax {
 			w, sched = p.WindowStart, p.WindowStart+store.SlotOffset(e.Jitter, p.Elapsed, size)

@@ -126,7 +126,7 @@ func (s *Store) AssignSlot(ctx context.Context, p store.AssignSlotParams) (store
 		req, ws, sc *int64
 	)
 	err := s.pool.QueryRow(ctx, slotAssignSQL, c.Name, c.Version, c.MaxPerWindow, c.WindowSize.Microseconds(),
-		c.EffectiveHeadroom(), p.Event.EventID, p.Event.RequestedTime.UnixMicro(), p.Event.Jitter).
+		c.EffectiveHeadroom(), p.Event.EventID, p.Event.RequestedMicros(), p.Event.Jitter).
 		Scan(&status, &cfg, &ver, &req, &ws, &sc)
 	if err != nil {
 		return store.Slot{}, wrap("assign slot", err)
@@ -229,7 +229,7 @@ func (s *Store) assignChunks(ctx context.Context, p *store.AssignSlotsParams, or
 		jits := make([]float64, len(part))
 		for k, i := range part {
 			e := &p.Events[i]
-			ids[k], reqs[k], jits[k] = e.EventID, e.RequestedTime.UnixMicro(), e.Jitter
+			ids[k], reqs[k], jits[k] = e.EventID, e.RequestedMicros(), e.Jitter
 		}
 		err := func() error {
 			rows, err := s.pool.Query(ctx, slotBatchSQL, c.Name, c.Version, c.MaxPerWindow, c.WindowSize.Microseconds(),

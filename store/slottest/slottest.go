@@ -45,6 +45,38 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("BatchMatchesSingle", func(t *testing.T) { t.Parallel(); testBatchMatchesSingle(t, newStore, newStore(t)) })
 	t.Run("InvalidInput", func(t *testing.T) { t.Parallel(); testInvalid(t, newStore(t)) })
 	t.Run("Concurrent100", func(t *testing.T) { t.Parallel(); testConcurrent(t, newStore(t)) })
+	t.Run("SubMicrosecondRequest", func(t *testing.T) { t.Parallel(); testSubMicrosecond(t, newStore(t)) })
+}
+
+// testSubMicrosecond asks for times between two microseconds (the unit
+// slots are kept in), with the smallest jitter and in other time zones:
+// the slot is never before the requested instant, in single and batch
+// assignment alike.
+func testSubMicrosecond(t *testing.T, s store.SlotStore) {
+	c := put(t, s, "sub", 10, time.Second, 0)
+	paris := time.FixedZone("UTC+2", 2*3600)
+	reqs := []time.Time{
+		T0.Add(999_999_999 * time.Nanosecond).In(paris), // the window's last µs, rounded up: the next window
+		T0.Add(500*time.Millisecond + 1),
+		T0.Add(2*time.Second + 999),
+	}
+	for i, req := range reqs {
+		sl := assign(t, s, c, fmt.Sprint("sub-", i), req, 0)
+		require.False(t, sl.ScheduledTime.Before(req), "event %d: scheduled %s before requested %s", i, sl.ScheduledTime, req)
+		require.False(t, sl.RequestedTime.Before(req), "event %d: requested time recorded as %s, before %s", i, sl.RequestedTime, req)
+		require.Equal(t, time.UTC, sl.ScheduledTime.Location())
+	}
+	evs := make([]store.SlotEvent, len(reqs))
+	for i, req := range reqs {
+		evs[i] = store.SlotEvent{EventID: fmt.Sprint("subb-", i), RequestedTime: req}
+	}
+	res, err := s.AssignSlots(context.Background(), store.AssignSlotsParams{Config: c, Events: evs})
+	require.NoError(t, err)
+	for i, r := range res {
+		require.NoError(t, r.Err)
+		require.False(t, r.Slot.ScheduledTime.Before(reqs[i]), "batch event %d: scheduled %s before requested %s", i, r.Slot.ScheduledTime, reqs[i])
+	}
+	Verify(t, s)
 }
 
 func put(t *testing.T, s store.SlotStore, name string, max int64, size time.Duration, headroom int64) store.SlotConfig {

@@ -237,7 +237,7 @@ func (w *slotWalk) bump(ws int64) error {
 
 // place finds e's window and scheduled time, or ok false past the headroom.
 func (w *slotWalk) place(e *store.SlotEvent) (ws, sched int64, ok bool, err error) {
-	p := store.PlanSlot(e.RequestedTime.UnixMicro(), w.size, w.max)
+	p := store.PlanSlot(e.RequestedMicros(), w.size, w.max)
 	if p.FirstMax > 0 {
 		n, err := w.count(p.WindowStart)
 		if err != nil {
@@ -416,7 +416,7 @@ func (s *Store) assign(ctx context.Context, cfg *store.SlotConfig, events []stor
 					out[i] = store.SlotResult{Err: store.ErrExhausted}
 					continue
 				}
-				req := e.RequestedTime.UnixMicro()
+				req := e.RequestedMicros()
 				out[i] = store.SlotResult{Slot: store.Slot{EventID: e.EventID, ConfigName: cfg.Name, ConfigVersion: cfg.Version,
 					RequestedTime: micro(req), WindowStart: micro(ws), ScheduledTime: micro(sc), Status: store.SlotNew}}
 				vals = append(vals, e.EventID, cfg.Name, cfg.Version, size, req, ws, sc)
