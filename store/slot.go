@@ -86,6 +86,8 @@ type SlotConfig struct {
 	MaxPerWindow int64
 	// WindowSize is the window length: whole microseconds, from 1ms to
 	// MaxSlotWindow. Windows start at multiples of it from the Unix epoch.
+	// Every version of a name has the same WindowSize (the versions share
+	// the window counters; see CheckKeepsWindowSize).
 	WindowSize time.Duration
 	// Headroom bounds a search: it fails with ErrExhausted once it has
 	// looked Headroom windows past the first window it found held by
@@ -135,6 +137,19 @@ func (c *SlotConfig) CheckStored() error {
 	}
 	if c.Version < 1 {
 		return fmt.Errorf("%w %q: version must be set (a stored config)", ErrInvalidSlotConfig, c.Name)
+	}
+	return nil
+}
+
+// CheckKeepsWindowSize reports whether next, a new version of a config
+// whose latest stored version is prev, keeps its window size: the window
+// counters are shared by every version of a name (seed decision 4), so
+// windows of another size would overlap the counted ones and no counter
+// would bound them. A different window size needs a new config name.
+func CheckKeepsWindowSize(prev, next *SlotConfig) error {
+	if prev.WindowSize != next.WindowSize {
+		return fmt.Errorf("%w %q: windowSize cannot change from %s to %s: every version shares the window counters; use a new config name",
+			ErrInvalidSlotConfig, next.Name, FormatWindowSize(prev.WindowSize), FormatWindowSize(next.WindowSize))
 	}
 	return nil
 }
@@ -266,7 +281,9 @@ const MaxReportedProblems = 100
 // the events it covers). Implementations must be safe for concurrent use.
 type SlotStore interface {
 	// PutSlotConfig stores cfg as the next version of its name and makes it
-	// the active one. It returns the stored config.
+	// the active one. It returns the stored config. A version whose
+	// WindowSize differs from the name's earlier versions (active or not)
+	// is refused with ErrInvalidSlotConfig (CheckKeepsWindowSize).
 	PutSlotConfig(ctx context.Context, cfg SlotConfig) (SlotConfig, error)
 	// ActiveSlotConfig returns the active (latest) version of a config, or
 	// ErrConfigNotFound.

@@ -53,6 +53,11 @@ func (m *Slots) PutSlotConfig(_ context.Context, cfg store.SlotConfig) (store.Sl
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	vs := m.configs[cfg.Name]
+	if len(vs) > 0 {
+		if err := store.CheckKeepsWindowSize(&vs[len(vs)-1], &cfg); err != nil {
+			return store.SlotConfig{}, err
+		}
+	}
 	for i := range vs {
 		vs[i].Active = false
 	}

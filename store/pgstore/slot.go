@@ -37,6 +37,7 @@ SELECT $1, coalesce(max(version), 0) + 1, $2, $3, $4 FROM sluice_slot_configs WH
 RETURNING version, created_at`
 	slotConfigSQL = `SELECT version, max_per_window, window_us, headroom, created_at
 FROM sluice_slot_configs WHERE name = $1 AND active ORDER BY version DESC LIMIT 1`
+	slotLatestSizeSQL = `SELECT window_us FROM sluice_slot_configs WHERE name = $1 ORDER BY version DESC LIMIT 1`
 	slotDeactivateSQL = `UPDATE sluice_slot_configs SET active = false WHERE name = $1 AND active`
 )
 
@@ -51,9 +52,23 @@ func (s *Store) PutSlotConfig(ctx context.Context, cfg store.SlotConfig) (store.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ' slotcfg ' || $1, 0))`, cfg.Name); err != nil {
 			return err
 		}
+		var us int64
+		switch err := tx.QueryRow(ctx, slotLatestSizeSQL, cfg.Name).Scan(&us); {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		default:
+			prev := store.SlotConfig{WindowSize: time.Duration(us) * time.Microsecond}
+			if err := store.CheckKeepsWindowSize(&prev, &cfg); err != nil {
+				return err
+			}
+		}
 		return tx.QueryRow(ctx, slotPutConfigSQL, cfg.Name, cfg.MaxPerWindow, cfg.WindowSize.Microseconds(), cfg.Headroom).
 			Scan(&cfg.Version, &cfg.CreatedAt)
 	})
+	if errors.Is(err, store.ErrInvalidSlotConfig) {
+		return store.SlotConfig{}, err
+	}
 	if err != nil {
 		return store.SlotConfig{}, wrap("put slot config", err)
 	}

@@ -288,7 +288,14 @@ func testConfigs(t *testing.T, s store.SlotStore) {
 	_, err = s.ActiveSlotConfig(ctx, "cfg")
 	require.ErrorIs(t, err, store.ErrConfigNotFound)
 	require.ErrorIs(t, s.DeactivateSlotConfig(ctx, "cfg"), store.ErrConfigNotFound)
-	v3 := put(t, s, "cfg", 5, time.Second, 0)
+	// A new window size would overlap the shared counters: refused, also
+	// after deactivation, and nothing is stored.
+	_, err = s.PutSlotConfig(ctx, store.SlotConfig{Name: "cfg", MaxPerWindow: 5, WindowSize: time.Second})
+	require.ErrorIs(t, err, store.ErrInvalidSlotConfig)
+	require.ErrorContains(t, err, "windowSize cannot change from PT4S to PT1S")
+	_, err = s.ActiveSlotConfig(ctx, "cfg")
+	require.ErrorIs(t, err, store.ErrConfigNotFound)
+	v3 := put(t, s, "cfg", 5, 4*time.Second, 0)
 	require.Equal(t, int64(3), v3.Version)
 	_, err = s.PutSlotConfig(ctx, store.SlotConfig{Name: "bad", MaxPerWindow: 0, WindowSize: time.Second})
 	require.ErrorIs(t, err, store.ErrInvalidSlotConfig)

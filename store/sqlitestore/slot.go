@@ -79,6 +79,17 @@ func (s *Store) PutSlotConfig(ctx context.Context, cfg store.SlotConfig) (store.
 	err := s.do(ctx, 0, func(tx *txn) error {
 		tx.wrote = true
 		c := tx.s.conn
+		var us int64
+		switch err := c.QueryRowContext(tx.ctx, `SELECT window_us FROM sluice_slot_configs WHERE name = ? ORDER BY version DESC LIMIT 1`, cfg.Name).Scan(&us); {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return wrap(err)
+		default:
+			prev := store.SlotConfig{WindowSize: time.Duration(us) * time.Microsecond}
+			if err := store.CheckKeepsWindowSize(&prev, &cfg); err != nil {
+				return err
+			}
+		}
 		if _, err := c.ExecContext(tx.ctx, `UPDATE sluice_slot_configs SET active = 0 WHERE name = ? AND active`, cfg.Name); err != nil {
 			return wrap(err)
 		}
