@@ -273,6 +273,15 @@ func readEvents(name, format string) ([]slot.Event, error) {
 		}
 		return t, nil
 	}
+	// check refuses what a batch would refuse (empty or long id, time
+	// outside 1970 to 9999), naming the line rather than a batch index.
+	check := func(line int, id string, t time.Time) error {
+		ev := store.SlotEvent{EventID: id, RequestedTime: t}
+		if err := ev.Check(); err != nil {
+			return fmt.Errorf("%s:%d: %s", name, line, strings.TrimPrefix(err.Error(), "store: "))
+		}
+		return nil
+	}
 	var out []slot.Event
 	if format == "csv" {
 		cr := csv.NewReader(br)
@@ -295,6 +304,9 @@ func readEvents(name, format string) ([]slot.Event, error) {
 			if err != nil {
 				return nil, err
 			}
+			if err := check(line, rec[0], t); err != nil {
+				return nil, err
+			}
 			out = append(out, slot.Event{EventID: rec[0], RequestedTime: t})
 		}
 		return out, nil
@@ -312,8 +324,14 @@ func readEvents(name, format string) ([]slot.Event, error) {
 		if err := dec.Decode(&fe); err != nil {
 			return nil, fmt.Errorf("%s:%d: %v (want {\"eventId\":...,\"requestedTime\":...})", name, line, strings.TrimPrefix(err.Error(), "json: "))
 		}
+		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s:%d: data after the JSON object (want one object per line)", name, line)
+		}
 		t, err := parseTime(line, fe.RequestedTime)
 		if err != nil {
+			return nil, err
+		}
+		if err := check(line, fe.EventID, t); err != nil {
 			return nil, err
 		}
 		out = append(out, slot.Event{EventID: fe.EventID, RequestedTime: t})
