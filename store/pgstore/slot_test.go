@@ -111,3 +111,86 @@ func TestSlotNeedsReadCommitted(t *testing.T) {
 	_, err = tx.Exec(ctx, "SELECT * FROM sluice_slot_assign('x', 1, 10, 1000000, 100, 'e', 0, 0.5)")
 	require.ErrorContains(t, err, "assignments need READ COMMITTED isolation, not repeatable read")
 }
+
+// TestSlotBatchDuplicateCommittedInItsWindow: a single assignment of an id
+// commits, after a batch has looked its ids up, into a window the batch
+// reaches later and also places that id in. The batch must return the
+// stored slot (EXISTING) and not count the id in that window a second
+// time. A trigger holds the batch on a gate (an advisory lock the test
+// holds) while it fills the window before, so the order is certain.
+func TestSlotBatchDuplicateCommittedInItsWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxConns: 4})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const k = 5 // the batch fills windows 0..k-1, two events each, then X
+	c, err := b.store.PutSlotConfig(ctx, store.SlotConfig{Name: "gate", MaxPerWindow: 2, WindowSize: time.Second})
+	require.NoError(t, err)
+	t0 := slottest.T0
+	gateWS := t0.Add((k - 1) * time.Second).UnixMicro()
+	_, err = b.pool.Exec(ctx, fmt.Sprintf(`
+CREATE FUNCTION test_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.window_start = %d THEN
+        PERFORM pg_advisory_xact_lock(hashtextextended(current_schema() || ' test gate', 0));
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER test_gate BEFORE INSERT ON sluice_slot_windows FOR EACH ROW EXECUTE FUNCTION test_gate();`, gateWS))
+	require.NoError(t, err)
+	gate, err := b.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer gate.Release()
+	var key int64
+	require.NoError(t, gate.QueryRow(ctx, `SELECT hashtextextended(current_schema() || ' test gate', 0)`).Scan(&key))
+	_, err = gate.Exec(ctx, `SELECT pg_advisory_lock($1)`, key)
+	require.NoError(t, err)
+
+	evs := make([]store.SlotEvent, 0, 2*k+1)
+	for i := range 2 * k {
+		evs = append(evs, store.SlotEvent{EventID: fmt.Sprint("g-", i), RequestedTime: t0, Jitter: 0.25})
+	}
+	evs = append(evs, store.SlotEvent{EventID: "X", RequestedTime: t0, Jitter: 0.75})
+	var (
+		res  []store.SlotResult
+		berr error
+		done = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		res, berr = b.store.AssignSlots(ctx, store.AssignSlotsParams{Config: c, Events: evs})
+	}()
+	// Wait until the batch waits at the gate.
+	for {
+		var waiting bool
+		require.NoError(t, gate.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+AND classid::text::bigint = ($1::bigint >> 32) & 4294967295 AND objid::text::bigint = $1::bigint & 4294967295)`, key).Scan(&waiting))
+		if waiting {
+			break
+		}
+		select {
+		case <-done:
+			t.Fatalf("the batch finished without reaching the gate: %v", berr)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	// Windows 0..k-1 are the batch's: X lands in window k, and commits.
+	single, err := b.store.AssignSlot(ctx, store.AssignSlotParams{Config: c, Event: store.SlotEvent{EventID: "X", RequestedTime: t0, Jitter: 0.1}})
+	require.NoError(t, err)
+	require.Equal(t, store.SlotNew, single.Status)
+	require.Equal(t, t0.Add(k*time.Second), single.WindowStart)
+	_, err = gate.Exec(ctx, `SELECT pg_advisory_unlock($1)`, key)
+	require.NoError(t, err)
+	<-done
+	require.NoError(t, berr)
+	x := res[len(res)-1]
+	require.NoError(t, x.Err)
+	require.Equal(t, store.SlotExisting, x.Slot.Status, "X was NEW in the single assignment")
+	single.Status = store.SlotExisting
+	require.Equal(t, single, x.Slot)
+	got, err := b.store.GetSlot(ctx, "X")
+	require.NoError(t, err)
+	require.Equal(t, single, got)
+	rep := slottest.Verify(t, b.store)
+	require.Equal(t, int64(2*k+1), rep.Slots)
+}

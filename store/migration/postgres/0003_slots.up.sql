@@ -231,6 +231,7 @@ DECLARE
     out_sched bigint[] := '{}';
     exh int[] := '{}';
     lost int[] := '{}';
+    ins_ids text[];
     k int; i int; h int; np int;
     req bigint; ws bigint; el bigint; first_max bigint;
     last_ws bigint := -1; s_lim bigint; pin bigint;
@@ -337,24 +338,29 @@ BEGIN
         ORDER BY e.id;
         GET DIAGNOSTICS n = ROW_COUNT;
     EXCEPTION WHEN unique_violation THEN
-        INSERT INTO sluice_slots (event_id, config_name, config_version, window_us, requested_at, window_start, scheduled_at)
-        SELECT e.id, cfg, ver, size, e.req, x.ws, x.sched
-        FROM unnest(out_i, out_ws, out_sched) AS x(i, ws, sched)
-        JOIN unnest(eids, reqs) WITH ORDINALITY AS e(id, req, ord) ON e.ord = x.i
-        ORDER BY e.id
-        ON CONFLICT (event_id) DO NOTHING;
-        GET DIAGNOSTICS n = ROW_COUNT;
+        WITH ins AS (
+            INSERT INTO sluice_slots (event_id, config_name, config_version, window_us, requested_at, window_start, scheduled_at)
+            SELECT e.id, cfg, ver, size, e.req, x.ws, x.sched
+            FROM unnest(out_i, out_ws, out_sched) AS x(i, ws, sched)
+            JOIN unnest(eids, reqs) WITH ORDINALITY AS e(id, req, ord) ON e.ord = x.i
+            ORDER BY e.id
+            ON CONFLICT (event_id) DO NOTHING
+            RETURNING event_id)
+        SELECT coalesce(array_agg(event_id), '{}') INTO ins_ids FROM ins;
+        n := cardinality(ins_ids);
     END;
     IF n < cardinality(out_i) THEN
         -- Ids a concurrent call gave a slot after our lookup: theirs stand,
-        -- and our windows do not count them. (We hold our windows, so such
-        -- a slot is never in one of them.)
+        -- and our windows do not count them. Such a slot may even lie in a
+        -- window we hold (committed before we took it, so its count already
+        -- has it): what tells ours from theirs is what our INSERT returned,
+        -- never where the slot is.
         FOR i, ws, o_cfg, o_ver, o_req, o_ws, o_sched IN
             SELECT x.i, x.ws, s.config_name, s.config_version, s.requested_at, s.window_start, s.scheduled_at
             FROM unnest(out_i, out_ws) AS x(i, ws)
             JOIN unnest(eids) WITH ORDINALITY AS e(id, ord) ON e.ord = x.i
             JOIN sluice_slots s ON s.event_id = e.id
-            WHERE s.window_start <> x.ws OR s.config_name <> cfg
+            WHERE NOT EXISTS (SELECT 1 FROM unnest(ins_ids) AS y(id) WHERE y.id = e.id)
         LOOP
             h := array_position(held_ws, ws);
             held_cnt[h] := held_cnt[h] - 1;
@@ -375,7 +381,7 @@ BEGIN
     RETURN QUERY
     SELECT x.i, 'NEW'::text, cfg, ver, reqs[x.i], x.ws, x.sched
     FROM unnest(out_i, out_ws, out_sched) AS x(i, ws, sched)
-    WHERE x.i <> ALL (lost);
+    WHERE NOT EXISTS (SELECT 1 FROM unnest(lost) AS l(i) WHERE l.i = x.i);
     RETURN QUERY
     SELECT x.i, 'EXHAUSTED'::text, cfg, ver, reqs[x.i], NULL::bigint, NULL::bigint
     FROM unnest(exh) AS x(i);
