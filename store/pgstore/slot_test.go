@@ -194,3 +194,50 @@ AND classid::text::bigint = ($1::bigint >> 32) & 4294967295 AND objid::text::big
 	rep := slottest.Verify(t, b.store)
 	require.Equal(t, int64(2*k+1), rep.Slots)
 }
+
+// TestSlotSkipDoesNotWalk: after 50 full windows, an assignment locks and
+// counts only the requested window and the first open one: the skip goes
+// through the index of open windows, never window by window over the full
+// ones (PostgreSQL's per-transaction function statistics count the
+// window tries). The conformance suite's skip test cannot tell a walk from
+// a skip, since full windows never count against the headroom.
+func TestSlotSkipDoesNotWalk(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	c, err := b.store.PutSlotConfig(ctx, store.SlotConfig{Name: "walk", MaxPerWindow: 2, WindowSize: time.Second, Headroom: 2})
+	require.NoError(t, err)
+	t0 := slottest.T0
+	evs := make([]store.SlotEvent, 100)
+	for i := range evs {
+		evs[i] = store.SlotEvent{EventID: fmt.Sprint("w-", i), RequestedTime: t0, Jitter: 0.5}
+	}
+	_, err = b.store.AssignSlots(ctx, store.AssignSlotsParams{Config: c, Events: evs})
+	require.NoError(t, err)
+	tries := func(call string, args ...any) (ws int64, n int64) {
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, "SET LOCAL track_functions = 'pl'")
+		require.NoError(t, err)
+		// The view also holds the session's counts not yet flushed: take
+		// the difference.
+		count := func() (n int64) {
+			require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions
+WHERE funcname = 'sluice_slot_try' AND schemaname = current_schema()`).Scan(&n))
+			return n
+		}
+		before := count()
+		require.NoError(t, tx.QueryRow(ctx, call, args...).Scan(&ws))
+		return ws, count() - before
+	}
+	size := time.Second.Microseconds()
+	for _, at := range []time.Time{t0, t0.Add(20*time.Second + time.Millisecond)} {
+		ws, n := tries(`SELECT o_ws FROM sluice_slot_assign('walk', $1, 2, $2, 2, 'one', $3, 0.5)`, c.Version, size, at.UnixMicro())
+		require.Equal(t, t0.Add(50*time.Second).UnixMicro(), ws)
+		require.LessOrEqual(t, n, int64(2), "single assignment from %s: %d window tries", at, n)
+		ws, n = tries(`SELECT o_ws FROM sluice_slot_assign_batch('walk', $1, 2, $2, 2, ARRAY['one'], ARRAY[$3::bigint], ARRAY[0.5::float8])`, c.Version, size, at.UnixMicro())
+		require.Equal(t, t0.Add(50*time.Second).UnixMicro(), ws)
+		require.LessOrEqual(t, n, int64(2), "batch from %s: %d window tries", at, n)
+	}
+}
