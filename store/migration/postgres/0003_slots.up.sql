@@ -239,15 +239,20 @@ DECLARE
     cnt bigint; placed boolean; n int;
 BEGIN
     PERFORM sluice_slot_check_isolation();
-    RETURN QUERY
-    SELECT u.ord::int, 'EXISTING'::text, s.config_name, s.config_version, s.requested_at, s.window_start, s.scheduled_at
-    FROM unnest(eids) WITH ORDINALITY AS u(id, ord)
-    JOIN sluice_slots s ON s.event_id = u.id;
-
+    -- The events without a slot first, then the slots of all the others:
+    -- each statement has its own snapshot, and a slot committed between
+    -- them must leave its event in exactly one of the two (pending: the
+    -- INSERT below finds it), never in neither.
     SELECT coalesce(array_agg(u.ord::int ORDER BY u.ord), '{}') INTO pend
     FROM unnest(eids) WITH ORDINALITY AS u(id, ord)
     WHERE NOT EXISTS (SELECT 1 FROM sluice_slots s WHERE s.event_id = u.id);
     np := cardinality(pend);
+
+    RETURN QUERY
+    SELECT u.ord::int, 'EXISTING'::text, s.config_name, s.config_version, s.requested_at, s.window_start, s.scheduled_at
+    FROM unnest(eids) WITH ORDINALITY AS u(id, ord)
+    JOIN sluice_slots s ON s.event_id = u.id
+    WHERE NOT EXISTS (SELECT 1 FROM unnest(pend) AS p(i) WHERE p.i = u.ord);
 
     FOR k IN 1 .. np LOOP
         i := pend[k];
