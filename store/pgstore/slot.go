@@ -78,6 +78,9 @@ func (s *Store) PutSlotConfig(ctx context.Context, cfg store.SlotConfig) (store.
 
 // ActiveSlotConfig implements store.SlotStore.
 func (s *Store) ActiveSlotConfig(ctx context.Context, name string) (store.SlotConfig, error) {
+	if !store.ValidSlotConfigName(name) {
+		return store.SlotConfig{}, store.ErrConfigNotFound
+	}
 	c := store.SlotConfig{Name: name, Active: true}
 	var us int64
 	err := s.pool.QueryRow(ctx, slotConfigSQL, name).Scan(&c.Version, &c.MaxPerWindow, &us, &c.Headroom, &c.CreatedAt)
@@ -93,6 +96,9 @@ func (s *Store) ActiveSlotConfig(ctx context.Context, name string) (store.SlotCo
 
 // DeactivateSlotConfig implements store.SlotStore.
 func (s *Store) DeactivateSlotConfig(ctx context.Context, name string) error {
+	if !store.ValidSlotConfigName(name) {
+		return store.ErrConfigNotFound
+	}
 	tag, err := s.pool.Exec(ctx, slotDeactivateSQL, name)
 	if err != nil {
 		return wrap("deactivate slot config", err)
@@ -293,6 +299,9 @@ func (s *Store) assignChunks(ctx context.Context, p *store.AssignSlotsParams, or
 
 // GetSlot implements store.SlotStore.
 func (s *Store) GetSlot(ctx context.Context, eventID string) (store.Slot, error) {
+	if !store.ValidEventID(eventID) {
+		return store.Slot{}, store.ErrSlotNotFound
+	}
 	sl := store.Slot{EventID: eventID, Status: store.SlotExisting}
 	var req, ws, sc int64
 	err := s.pool.QueryRow(ctx, slotGetSQL, eventID).Scan(&sl.ConfigName, &sl.ConfigVersion, &req, &ws, &sc)

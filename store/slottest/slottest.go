@@ -401,11 +401,24 @@ func testInvalid(t *testing.T, s store.SlotStore) {
 		{"jitter 1", store.SlotEvent{EventID: "a", RequestedTime: T0, Jitter: 1}},
 		{"negative jitter", store.SlotEvent{EventID: "a", RequestedTime: T0, Jitter: -0.1}},
 		{"before 1970", store.SlotEvent{EventID: "a", RequestedTime: time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC)}},
+		{"NUL in id", store.SlotEvent{EventID: "a\x00b", RequestedTime: T0}},
+		{"invalid UTF-8 id", store.SlotEvent{EventID: "a\xffb", RequestedTime: T0}},
 	} {
 		_, err := s.AssignSlot(ctx, store.AssignSlotParams{Config: c, Event: tc.ev})
 		require.ErrorIs(t, err, store.ErrInvalidEvent, tc.name)
 		_, err = s.AssignSlots(ctx, store.AssignSlotsParams{Config: c, Events: []store.SlotEvent{{EventID: "ok", RequestedTime: T0}, tc.ev}})
 		require.ErrorIs(t, err, store.ErrInvalidEvent, tc.name)
+	}
+	// Names and ids no backend could store: refused or not found, never
+	// a store failure.
+	for _, name := range []string{"a\x00b", "a\xffb"} {
+		_, err := s.PutSlotConfig(ctx, store.SlotConfig{Name: name, MaxPerWindow: 1, WindowSize: time.Second})
+		require.ErrorIs(t, err, store.ErrInvalidSlotConfig, "%q", name)
+		_, err = s.ActiveSlotConfig(ctx, name)
+		require.ErrorIs(t, err, store.ErrConfigNotFound, "%q", name)
+		require.ErrorIs(t, s.DeactivateSlotConfig(ctx, name), store.ErrConfigNotFound, "%q", name)
+		_, err = s.GetSlot(ctx, name)
+		require.ErrorIs(t, err, store.ErrSlotNotFound, "%q", name)
 	}
 	bad := c
 	bad.Version = 0
