@@ -313,7 +313,9 @@ func readEvents(name, format string) ([]slot.Event, error) {
 	}
 	sc := bufio.NewScanner(br)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for line := 1; sc.Scan(); line++ {
+	line := 0
+	for sc.Scan() {
+		line++
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 {
 			continue
@@ -337,7 +339,7 @@ func readEvents(name, format string) ([]slot.Event, error) {
 		out = append(out, slot.Event{EventID: fe.EventID, RequestedTime: t})
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, fmt.Errorf("%s:%d: %w (lines are at most 1 MiB)", name, line+1, err)
 	}
 	return out, nil
 }

@@ -86,6 +86,10 @@ func TestSlotsBadInput(t *testing.T) {
 	require.NoError(t, os.WriteFile(early, []byte(`{"eventId":"a","requestedTime":"2025-06-01T12:00:00Z"}
 {"eventId":"b","requestedTime":"1969-12-31T23:59:59Z"}
 `), 0o600))
+	long := filepath.Join(dir, "long.jsonl")
+	require.NoError(t, os.WriteFile(long, []byte(`{"eventId":"a","requestedTime":"2025-06-01T12:00:00Z"}
+{"eventId":"`+strings.Repeat("b", 2<<20)+`"}
+`), 0o600))
 	trailing := filepath.Join(dir, "trailing.jsonl")
 	require.NoError(t, os.WriteFile(trailing, []byte(`{"eventId":"a","requestedTime":"2025-06-01T12:00:00Z"}
 
@@ -105,6 +109,7 @@ func TestSlotsBadInput(t *testing.T) {
 		{[]string{"slots", "load", noID, "--db", db}, cli.ExitFailure, "noid.csv:3: invalid slot event: event id is required"},
 		{[]string{"slots", "load", early, "--db", db}, cli.ExitFailure, "early.jsonl:2: invalid slot event \"b\": requested time 1969-12-31T23:59:59Z is outside"},
 		{[]string{"slots", "load", trailing, "--db", db}, cli.ExitFailure, "trailing.jsonl:3: data after the JSON object"},
+		{[]string{"slots", "load", long, "--db", db}, cli.ExitFailure, "long.jsonl:2: bufio.Scanner: token too long"},
 		{[]string{"slots", "verify", "--db", "redis://127.0.0.1:6379"}, cli.ExitUsage, "slots need sqlite:PATH or postgres://"},
 	} {
 		r := run(t, nil, tc.args...)
