@@ -325,7 +325,8 @@ type SlotStore interface {
 	GetSlot(ctx context.Context, eventID string) (Slot, error)
 	// VerifySlots checks the invariants over every window and slot: no
 	// window over its maximum, counters equal to the rows, every slot inside
-	// its window and not before its requested time.
+	// its window and not before its requested time, every CLOSED window
+	// followed by a window row (the skip over full windows relies on it).
 	VerifySlots(ctx context.Context) (SlotReport, error)
 	// SlotWindows returns up to limit window counters of a config whose
 	// start is in [from, to), in time order.
@@ -477,6 +478,19 @@ WHERE coalesce(w.slot_count, 0) <> coalesce(r.n, 0) ORDER BY 1, 2 LIMIT 100`, fu
 				return err
 			}
 			add("config %q window %s: counter says %d slots, %d rows", cfg, us(ws), c, n)
+			return nil
+		}},
+		{`SELECT w.config_name, w.window_start FROM sluice_slot_windows w
+JOIN (SELECT name, max(window_us) AS us FROM sluice_slot_configs GROUP BY name) c ON c.name = w.config_name
+WHERE w.status = 'CLOSED' AND NOT EXISTS (SELECT 1 FROM sluice_slot_windows n
+    WHERE n.config_name = w.config_name AND n.window_start = w.window_start + c.us)
+ORDER BY 1, 2 LIMIT 100`, func(row func(...any) error) error {
+			var cfg string
+			var ws int64
+			if err := row(&cfg, &ws); err != nil {
+				return err
+			}
+			add("config %q window %s: CLOSED but the next window has no row, so searches skip past it", cfg, us(ws))
 			return nil
 		}},
 		{`SELECT event_id, requested_at, window_start, scheduled_at, window_us FROM sluice_slots

@@ -241,3 +241,41 @@ WHERE funcname = 'sluice_slot_try' AND schemaname = current_schema()`).Scan(&n))
 		require.LessOrEqual(t, n, int64(2), "batch from %s: %d window tries", at, n)
 	}
 }
+
+// TestSlotRolledBackSuccessorLeavesNoHole: a window fills while another
+// transaction holds the next one, and that transaction then rolls back
+// (a cancelled request). The next window must stay findable: the skip
+// over the full windows may not jump past it to an open window far ahead
+// (here, a year ahead).
+func TestSlotRolledBackSuccessorLeavesNoHole(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := b.store.PutSlotConfig(ctx, store.SlotConfig{Name: "hole", MaxPerWindow: 1, WindowSize: time.Second})
+	require.NoError(t, err)
+	t0 := slottest.T0
+	at := func(id string, req time.Time) store.Slot {
+		sl, err := b.store.AssignSlot(ctx, store.AssignSlotParams{Config: c, Event: store.SlotEvent{EventID: id, RequestedTime: req, Jitter: 0.5}})
+		require.NoError(t, err, id)
+		return sl
+	}
+	require.Equal(t, t0, at("e0", t0).WindowStart)
+	// Another transaction holds window 2 (and gives it a row), then rolls
+	// back, after window 1 filled.
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	var n int64
+	require.NoError(t, tx.QueryRow(ctx, `SELECT sluice_slot_try('hole', $1)`, t0.Add(2*time.Second).UnixMicro()).Scan(&n))
+	require.Zero(t, n)
+	require.Equal(t, t0.Add(time.Second), at("e1", t0).WindowStart)
+	require.NoError(t, tx.Rollback(ctx))
+	far := t0.AddDate(1, 0, 0)
+	require.Equal(t, far, at("far", far).WindowStart)
+	require.Equal(t, t0.Add(2*time.Second), at("e2", t0).WindowStart)
+	res, err := b.store.AssignSlots(ctx, store.AssignSlotsParams{Config: c, Events: []store.SlotEvent{{EventID: "e3", RequestedTime: t0}}})
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	require.Equal(t, t0.Add(3*time.Second), res[0].Slot.WindowStart)
+	slottest.Verify(t, b.store)
+}

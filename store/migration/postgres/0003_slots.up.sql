@@ -86,9 +86,10 @@ $$;
 
 -- sluice_slot_next_open returns the first window at or after c that is not
 -- CLOSED: c itself when it has no row or an OPEN one, else the first OPEN
--- row after it through the partial index. A window that closes makes sure
--- its successor has a row (sluice_slot_set), so a run of CLOSED rows always
--- ends at an OPEN row and there is no hole to miss.
+-- row after it through the partial index. A window closes only in the
+-- transaction that gives its successor a row (sluice_slot_set,
+-- sluice_slot_close), so a run of CLOSED rows always ends at an OPEN row
+-- and there is no hole to miss.
 CREATE FUNCTION sluice_slot_next_open(cfg text, c bigint, size bigint) RETURNS bigint
 LANGUAGE plpgsql STABLE
 AS $$
@@ -112,17 +113,40 @@ END
 $$;
 
 -- sluice_slot_set stores a locked window's count, CLOSED once it reaches
--- max_pw; a window that closes gives its successor a row, if it can lock it.
+-- max_pw. A window closes only together with a row for its successor, in
+-- the same transaction: the skip query jumps from a CLOSED row to the next
+-- OPEN one, so a CLOSED row whose successor had no row would hide that
+-- window. When another transaction holds the successor (its row may be
+-- rolled back with it), the full window stays OPEN; searches that meet it
+-- close it later (sluice_slot_close).
 CREATE FUNCTION sluice_slot_set(cfg text, ws bigint, size bigint, max_pw bigint, cnt bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    UPDATE sluice_slot_windows
-    SET slot_count = cnt, status = CASE WHEN cnt >= max_pw THEN 'CLOSED' ELSE 'OPEN' END
-    WHERE config_name = cfg AND window_start = ws;
     IF cnt >= max_pw AND sluice_slot_lock(cfg, ws + size) THEN
         INSERT INTO sluice_slot_windows (config_name, window_start) VALUES (cfg, ws + size)
         ON CONFLICT DO NOTHING;
+        UPDATE sluice_slot_windows SET slot_count = cnt, status = 'CLOSED'
+        WHERE config_name = cfg AND window_start = ws;
+    ELSE
+        UPDATE sluice_slot_windows SET slot_count = cnt, status = 'OPEN'
+        WHERE config_name = cfg AND window_start = ws;
+    END IF;
+END
+$$;
+
+-- sluice_slot_close closes a full window the caller holds that is still
+-- OPEN (its successor was held when it filled), if it can now give the
+-- successor a row.
+CREATE FUNCTION sluice_slot_close(cfg text, ws bigint, size bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF sluice_slot_lock(cfg, ws + size) THEN
+        INSERT INTO sluice_slot_windows (config_name, window_start) VALUES (cfg, ws + size)
+        ON CONFLICT DO NOTHING;
+        UPDATE sluice_slot_windows SET status = 'CLOSED'
+        WHERE config_name = cfg AND window_start = ws AND status = 'OPEN';
     END IF;
 END
 $$;
@@ -180,6 +204,7 @@ BEGIN
                 lim := coalesce(lim, c);
                 c := c + size;
             ELSIF cnt >= max_pw THEN
+                PERFORM sluice_slot_close(cfg, c, size);
                 c := sluice_slot_next_open(cfg, c + size, size);
             ELSE
                 o_ws := c;
@@ -312,6 +337,7 @@ BEGIN
                 cur := cur + size;
                 cur_h := NULL;
             ELSIF cnt >= max_pw THEN
+                PERFORM sluice_slot_close(cfg, cur, size);
                 cur := sluice_slot_next_open(cfg, cur + size, size);
                 cur_h := NULL;
             ELSE
@@ -376,12 +402,14 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- Every counter this call holds, in one statement (CLOSED at max).
+    -- Every counter this call holds, in one statement. A full window keeps
+    -- the status sluice_slot_set gave it (CLOSED only with its successor's
+    -- row); one below max (a slot lost to a concurrent call) is OPEN.
     UPDATE sluice_slot_windows w
-    SET slot_count = x.cnt, status = CASE WHEN x.cnt >= max_pw THEN 'CLOSED' ELSE 'OPEN' END
+    SET slot_count = x.cnt, status = CASE WHEN x.cnt >= max_pw THEN w.status ELSE 'OPEN' END
     FROM unnest(held_ws, held_cnt) AS x(ws, cnt)
     WHERE x.cnt >= 0 AND w.config_name = cfg AND w.window_start = x.ws
-      AND (w.slot_count <> x.cnt OR w.status <> CASE WHEN x.cnt >= max_pw THEN 'CLOSED' ELSE 'OPEN' END);
+      AND (w.slot_count <> x.cnt OR (x.cnt < max_pw AND w.status <> 'OPEN'));
 
     RETURN QUERY
     SELECT x.i, 'NEW'::text, cfg, ver, reqs[x.i], x.ws, x.sched
