@@ -174,8 +174,13 @@ func ParseWindowSize(s string) (time.Duration, error) {
 	if math.IsNaN(secs) || secs > MaxSlotWindow.Seconds() {
 		return 0, fmt.Errorf("%q is longer than 24h", s)
 	}
-	// Round to the microsecond: 0.1 is not exact in binary.
-	return time.Duration(math.Round(secs*1e6)) * time.Microsecond, nil
+	// Round to the microsecond (0.1 is not exact in binary), but refuse a
+	// fraction of one rather than change the window silently.
+	us := secs * 1e6
+	if math.Abs(us-math.Round(us)) > 1e-3 {
+		return 0, fmt.Errorf("%q has a fraction of a microsecond; window sizes are whole microseconds", s)
+	}
+	return time.Duration(math.Round(us)) * time.Microsecond, nil
 }
 
 // FormatWindowSize formats a window size as an ISO-8601 duration (PT4S).
