@@ -277,5 +277,13 @@ func TestSlotRolledBackSuccessorLeavesNoHole(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, res[0].Err)
 	require.Equal(t, t0.Add(3*time.Second), res[0].Slot.WindowStart)
+	// Window 1 stayed OPEN while full; the search that met it closed it.
+	ws, err := b.store.SlotWindows(ctx, "hole", t0, t0.Add(5*time.Second), 5)
+	require.NoError(t, err)
+	require.Len(t, ws, 5)
+	for i, w := range ws {
+		require.Equal(t, i < 4, w.Closed, "window %d", i)
+		require.Equal(t, int64(min(1, 4-i)), w.Count, "window %d", i)
+	}
 	slottest.Verify(t, b.store)
 }

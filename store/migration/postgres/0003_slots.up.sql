@@ -142,11 +142,11 @@ CREATE FUNCTION sluice_slot_close(cfg text, ws bigint, size bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    IF sluice_slot_lock(cfg, ws + size) THEN
+    IF EXISTS (SELECT 1 FROM sluice_slot_windows WHERE config_name = cfg AND window_start = ws AND status = 'OPEN')
+       AND sluice_slot_lock(cfg, ws + size) THEN
         INSERT INTO sluice_slot_windows (config_name, window_start) VALUES (cfg, ws + size)
         ON CONFLICT DO NOTHING;
-        UPDATE sluice_slot_windows SET status = 'CLOSED'
-        WHERE config_name = cfg AND window_start = ws AND status = 'OPEN';
+        UPDATE sluice_slot_windows SET status = 'CLOSED' WHERE config_name = cfg AND window_start = ws;
     END IF;
 END
 $$;
