@@ -209,7 +209,8 @@ that, the first character. Use - for standard input.`,
 		Short: "Check the slot invariants on the database; exit 1 if one fails",
 		Long: `Check, over every window and slot: no window holds more than its config's
 maximum; every window's counter equals its rows; every slot lies inside its
-window and not before its requested time. Prints what is wrong, if anything.`,
+window and not before its requested time; every CLOSED window is followed by
+a window row. Prints what is wrong, if anything.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(c *cobra.Command, _ []string) error {
 			return with(c, slot.Config{}, func(s *slot.Scheduler) error {
