@@ -257,6 +257,7 @@ DECLARE
     exh int[] := '{}';
     lost int[] := '{}';
     ins_ids text[];
+    ex_i int[]; ex_cfg text[]; ex_ver bigint[]; ex_req bigint[]; ex_ws bigint[]; ex_sched bigint[];
     k int; i int; h int; np int;
     req bigint; ws bigint; el bigint; first_max bigint;
     last_ws bigint := -1; s_lim bigint; pin bigint;
@@ -264,20 +265,24 @@ DECLARE
     cnt bigint; placed boolean; n int;
 BEGIN
     PERFORM sluice_slot_check_isolation();
-    -- The events without a slot first, then the slots of all the others:
-    -- each statement has its own snapshot, and a slot committed between
-    -- them must leave its event in exactly one of the two (pending: the
-    -- INSERT below finds it), never in neither.
-    SELECT coalesce(array_agg(u.ord::int ORDER BY u.ord), '{}') INTO pend
+    -- The events that have slots and those still pending, in one statement
+    -- (one snapshot): a slot committed meanwhile must leave its event in
+    -- exactly one of the two (pending: the INSERT below finds it).
+    SELECT coalesce(array_agg(u.ord::int ORDER BY u.ord) FILTER (WHERE s.event_id IS NULL), '{}'),
+           coalesce(array_agg(u.ord::int) FILTER (WHERE s.event_id IS NOT NULL), '{}'),
+           array_agg(s.config_name) FILTER (WHERE s.event_id IS NOT NULL),
+           array_agg(s.config_version) FILTER (WHERE s.event_id IS NOT NULL),
+           array_agg(s.requested_at) FILTER (WHERE s.event_id IS NOT NULL),
+           array_agg(s.window_start) FILTER (WHERE s.event_id IS NOT NULL),
+           array_agg(s.scheduled_at) FILTER (WHERE s.event_id IS NOT NULL)
+    INTO pend, ex_i, ex_cfg, ex_ver, ex_req, ex_ws, ex_sched
     FROM unnest(eids) WITH ORDINALITY AS u(id, ord)
-    WHERE NOT EXISTS (SELECT 1 FROM sluice_slots s WHERE s.event_id = u.id);
+    LEFT JOIN sluice_slots s ON s.event_id = u.id;
     np := cardinality(pend);
 
     RETURN QUERY
-    SELECT u.ord::int, 'EXISTING'::text, s.config_name, s.config_version, s.requested_at, s.window_start, s.scheduled_at
-    FROM unnest(eids) WITH ORDINALITY AS u(id, ord)
-    JOIN sluice_slots s ON s.event_id = u.id
-    WHERE NOT EXISTS (SELECT 1 FROM unnest(pend) AS p(i) WHERE p.i = u.ord);
+    SELECT x.i, 'EXISTING'::text, x.c, x.v, x.r, x.w, x.s
+    FROM unnest(ex_i, ex_cfg, ex_ver, ex_req, ex_ws, ex_sched) AS x(i, c, v, r, w, s);
 
     FOR k IN 1 .. np LOOP
         i := pend[k];
