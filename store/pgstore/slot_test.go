@@ -287,3 +287,103 @@ func TestSlotRolledBackSuccessorLeavesNoHole(t *testing.T) {
 	}
 	slottest.Verify(t, b.store)
 }
+
+// TestSlotExhaustedDuplicateGetsTheStoredSlot: an assignment finds no
+// window within its headroom (all held) while a concurrent assignment of
+// the same id commits a slot: the answer is that slot, not ErrExhausted,
+// for a single assignment and a batch alike. A gate (an advisory lock the
+// test holds, taken by the skip function) holds the search after its
+// lookup while the other slot commits.
+func TestSlotExhaustedDuplicateGetsTheStoredSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxConns: 4})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := b.store.PutSlotConfig(ctx, store.SlotConfig{Name: "ex", MaxPerWindow: 1, WindowSize: time.Second, Headroom: 2})
+	require.NoError(t, err)
+	t0 := slottest.T0
+	w := func(i int) int64 { return t0.Add(time.Duration(i) * time.Second).UnixMicro() }
+	_, err = b.store.AssignSlot(ctx, store.AssignSlotParams{Config: c, Event: store.SlotEvent{EventID: "e0", RequestedTime: t0}})
+	require.NoError(t, err)
+	// Windows 1 and 2 (the whole headroom) are held by another transaction.
+	holder, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	for i := 1; i <= 2; i++ {
+		var ok bool
+		require.NoError(t, holder.QueryRow(ctx, `SELECT sluice_slot_lock('ex', $1)`, w(i)).Scan(&ok))
+		require.True(t, ok)
+	}
+	gate, err := b.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer gate.Release()
+	var key int64
+	require.NoError(t, gate.QueryRow(ctx, `SELECT hashtextextended(current_schema() || ' test gate', 0)`).Scan(&key))
+	_, err = gate.Exec(ctx, `CREATE OR REPLACE FUNCTION sluice_slot_next_open(cfg text, c bigint, size bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE st text; o bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended(current_schema() || ' test gate', 0));
+    SELECT status INTO st FROM sluice_slot_windows WHERE config_name = cfg AND window_start = c;
+    IF NOT FOUND OR st = 'OPEN' THEN RETURN c; END IF;
+    SELECT window_start INTO o FROM sluice_slot_windows
+    WHERE config_name = cfg AND status = 'OPEN' AND window_start > c ORDER BY window_start LIMIT 1;
+    IF o IS NULL THEN RETURN c + size; END IF;
+    RETURN o;
+END $$`)
+	require.NoError(t, err)
+	waitGate := func(done <-chan struct{}) {
+		for {
+			var waiting bool
+			require.NoError(t, gate.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+AND classid::text::bigint = ($1::bigint >> 32) & 4294967295 AND objid::text::bigint = $1::bigint & 4294967295)`, key).Scan(&waiting))
+			if waiting {
+				return
+			}
+			select {
+			case <-done:
+				t.Fatal("the search finished without reaching the gate")
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	// commit gives id a slot in window i as another process would have.
+	commit := func(id string, i int) store.Slot {
+		_, err := b.pool.Exec(ctx, `INSERT INTO sluice_slots VALUES ($1, 'ex', $2, 1000000, $3, $4::bigint, $4::bigint + 500000)`, id, c.Version, w(0), w(i))
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `INSERT INTO sluice_slot_windows (config_name, window_start, slot_count) VALUES ('ex', $1, 1)`, w(i))
+		require.NoError(t, err)
+		return store.Slot{EventID: id, ConfigName: "ex", ConfigVersion: c.Version, RequestedTime: t0,
+			WindowStart: time.UnixMicro(w(i)).UTC(), ScheduledTime: time.UnixMicro(w(i) + 500000).UTC(), Status: store.SlotExisting}
+	}
+	for round, batch := range []bool{false, true} {
+		id := fmt.Sprint("dup-", round)
+		_, err = gate.Exec(ctx, `SELECT pg_advisory_lock($1)`, key)
+		require.NoError(t, err)
+		var got store.Slot
+		var aerr error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			ev := store.SlotEvent{EventID: id, RequestedTime: t0, Jitter: 0.5}
+			if !batch {
+				got, aerr = b.store.AssignSlot(ctx, store.AssignSlotParams{Config: c, Event: ev})
+				return
+			}
+			var res []store.SlotResult
+			res, aerr = b.store.AssignSlots(ctx, store.AssignSlotsParams{Config: c, Events: []store.SlotEvent{ev}})
+			if aerr == nil {
+				got, aerr = res[0].Slot, res[0].Err
+			}
+		}()
+		waitGate(done)
+		want := commit(id, 10+round)
+		_, err = gate.Exec(ctx, `SELECT pg_advisory_unlock($1)`, key)
+		require.NoError(t, err)
+		<-done
+		require.NoError(t, aerr, "batch %v", batch)
+		require.Equal(t, want, got, "batch %v", batch)
+	}
+	require.NoError(t, holder.Rollback(ctx))
+	slottest.Verify(t, b.store)
+}

@@ -213,7 +213,12 @@ BEGIN
             END IF;
         END LOOP;
         IF o_ws IS NULL THEN
-            status := 'EXHAUSTED';
+            -- A concurrent assignment of the same id may have held the
+            -- windows: its slot, if it committed one, is the answer.
+            SELECT s.config_name, s.config_version, s.requested_at, s.window_start, s.scheduled_at
+            INTO o_cfg, o_ver, o_req, o_ws, o_sched
+            FROM sluice_slots s WHERE s.event_id = eid;
+            status := CASE WHEN FOUND THEN 'EXISTING' ELSE 'EXHAUSTED' END;
             RETURN;
         END IF;
     END IF;
@@ -421,7 +426,12 @@ BEGIN
     FROM unnest(out_i, out_ws, out_sched) AS x(i, ws, sched)
     WHERE NOT EXISTS (SELECT 1 FROM unnest(lost) AS l(i) WHERE l.i = x.i);
     RETURN QUERY
-    SELECT x.i, 'EXHAUSTED'::text, cfg, ver, reqs[x.i], NULL::bigint, NULL::bigint
-    FROM unnest(exh) AS x(i);
+    -- An event left without a window may have got a slot from a
+    -- concurrent call meanwhile: that slot is its answer.
+    SELECT x.i, CASE WHEN s.event_id IS NULL THEN 'EXHAUSTED' ELSE 'EXISTING' END,
+           coalesce(s.config_name, cfg), coalesce(s.config_version, ver), coalesce(s.requested_at, reqs[x.i]),
+           s.window_start, s.scheduled_at
+    FROM unnest(exh) AS x(i)
+    LEFT JOIN sluice_slots s ON s.event_id = eids[x.i];
 END
 $$;
