@@ -226,12 +226,22 @@ func (f *fieldErrs) eventID(id string, path ...string) {
 	}
 }
 
-func (f *fieldErrs) configName(name string, path ...string) {
+// nameProblem says what keeps a config name from being stored, or "".
+func nameProblem(name string) string {
 	switch {
 	case name == "":
-		f.add(TypeInvalidRequest, path, "is required")
+		return "is required"
 	case len(name) > store.MaxConfigNameLen:
-		f.add(TypeInvalidRequest, path, "is longer than %d bytes", store.MaxConfigNameLen)
+		return fmt.Sprintf("is longer than %d bytes", store.MaxConfigNameLen)
+	case !store.ValidSlotConfigName(name):
+		return "must be UTF-8 text without NUL characters"
+	}
+	return ""
+}
+
+func (f *fieldErrs) configName(name string, path ...string) {
+	if p := nameProblem(name); p != "" {
+		f.add(TypeInvalidRequest, path, "%s", p)
 	}
 }
 

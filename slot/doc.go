@@ -16,6 +16,10 @@
 //   - Verify checks the invariants on the live database: no window over its
 //     maximum, counters equal to the rows, every slot inside its window.
 //
+// Times are whole microseconds; a requested time between two is rounded
+// up. A config name keeps its window size across versions (the versions
+// share the window counters), so PutConfig refuses a different one.
+//
 // Errors: ErrConfigNotFound (no active config of that name),
 // store.ErrExhausted (no window within the headroom had room),
 // store.ErrInvalidEvent and store.ErrInvalidSlotConfig for bad input.

@@ -130,8 +130,8 @@ func (s *Scheduler) remember(c store.SlotConfig) {
 // is fresh. Another process's new version or deactivation is seen once the
 // cached entry expires, or at once after Flush.
 func (s *Scheduler) Config(ctx context.Context, name string) (store.SlotConfig, error) {
-	if name == "" {
-		return store.SlotConfig{}, fmt.Errorf("%w: the config name is empty", ErrConfigNotFound)
+	if !store.ValidSlotConfigName(name) {
+		return store.SlotConfig{}, fmt.Errorf("%w: %q cannot name a config (1 to %d bytes of UTF-8 text)", ErrConfigNotFound, name, store.MaxConfigNameLen)
 	}
 	s.mu.Lock()
 	c, ok := s.cache[name]
@@ -168,6 +168,9 @@ func (s *Scheduler) Flush(names ...string) {
 // cache. Assignments under it fail with ErrConfigNotFound until a new
 // version is put.
 func (s *Scheduler) Deactivate(ctx context.Context, name string) error {
+	if !store.ValidSlotConfigName(name) {
+		return fmt.Errorf("%w: %q cannot name a config (1 to %d bytes of UTF-8 text)", ErrConfigNotFound, name, store.MaxConfigNameLen)
+	}
 	err := s.st.DeactivateSlotConfig(ctx, name)
 	s.Flush(name)
 	return err
@@ -213,6 +216,9 @@ func (s *Scheduler) AssignBatch(ctx context.Context, configName string, events [
 
 // Get returns an event's slot, or store.ErrSlotNotFound.
 func (s *Scheduler) Get(ctx context.Context, eventID string) (Slot, error) {
+	if !store.ValidEventID(eventID) {
+		return Slot{}, fmt.Errorf("%w: %q cannot be an event id (1 to %d bytes of UTF-8 text)", store.ErrSlotNotFound, eventID, store.MaxEventIDLen)
+	}
 	return s.st.GetSlot(ctx, eventID)
 }
 

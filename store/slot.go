@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	isoduration "github.com/sosodev/duration"
 )
@@ -86,6 +87,8 @@ type SlotConfig struct {
 	MaxPerWindow int64
 	// WindowSize is the window length: whole microseconds, from 1ms to
 	// MaxSlotWindow. Windows start at multiples of it from the Unix epoch.
+	// Every version of a name has the same WindowSize (the versions share
+	// the window counters; see CheckKeepsWindowSize).
 	WindowSize time.Duration
 	// Headroom bounds a search: it fails with ErrExhausted once it has
 	// looked Headroom windows past the first window it found held by
@@ -115,6 +118,8 @@ func (c *SlotConfig) Validate() error {
 		return fmt.Errorf("%w: name is required", ErrInvalidSlotConfig)
 	case len(c.Name) > MaxConfigNameLen:
 		return fmt.Errorf("%w: name is longer than %d bytes", ErrInvalidSlotConfig, MaxConfigNameLen)
+	case !validText(c.Name):
+		return fmt.Errorf("%w: name must be UTF-8 text without NUL characters", ErrInvalidSlotConfig)
 	case c.MaxPerWindow < 1 || c.MaxPerWindow > MaxSlotsPerWindow:
 		return fmt.Errorf("%w %q: maxPerWindow must be from 1 to %d, got %d", ErrInvalidSlotConfig, c.Name, MaxSlotsPerWindow, c.MaxPerWindow)
 	case c.WindowSize < time.Millisecond || c.WindowSize > MaxSlotWindow:
@@ -139,6 +144,19 @@ func (c *SlotConfig) CheckStored() error {
 	return nil
 }
 
+// CheckKeepsWindowSize reports whether next, a new version of a config
+// whose latest stored version is prev, keeps its window size: the window
+// counters are shared by every version of a name (seed decision 4), so
+// windows of another size would overlap the counted ones and no counter
+// would bound them. A different window size needs a new config name.
+func CheckKeepsWindowSize(prev, next *SlotConfig) error {
+	if prev.WindowSize != next.WindowSize {
+		return fmt.Errorf("%w %q: windowSize cannot change from %s to %s: every version shares the window counters; use a new config name",
+			ErrInvalidSlotConfig, next.Name, FormatWindowSize(prev.WindowSize), FormatWindowSize(next.WindowSize))
+	}
+	return nil
+}
+
 // ParseWindowSize parses an ISO-8601 duration such as PT4S, PT1M or P1D.
 // Years, months and weeks are refused: they have no fixed length.
 func ParseWindowSize(s string) (time.Duration, error) {
@@ -156,8 +174,13 @@ func ParseWindowSize(s string) (time.Duration, error) {
 	if math.IsNaN(secs) || secs > MaxSlotWindow.Seconds() {
 		return 0, fmt.Errorf("%q is longer than 24h", s)
 	}
-	// Round to the microsecond: 0.1 is not exact in binary.
-	return time.Duration(math.Round(secs*1e6)) * time.Microsecond, nil
+	// Round to the microsecond (0.1 is not exact in binary), but refuse a
+	// fraction of one rather than change the window silently.
+	us := secs * 1e6
+	if math.Abs(us-math.Round(us)) > 1e-3 {
+		return 0, fmt.Errorf("%q has a fraction of a microsecond; window sizes are whole microseconds", s)
+	}
+	return time.Duration(math.Round(us)) * time.Microsecond, nil
 }
 
 // FormatWindowSize formats a window size as an ISO-8601 duration (PT4S).
@@ -185,18 +208,50 @@ func (e *SlotEvent) Check() error {
 		return fmt.Errorf("%w: event id is required", ErrInvalidEvent)
 	case len(e.EventID) > MaxEventIDLen:
 		return fmt.Errorf("%w: event id is longer than %d bytes", ErrInvalidEvent, MaxEventIDLen)
-	case strings.ContainsRune(e.EventID, 0):
-		return fmt.Errorf("%w: event id holds a NUL byte", ErrInvalidEvent)
+	case !validText(e.EventID):
+		return fmt.Errorf("%w: event id must be UTF-8 text without NUL characters", ErrInvalidEvent)
 	case e.RequestedTime.IsZero():
 		return fmt.Errorf("%w %q: requested time is required", ErrInvalidEvent, e.EventID)
 	case !(e.Jitter >= 0 && e.Jitter < 1):
 		return fmt.Errorf("%w %q: jitter must be in [0, 1), got %v", ErrInvalidEvent, e.EventID, e.Jitter)
 	}
-	us := e.RequestedTime.UnixMicro()
+	us := e.RequestedMicros()
 	if us < 0 || us > maxSlotTime {
 		return fmt.Errorf("%w %q: requested time %s is outside 1970-01-01 to 9999-12-31", ErrInvalidEvent, e.EventID, e.RequestedTime.UTC().Format(time.RFC3339))
 	}
 	return nil
+}
+
+// RequestedMicros returns RequestedTime in Unix microseconds, the unit
+// backends schedule in, rounded up: a requested time between two
+// microseconds becomes the later one, so that no event is scheduled before
+// the time it asked for.
+func (e *SlotEvent) RequestedMicros() int64 {
+	us := e.RequestedTime.UnixMicro()
+	if e.RequestedTime.Nanosecond()%1000 != 0 {
+		us++
+	}
+	return us
+}
+
+// validText reports whether s can be stored as text by every backend
+// (PostgreSQL refuses NUL and invalid UTF-8).
+func validText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
+
+// ValidSlotConfigName reports whether name could name a stored config (1
+// to MaxConfigNameLen bytes of UTF-8 text without NUL): a lookup of any
+// other name finds nothing.
+func ValidSlotConfigName(name string) bool {
+	return name != "" && len(name) <= MaxConfigNameLen && validText(name)
+}
+
+// ValidEventID reports whether id could be a stored event id (1 to
+// MaxEventIDLen bytes of UTF-8 text without NUL): a lookup of any other id
+// finds nothing.
+func ValidEventID(id string) bool {
+	return id != "" && len(id) <= MaxEventIDLen && validText(id)
 }
 
 // maxSlotTime is 9999-12-31T00:00:00Z in Unix microseconds: far enough for
@@ -254,7 +309,9 @@ const MaxReportedProblems = 100
 // the events it covers). Implementations must be safe for concurrent use.
 type SlotStore interface {
 	// PutSlotConfig stores cfg as the next version of its name and makes it
-	// the active one. It returns the stored config.
+	// the active one. It returns the stored config. A version whose
+	// WindowSize differs from the name's earlier versions (active or not)
+	// is refused with ErrInvalidSlotConfig (CheckKeepsWindowSize).
 	PutSlotConfig(ctx context.Context, cfg SlotConfig) (SlotConfig, error)
 	// ActiveSlotConfig returns the active (latest) version of a config, or
 	// ErrConfigNotFound.
@@ -273,7 +330,8 @@ type SlotStore interface {
 	GetSlot(ctx context.Context, eventID string) (Slot, error)
 	// VerifySlots checks the invariants over every window and slot: no
 	// window over its maximum, counters equal to the rows, every slot inside
-	// its window and not before its requested time.
+	// its window and not before its requested time, every CLOSED window
+	// followed by a window row (the skip over full windows relies on it).
 	VerifySlots(ctx context.Context) (SlotReport, error)
 	// SlotWindows returns up to limit window counters of a config whose
 	// start is in [from, to), in time order.
@@ -425,6 +483,19 @@ WHERE coalesce(w.slot_count, 0) <> coalesce(r.n, 0) ORDER BY 1, 2 LIMIT 100`, fu
 				return err
 			}
 			add("config %q window %s: counter says %d slots, %d rows", cfg, us(ws), c, n)
+			return nil
+		}},
+		{`SELECT w.config_name, w.window_start FROM sluice_slot_windows w
+JOIN (SELECT name, max(window_us) AS us FROM sluice_slot_configs GROUP BY name) c ON c.name = w.config_name
+WHERE w.status = 'CLOSED' AND NOT EXISTS (SELECT 1 FROM sluice_slot_windows n
+    WHERE n.config_name = w.config_name AND n.window_start = w.window_start + c.us)
+ORDER BY 1, 2 LIMIT 100`, func(row func(...any) error) error {
+			var cfg string
+			var ws int64
+			if err := row(&cfg, &ws); err != nil {
+				return err
+			}
+			add("config %q window %s: CLOSED but the next window has no row, so searches skip past it", cfg, us(ws))
 			return nil
 		}},
 		{`SELECT event_id, requested_at, window_start, scheduled_at, window_us FROM sluice_slots

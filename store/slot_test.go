@@ -24,6 +24,9 @@ func TestParseWindowSize(t *testing.T) {
 		{"P1D", 24 * time.Hour, ""},
 		{"PT0.1S", 100 * time.Millisecond, ""},
 		{"PT0.000001S", time.Microsecond, ""},
+		{"PT86399.999999S", 24*time.Hour - time.Microsecond, ""},
+		{"PT1.0000005S", 0, "fraction of a microsecond"},
+		{"PT0.0000001S", 0, "fraction of a microsecond"},
 		{"P1M", 0, "no fixed length"},
 		{"P1Y", 0, "no fixed length"},
 		{"P1W", 0, "no fixed length"},
@@ -68,6 +71,25 @@ func TestSlotConfigValidate(t *testing.T) {
 		err := c.Validate()
 		require.ErrorIs(t, err, store.ErrInvalidSlotConfig)
 		require.ErrorContains(t, err, tc.want)
+	}
+}
+
+func TestRequestedMicrosRoundsUp(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		at   time.Time
+		want int64
+	}{
+		{base, base.UnixMicro()},
+		{base.Add(time.Microsecond), base.UnixMicro() + 1},
+		{base.Add(1), base.UnixMicro() + 1},
+		{base.Add(999), base.UnixMicro() + 1},
+		{base.Add(1001), base.UnixMicro() + 2},
+		{base.Add(1).In(time.FixedZone("X", -5*3600)), base.UnixMicro() + 1},
+	} {
+		e := store.SlotEvent{RequestedTime: tc.at}
+		require.Equal(t, tc.want, e.RequestedMicros(), "%s", tc.at)
 	}
 }
 

@@ -209,7 +209,8 @@ that, the first character. Use - for standard input.`,
 		Short: "Check the slot invariants on the database; exit 1 if one fails",
 		Long: `Check, over every window and slot: no window holds more than its config's
 maximum; every window's counter equals its rows; every slot lies inside its
-window and not before its requested time. Prints what is wrong, if anything.`,
+window and not before its requested time; every CLOSED window is followed by
+a window row. Prints what is wrong, if anything.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(c *cobra.Command, _ []string) error {
 			return with(c, slot.Config{}, func(s *slot.Scheduler) error {
@@ -273,6 +274,15 @@ func readEvents(name, format string) ([]slot.Event, error) {
 		}
 		return t, nil
 	}
+	// check refuses what a batch would refuse (empty or long id, time
+	// outside 1970 to 9999), naming the line rather than a batch index.
+	check := func(line int, id string, t time.Time) error {
+		ev := store.SlotEvent{EventID: id, RequestedTime: t}
+		if err := ev.Check(); err != nil {
+			return fmt.Errorf("%s:%d: %s", name, line, strings.TrimPrefix(err.Error(), "store: "))
+		}
+		return nil
+	}
 	var out []slot.Event
 	if format == "csv" {
 		cr := csv.NewReader(br)
@@ -295,13 +305,18 @@ func readEvents(name, format string) ([]slot.Event, error) {
 			if err != nil {
 				return nil, err
 			}
+			if err := check(line, rec[0], t); err != nil {
+				return nil, err
+			}
 			out = append(out, slot.Event{EventID: rec[0], RequestedTime: t})
 		}
 		return out, nil
 	}
 	sc := bufio.NewScanner(br)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for line := 1; sc.Scan(); line++ {
+	line := 0
+	for sc.Scan() {
+		line++
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 {
 			continue
@@ -312,14 +327,20 @@ func readEvents(name, format string) ([]slot.Event, error) {
 		if err := dec.Decode(&fe); err != nil {
 			return nil, fmt.Errorf("%s:%d: %v (want {\"eventId\":...,\"requestedTime\":...})", name, line, strings.TrimPrefix(err.Error(), "json: "))
 		}
+		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s:%d: data after the JSON object (want one object per line)", name, line)
+		}
 		t, err := parseTime(line, fe.RequestedTime)
 		if err != nil {
+			return nil, err
+		}
+		if err := check(line, fe.EventID, t); err != nil {
 			return nil, err
 		}
 		out = append(out, slot.Event{EventID: fe.EventID, RequestedTime: t})
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, fmt.Errorf("%s:%d: %w (lines are at most 1 MiB)", name, line+1, err)
 	}
 	return out, nil
 }

@@ -80,6 +80,21 @@ func TestSlotsBadInput(t *testing.T) {
 	db := "sqlite:" + filepath.Join(dir, "slots.db")
 	bad := filepath.Join(dir, "bad.csv")
 	require.NoError(t, os.WriteFile(bad, []byte("a,2025-06-01T12:00:00Z\nb,yesterday\n"), 0o600))
+	noID := filepath.Join(dir, "noid.csv")
+	require.NoError(t, os.WriteFile(noID, []byte("eventId,requestedTime\na,2025-06-01T12:00:00Z\n,2025-06-01T12:00:00Z\n"), 0o600))
+	early := filepath.Join(dir, "early.jsonl")
+	require.NoError(t, os.WriteFile(early, []byte(`{"eventId":"a","requestedTime":"2025-06-01T12:00:00Z"}
+{"eventId":"b","requestedTime":"1969-12-31T23:59:59Z"}
+`), 0o600))
+	long := filepath.Join(dir, "long.jsonl")
+	require.NoError(t, os.WriteFile(long, []byte(`{"eventId":"a","requestedTime":"2025-06-01T12:00:00Z"}
+{"eventId":"`+strings.Repeat("b", 2<<20)+`"}
+`), 0o600))
+	trailing := filepath.Join(dir, "trailing.jsonl")
+	require.NoError(t, os.WriteFile(trailing, []byte(`{"eventId":"a","requestedTime":"2025-06-01T12:00:00Z"}
+
+{"eventId":"b","requestedTime":"2025-06-01T12:00:00Z"} {"eventId":"c"}
+`), 0o600))
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -91,6 +106,10 @@ func TestSlotsBadInput(t *testing.T) {
 		{[]string{"slots", "assign", "e", "--at", "2025-06-01T12:00:00Z", "--config", "nope", "--db", db}, cli.ExitFailure, "no active slot config"},
 		{[]string{"slots", "load", bad, "--db", db}, cli.ExitFailure, "bad.csv:2: requestedTime \"yesterday\""},
 		{[]string{"slots", "load", bad, "--db", db, "--batch", "0"}, cli.ExitUsage, "invalid --batch"},
+		{[]string{"slots", "load", noID, "--db", db}, cli.ExitFailure, "noid.csv:3: invalid slot event: event id is required"},
+		{[]string{"slots", "load", early, "--db", db}, cli.ExitFailure, "early.jsonl:2: invalid slot event \"b\": requested time 1969-12-31T23:59:59Z is outside"},
+		{[]string{"slots", "load", trailing, "--db", db}, cli.ExitFailure, "trailing.jsonl:3: data after the JSON object"},
+		{[]string{"slots", "load", long, "--db", db}, cli.ExitFailure, "long.jsonl:2: bufio.Scanner: token too long"},
 		{[]string{"slots", "verify", "--db", "redis://127.0.0.1:6379"}, cli.ExitUsage, "slots need sqlite:PATH or postgres://"},
 	} {
 		r := run(t, nil, tc.args...)

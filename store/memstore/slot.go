@@ -53,6 +53,11 @@ func (m *Slots) PutSlotConfig(_ context.Context, cfg store.SlotConfig) (store.Sl
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	vs := m.configs[cfg.Name]
+	if len(vs) > 0 {
+		if err := store.CheckKeepsWindowSize(&vs[len(vs)-1], &cfg); err != nil {
+			return store.SlotConfig{}, err
+		}
+	}
 	for i := range vs {
 		vs[i].Active = false
 	}
@@ -157,7 +162,7 @@ func (m *Slots) assign(cfg *store.SlotConfig, events []store.SlotEvent, order []
 			out[i] = store.SlotResult{Slot: sl}
 			continue
 		}
-		p := store.PlanSlot(e.RequestedTime.UnixMicro(), size, mx)
+		p := store.PlanSlot(e.RequestedMicros(), size, mx)
 		w, sched := int64(-1), int64(0)
 		if p.FirstMax > 0 && count(p.WindowStart) < p.FirstMax {
 			w, sched = p.WindowStart, p.WindowStart+store.SlotOffset(e.Jitter, p.Elapsed, size)

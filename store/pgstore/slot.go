@@ -37,6 +37,7 @@ SELECT $1, coalesce(max(version), 0) + 1, $2, $3, $4 FROM sluice_slot_configs WH
 RETURNING version, created_at`
 	slotConfigSQL = `SELECT version, max_per_window, window_us, headroom, created_at
 FROM sluice_slot_configs WHERE name = $1 AND active ORDER BY version DESC LIMIT 1`
+	slotLatestSizeSQL = `SELECT window_us FROM sluice_slot_configs WHERE name = $1 ORDER BY version DESC LIMIT 1`
 	slotDeactivateSQL = `UPDATE sluice_slot_configs SET active = false WHERE name = $1 AND active`
 )
 
@@ -51,9 +52,23 @@ func (s *Store) PutSlotConfig(ctx context.Context, cfg store.SlotConfig) (store.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ' slotcfg ' || $1, 0))`, cfg.Name); err != nil {
 			return err
 		}
+		var us int64
+		switch err := tx.QueryRow(ctx, slotLatestSizeSQL, cfg.Name).Scan(&us); {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		default:
+			prev := store.SlotConfig{WindowSize: time.Duration(us) * time.Microsecond}
+			if err := store.CheckKeepsWindowSize(&prev, &cfg); err != nil {
+				return err
+			}
+		}
 		return tx.QueryRow(ctx, slotPutConfigSQL, cfg.Name, cfg.MaxPerWindow, cfg.WindowSize.Microseconds(), cfg.Headroom).
 			Scan(&cfg.Version, &cfg.CreatedAt)
 	})
+	if errors.Is(err, store.ErrInvalidSlotConfig) {
+		return store.SlotConfig{}, err
+	}
 	if err != nil {
 		return store.SlotConfig{}, wrap("put slot config", err)
 	}
@@ -63,6 +78,9 @@ func (s *Store) PutSlotConfig(ctx context.Context, cfg store.SlotConfig) (store.
 
 // ActiveSlotConfig implements store.SlotStore.
 func (s *Store) ActiveSlotConfig(ctx context.Context, name string) (store.SlotConfig, error) {
+	if !store.ValidSlotConfigName(name) {
+		return store.SlotConfig{}, store.ErrConfigNotFound
+	}
 	c := store.SlotConfig{Name: name, Active: true}
 	var us int64
 	err := s.pool.QueryRow(ctx, slotConfigSQL, name).Scan(&c.Version, &c.MaxPerWindow, &us, &c.Headroom, &c.CreatedAt)
@@ -78,6 +96,9 @@ func (s *Store) ActiveSlotConfig(ctx context.Context, name string) (store.SlotCo
 
 // DeactivateSlotConfig implements store.SlotStore.
 func (s *Store) DeactivateSlotConfig(ctx context.Context, name string) error {
+	if !store.ValidSlotConfigName(name) {
+		return store.ErrConfigNotFound
+	}
 	tag, err := s.pool.Exec(ctx, slotDeactivateSQL, name)
 	if err != nil {
 		return wrap("deactivate slot config", err)
@@ -126,7 +147,7 @@ func (s *Store) AssignSlot(ctx context.Context, p store.AssignSlotParams) (store
 		req, ws, sc *int64
 	)
 	err := s.pool.QueryRow(ctx, slotAssignSQL, c.Name, c.Version, c.MaxPerWindow, c.WindowSize.Microseconds(),
-		c.EffectiveHeadroom(), p.Event.EventID, p.Event.RequestedTime.UnixMicro(), p.Event.Jitter).
+		c.EffectiveHeadroom(), p.Event.EventID, p.Event.RequestedMicros(), p.Event.Jitter).
 		Scan(&status, &cfg, &ver, &req, &ws, &sc)
 	if err != nil {
 		return store.Slot{}, wrap("assign slot", err)
@@ -229,7 +250,7 @@ func (s *Store) assignChunks(ctx context.Context, p *store.AssignSlotsParams, or
 		jits := make([]float64, len(part))
 		for k, i := range part {
 			e := &p.Events[i]
-			ids[k], reqs[k], jits[k] = e.EventID, e.RequestedTime.UnixMicro(), e.Jitter
+			ids[k], reqs[k], jits[k] = e.EventID, e.RequestedMicros(), e.Jitter
 		}
 		err := func() error {
 			rows, err := s.pool.Query(ctx, slotBatchSQL, c.Name, c.Version, c.MaxPerWindow, c.WindowSize.Microseconds(),
@@ -278,6 +299,9 @@ func (s *Store) assignChunks(ctx context.Context, p *store.AssignSlotsParams, or
 
 // GetSlot implements store.SlotStore.
 func (s *Store) GetSlot(ctx context.Context, eventID string) (store.Slot, error) {
+	if !store.ValidEventID(eventID) {
+		return store.Slot{}, store.ErrSlotNotFound
+	}
 	sl := store.Slot{EventID: eventID, Status: store.SlotExisting}
 	var req, ws, sc int64
 	err := s.pool.QueryRow(ctx, slotGetSQL, eventID).Scan(&sl.ConfigName, &sl.ConfigVersion, &req, &ws, &sc)

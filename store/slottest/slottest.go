@@ -45,6 +45,38 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("BatchMatchesSingle", func(t *testing.T) { t.Parallel(); testBatchMatchesSingle(t, newStore, newStore(t)) })
 	t.Run("InvalidInput", func(t *testing.T) { t.Parallel(); testInvalid(t, newStore(t)) })
 	t.Run("Concurrent100", func(t *testing.T) { t.Parallel(); testConcurrent(t, newStore(t)) })
+	t.Run("SubMicrosecondRequest", func(t *testing.T) { t.Parallel(); testSubMicrosecond(t, newStore(t)) })
+}
+
+// testSubMicrosecond asks for times between two microseconds (the unit
+// slots are kept in), with the smallest jitter and in other time zones:
+// the slot is never before the requested instant, in single and batch
+// assignment alike.
+func testSubMicrosecond(t *testing.T, s store.SlotStore) {
+	c := put(t, s, "sub", 10, time.Second, 0)
+	paris := time.FixedZone("UTC+2", 2*3600)
+	reqs := []time.Time{
+		T0.Add(999_999_999 * time.Nanosecond).In(paris), // the window's last µs, rounded up: the next window
+		T0.Add(500*time.Millisecond + 1),
+		T0.Add(2*time.Second + 999),
+	}
+	for i, req := range reqs {
+		sl := assign(t, s, c, fmt.Sprint("sub-", i), req, 0)
+		require.False(t, sl.ScheduledTime.Before(req), "event %d: scheduled %s before requested %s", i, sl.ScheduledTime, req)
+		require.False(t, sl.RequestedTime.Before(req), "event %d: requested time recorded as %s, before %s", i, sl.RequestedTime, req)
+		require.Equal(t, time.UTC, sl.ScheduledTime.Location())
+	}
+	evs := make([]store.SlotEvent, len(reqs))
+	for i, req := range reqs {
+		evs[i] = store.SlotEvent{EventID: fmt.Sprint("subb-", i), RequestedTime: req}
+	}
+	res, err := s.AssignSlots(context.Background(), store.AssignSlotsParams{Config: c, Events: evs})
+	require.NoError(t, err)
+	for i, r := range res {
+		require.NoError(t, r.Err)
+		require.False(t, r.Slot.ScheduledTime.Before(reqs[i]), "batch event %d: scheduled %s before requested %s", i, r.Slot.ScheduledTime, reqs[i])
+	}
+	Verify(t, s)
 }
 
 func put(t *testing.T, s store.SlotStore, name string, max int64, size time.Duration, headroom int64) store.SlotConfig {
@@ -256,7 +288,14 @@ func testConfigs(t *testing.T, s store.SlotStore) {
 	_, err = s.ActiveSlotConfig(ctx, "cfg")
 	require.ErrorIs(t, err, store.ErrConfigNotFound)
 	require.ErrorIs(t, s.DeactivateSlotConfig(ctx, "cfg"), store.ErrConfigNotFound)
-	v3 := put(t, s, "cfg", 5, time.Second, 0)
+	// A new window size would overlap the shared counters: refused, also
+	// after deactivation, and nothing is stored.
+	_, err = s.PutSlotConfig(ctx, store.SlotConfig{Name: "cfg", MaxPerWindow: 5, WindowSize: time.Second})
+	require.ErrorIs(t, err, store.ErrInvalidSlotConfig)
+	require.ErrorContains(t, err, "windowSize cannot change from PT4S to PT1S")
+	_, err = s.ActiveSlotConfig(ctx, "cfg")
+	require.ErrorIs(t, err, store.ErrConfigNotFound)
+	v3 := put(t, s, "cfg", 5, 4*time.Second, 0)
 	require.Equal(t, int64(3), v3.Version)
 	_, err = s.PutSlotConfig(ctx, store.SlotConfig{Name: "bad", MaxPerWindow: 0, WindowSize: time.Second})
 	require.ErrorIs(t, err, store.ErrInvalidSlotConfig)
@@ -362,11 +401,24 @@ func testInvalid(t *testing.T, s store.SlotStore) {
 		{"jitter 1", store.SlotEvent{EventID: "a", RequestedTime: T0, Jitter: 1}},
 		{"negative jitter", store.SlotEvent{EventID: "a", RequestedTime: T0, Jitter: -0.1}},
 		{"before 1970", store.SlotEvent{EventID: "a", RequestedTime: time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC)}},
+		{"NUL in id", store.SlotEvent{EventID: "a\x00b", RequestedTime: T0}},
+		{"invalid UTF-8 id", store.SlotEvent{EventID: "a\xffb", RequestedTime: T0}},
 	} {
 		_, err := s.AssignSlot(ctx, store.AssignSlotParams{Config: c, Event: tc.ev})
 		require.ErrorIs(t, err, store.ErrInvalidEvent, tc.name)
 		_, err = s.AssignSlots(ctx, store.AssignSlotsParams{Config: c, Events: []store.SlotEvent{{EventID: "ok", RequestedTime: T0}, tc.ev}})
 		require.ErrorIs(t, err, store.ErrInvalidEvent, tc.name)
+	}
+	// Names and ids no backend could store: refused or not found, never
+	// a store failure.
+	for _, name := range []string{"a\x00b", "a\xffb"} {
+		_, err := s.PutSlotConfig(ctx, store.SlotConfig{Name: name, MaxPerWindow: 1, WindowSize: time.Second})
+		require.ErrorIs(t, err, store.ErrInvalidSlotConfig, "%q", name)
+		_, err = s.ActiveSlotConfig(ctx, name)
+		require.ErrorIs(t, err, store.ErrConfigNotFound, "%q", name)
+		require.ErrorIs(t, s.DeactivateSlotConfig(ctx, name), store.ErrConfigNotFound, "%q", name)
+		_, err = s.GetSlot(ctx, name)
+		require.ErrorIs(t, err, store.ErrSlotNotFound, "%q", name)
 	}
 	bad := c
 	bad.Version = 0

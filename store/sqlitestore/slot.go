@@ -79,6 +79,17 @@ func (s *Store) PutSlotConfig(ctx context.Context, cfg store.SlotConfig) (store.
 	err := s.do(ctx, 0, func(tx *txn) error {
 		tx.wrote = true
 		c := tx.s.conn
+		var us int64
+		switch err := c.QueryRowContext(tx.ctx, `SELECT window_us FROM sluice_slot_configs WHERE name = ? ORDER BY version DESC LIMIT 1`, cfg.Name).Scan(&us); {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return wrap(err)
+		default:
+			prev := store.SlotConfig{WindowSize: time.Duration(us) * time.Microsecond}
+			if err := store.CheckKeepsWindowSize(&prev, &cfg); err != nil {
+				return err
+			}
+		}
 		if _, err := c.ExecContext(tx.ctx, `UPDATE sluice_slot_configs SET active = 0 WHERE name = ? AND active`, cfg.Name); err != nil {
 			return wrap(err)
 		}
@@ -237,7 +248,7 @@ func (w *slotWalk) bump(ws int64) error {
 
 // place finds e's window and scheduled time, or ok false past the headroom.
 func (w *slotWalk) place(e *store.SlotEvent) (ws, sched int64, ok bool, err error) {
-	p := store.PlanSlot(e.RequestedTime.UnixMicro(), w.size, w.max)
+	p := store.PlanSlot(e.RequestedMicros(), w.size, w.max)
 	if p.FirstMax > 0 {
 		n, err := w.count(p.WindowStart)
 		if err != nil {
@@ -416,7 +427,7 @@ func (s *Store) assign(ctx context.Context, cfg *store.SlotConfig, events []stor
 					out[i] = store.SlotResult{Err: store.ErrExhausted}
 					continue
 				}
-				req := e.RequestedTime.UnixMicro()
+				req := e.RequestedMicros()
 				out[i] = store.SlotResult{Slot: store.Slot{EventID: e.EventID, ConfigName: cfg.Name, ConfigVersion: cfg.Version,
 					RequestedTime: micro(req), WindowStart: micro(ws), ScheduledTime: micro(sc), Status: store.SlotNew}}
 				vals = append(vals, e.EventID, cfg.Name, cfg.Version, size, req, ws, sc)

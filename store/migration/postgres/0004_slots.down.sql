@@ -1,6 +1,7 @@
 DROP FUNCTION sluice_slot_assign_batch(text, bigint, bigint, bigint, bigint, text[], bigint[], float8[]);
 DROP FUNCTION sluice_slot_assign(text, bigint, bigint, bigint, bigint, text, bigint, float8);
 DROP FUNCTION sluice_slot_offset(float8, bigint, bigint);
+DROP FUNCTION sluice_slot_close(text, bigint, bigint);
 DROP FUNCTION sluice_slot_set(text, bigint, bigint, bigint, bigint);
 DROP FUNCTION sluice_slot_next_open(text, bigint, bigint);
 DROP FUNCTION sluice_slot_try(text, bigint);

@@ -86,9 +86,10 @@ $$;
 
 -- sluice_slot_next_open returns the first window at or after c that is not
 -- CLOSED: c itself when it has no row or an OPEN one, else the first OPEN
--- row after it through the partial index. A window that closes makes sure
--- its successor has a row (sluice_slot_set), so a run of CLOSED rows always
--- ends at an OPEN row and there is no hole to miss.
+-- row after it through the partial index. A window closes only in the
+-- transaction that gives its successor a row (sluice_slot_set,
+-- sluice_slot_close), so a run of CLOSED rows always ends at an OPEN row
+-- and there is no hole to miss.
 CREATE FUNCTION sluice_slot_next_open(cfg text, c bigint, size bigint) RETURNS bigint
 LANGUAGE plpgsql STABLE
 AS $$
@@ -112,17 +113,40 @@ END
 $$;
 
 -- sluice_slot_set stores a locked window's count, CLOSED once it reaches
--- max_pw; a window that closes gives its successor a row, if it can lock it.
+-- max_pw. A window closes only together with a row for its successor, in
+-- the same transaction: the skip query jumps from a CLOSED row to the next
+-- OPEN one, so a CLOSED row whose successor had no row would hide that
+-- window. When another transaction holds the successor (its row may be
+-- rolled back with it), the full window stays OPEN; searches that meet it
+-- close it later (sluice_slot_close).
 CREATE FUNCTION sluice_slot_set(cfg text, ws bigint, size bigint, max_pw bigint, cnt bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    UPDATE sluice_slot_windows
-    SET slot_count = cnt, status = CASE WHEN cnt >= max_pw THEN 'CLOSED' ELSE 'OPEN' END
-    WHERE config_name = cfg AND window_start = ws;
     IF cnt >= max_pw AND sluice_slot_lock(cfg, ws + size) THEN
         INSERT INTO sluice_slot_windows (config_name, window_start) VALUES (cfg, ws + size)
         ON CONFLICT DO NOTHING;
+        UPDATE sluice_slot_windows SET slot_count = cnt, status = 'CLOSED'
+        WHERE config_name = cfg AND window_start = ws;
+    ELSE
+        UPDATE sluice_slot_windows SET slot_count = cnt, status = 'OPEN'
+        WHERE config_name = cfg AND window_start = ws;
+    END IF;
+END
+$$;
+
+-- sluice_slot_close closes a full window the caller holds that is still
+-- OPEN (its successor was held when it filled), if it can now give the
+-- successor a row.
+CREATE FUNCTION sluice_slot_close(cfg text, ws bigint, size bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM sluice_slot_windows WHERE config_name = cfg AND window_start = ws AND status = 'OPEN')
+       AND sluice_slot_lock(cfg, ws + size) THEN
+        INSERT INTO sluice_slot_windows (config_name, window_start) VALUES (cfg, ws + size)
+        ON CONFLICT DO NOTHING;
+        UPDATE sluice_slot_windows SET status = 'CLOSED' WHERE config_name = cfg AND window_start = ws;
     END IF;
 END
 $$;
@@ -180,6 +204,7 @@ BEGIN
                 lim := coalesce(lim, c);
                 c := c + size;
             ELSIF cnt >= max_pw THEN
+                PERFORM sluice_slot_close(cfg, c, size);
                 c := sluice_slot_next_open(cfg, c + size, size);
             ELSE
                 o_ws := c;
@@ -188,7 +213,12 @@ BEGIN
             END IF;
         END LOOP;
         IF o_ws IS NULL THEN
-            status := 'EXHAUSTED';
+            -- A concurrent assignment of the same id may have held the
+            -- windows: its slot, if it committed one, is the answer.
+            SELECT s.config_name, s.config_version, s.requested_at, s.window_start, s.scheduled_at
+            INTO o_cfg, o_ver, o_req, o_ws, o_sched
+            FROM sluice_slots s WHERE s.event_id = eid;
+            status := CASE WHEN FOUND THEN 'EXISTING' ELSE 'EXHAUSTED' END;
             RETURN;
         END IF;
     END IF;
@@ -231,6 +261,8 @@ DECLARE
     out_sched bigint[] := '{}';
     exh int[] := '{}';
     lost int[] := '{}';
+    ins_ids text[];
+    ex_i int[]; ex_cfg text[]; ex_ver bigint[]; ex_req bigint[]; ex_ws bigint[]; ex_sched bigint[];
     k int; i int; h int; np int;
     req bigint; ws bigint; el bigint; first_max bigint;
     last_ws bigint := -1; s_lim bigint; pin bigint;
@@ -238,15 +270,24 @@ DECLARE
     cnt bigint; placed boolean; n int;
 BEGIN
     PERFORM sluice_slot_check_isolation();
-    RETURN QUERY
-    SELECT u.ord::int, 'EXISTING'::text, s.config_name, s.config_version, s.requested_at, s.window_start, s.scheduled_at
+    -- The events that have slots and those still pending, in one statement
+    -- (one snapshot): a slot committed meanwhile must leave its event in
+    -- exactly one of the two (pending: the INSERT below finds it).
+    SELECT coalesce(array_agg(u.ord::int ORDER BY u.ord) FILTER (WHERE s.event_id IS NULL), '{}'),
+           coalesce(array_agg(u.ord::int) FILTER (WHERE s.event_id IS NOT NULL), '{}'),
+           array_agg(s.config_name) FILTER (WHERE s.event_id IS NOT NULL),
+           array_agg(s.config_version) FILTER (WHERE s.event_id IS NOT NULL),
+           array_agg(s.requested_at) FILTER (WHERE s.event_id IS NOT NULL),
+           array_agg(s.window_start) FILTER (WHERE s.event_id IS NOT NULL),
+           array_agg(s.scheduled_at) FILTER (WHERE s.event_id IS NOT NULL)
+    INTO pend, ex_i, ex_cfg, ex_ver, ex_req, ex_ws, ex_sched
     FROM unnest(eids) WITH ORDINALITY AS u(id, ord)
-    JOIN sluice_slots s ON s.event_id = u.id;
-
-    SELECT coalesce(array_agg(u.ord::int ORDER BY u.ord), '{}') INTO pend
-    FROM unnest(eids) WITH ORDINALITY AS u(id, ord)
-    WHERE NOT EXISTS (SELECT 1 FROM sluice_slots s WHERE s.event_id = u.id);
+    LEFT JOIN sluice_slots s ON s.event_id = u.id;
     np := cardinality(pend);
+
+    RETURN QUERY
+    SELECT x.i, 'EXISTING'::text, x.c, x.v, x.r, x.w, x.s
+    FROM unnest(ex_i, ex_cfg, ex_ver, ex_req, ex_ws, ex_sched) AS x(i, c, v, r, w, s);
 
     FOR k IN 1 .. np LOOP
         i := pend[k];
@@ -306,6 +347,7 @@ BEGIN
                 cur := cur + size;
                 cur_h := NULL;
             ELSIF cnt >= max_pw THEN
+                PERFORM sluice_slot_close(cfg, cur, size);
                 cur := sluice_slot_next_open(cfg, cur + size, size);
                 cur_h := NULL;
             ELSE
@@ -337,24 +379,29 @@ BEGIN
         ORDER BY e.id;
         GET DIAGNOSTICS n = ROW_COUNT;
     EXCEPTION WHEN unique_violation THEN
-        INSERT INTO sluice_slots (event_id, config_name, config_version, window_us, requested_at, window_start, scheduled_at)
-        SELECT e.id, cfg, ver, size, e.req, x.ws, x.sched
-        FROM unnest(out_i, out_ws, out_sched) AS x(i, ws, sched)
-        JOIN unnest(eids, reqs) WITH ORDINALITY AS e(id, req, ord) ON e.ord = x.i
-        ORDER BY e.id
-        ON CONFLICT (event_id) DO NOTHING;
-        GET DIAGNOSTICS n = ROW_COUNT;
+        WITH ins AS (
+            INSERT INTO sluice_slots (event_id, config_name, config_version, window_us, requested_at, window_start, scheduled_at)
+            SELECT e.id, cfg, ver, size, e.req, x.ws, x.sched
+            FROM unnest(out_i, out_ws, out_sched) AS x(i, ws, sched)
+            JOIN unnest(eids, reqs) WITH ORDINALITY AS e(id, req, ord) ON e.ord = x.i
+            ORDER BY e.id
+            ON CONFLICT (event_id) DO NOTHING
+            RETURNING event_id)
+        SELECT coalesce(array_agg(event_id), '{}') INTO ins_ids FROM ins;
+        n := cardinality(ins_ids);
     END;
     IF n < cardinality(out_i) THEN
         -- Ids a concurrent call gave a slot after our lookup: theirs stand,
-        -- and our windows do not count them. (We hold our windows, so such
-        -- a slot is never in one of them.)
+        -- and our windows do not count them. Such a slot may even lie in a
+        -- window we hold (committed before we took it, so its count already
+        -- has it): what tells ours from theirs is what our INSERT returned,
+        -- never where the slot is.
         FOR i, ws, o_cfg, o_ver, o_req, o_ws, o_sched IN
             SELECT x.i, x.ws, s.config_name, s.config_version, s.requested_at, s.window_start, s.scheduled_at
             FROM unnest(out_i, out_ws) AS x(i, ws)
             JOIN unnest(eids) WITH ORDINALITY AS e(id, ord) ON e.ord = x.i
             JOIN sluice_slots s ON s.event_id = e.id
-            WHERE s.window_start <> x.ws OR s.config_name <> cfg
+            WHERE NOT EXISTS (SELECT 1 FROM unnest(ins_ids) AS y(id) WHERE y.id = e.id)
         LOOP
             h := array_position(held_ws, ws);
             held_cnt[h] := held_cnt[h] - 1;
@@ -365,19 +412,26 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- Every counter this call holds, in one statement (CLOSED at max).
+    -- Every counter this call holds, in one statement. A full window keeps
+    -- the status sluice_slot_set gave it (CLOSED only with its successor's
+    -- row); one below max (a slot lost to a concurrent call) is OPEN.
     UPDATE sluice_slot_windows w
-    SET slot_count = x.cnt, status = CASE WHEN x.cnt >= max_pw THEN 'CLOSED' ELSE 'OPEN' END
+    SET slot_count = x.cnt, status = CASE WHEN x.cnt >= max_pw THEN w.status ELSE 'OPEN' END
     FROM unnest(held_ws, held_cnt) AS x(ws, cnt)
     WHERE x.cnt >= 0 AND w.config_name = cfg AND w.window_start = x.ws
-      AND (w.slot_count <> x.cnt OR w.status <> CASE WHEN x.cnt >= max_pw THEN 'CLOSED' ELSE 'OPEN' END);
+      AND (w.slot_count <> x.cnt OR (x.cnt < max_pw AND w.status <> 'OPEN'));
 
     RETURN QUERY
     SELECT x.i, 'NEW'::text, cfg, ver, reqs[x.i], x.ws, x.sched
     FROM unnest(out_i, out_ws, out_sched) AS x(i, ws, sched)
-    WHERE x.i <> ALL (lost);
+    WHERE NOT EXISTS (SELECT 1 FROM unnest(lost) AS l(i) WHERE l.i = x.i);
     RETURN QUERY
-    SELECT x.i, 'EXHAUSTED'::text, cfg, ver, reqs[x.i], NULL::bigint, NULL::bigint
-    FROM unnest(exh) AS x(i);
+    -- An event left without a window may have got a slot from a
+    -- concurrent call meanwhile: that slot is its answer.
+    SELECT x.i, CASE WHEN s.event_id IS NULL THEN 'EXHAUSTED' ELSE 'EXISTING' END,
+           coalesce(s.config_name, cfg), coalesce(s.config_version, ver), coalesce(s.requested_at, reqs[x.i]),
+           s.window_start, s.scheduled_at
+    FROM unnest(exh) AS x(i)
+    LEFT JOIN sluice_slots s ON s.event_id = eids[x.i];
 END
 $$;
