@@ -36,10 +36,14 @@ func TestLoadFileExample(t *testing.T) {
 			Name: "crawler-per-host", Algorithm: store.GCRA, Rate: 2, Period: time.Second, Burst: 4, Shadow: true,
 			Description: "polite crawling per host (shadow mode)",
 		},
+		{
+			Name: "shopify-bulk", Algorithm: store.Concurrency, Permits: 5, TTL: 30 * time.Second,
+			Description: "concurrent bulk operations per shop",
+		},
 	}, ps)
 	l, err := limiter.New(limiter.Config{Policies: ps})
 	require.NoError(t, err)
-	require.Len(t, l.Policies(), 4)
+	require.Len(t, l.Policies(), 5)
 }
 
 func TestLoadFileErrors(t *testing.T) {

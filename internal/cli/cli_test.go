@@ -60,12 +60,13 @@ func TestPoliciesCheckExample(t *testing.T) {
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	require.Empty(t, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	require.Len(t, lines, 5)
+	require.Len(t, lines, 6)
 	require.Equal(t, []string{"NAME", "ALGORITHM", "RATE", "BURST", "SHADOW"}, strings.Fields(lines[0]))
 	require.Equal(t, []string{"exchange-weight", "gcra", "1200/1m", "100", "false"}, strings.Fields(lines[1]))
 	require.Equal(t, []string{"exchange-orders", "fixed_window", "50/10s", "-", "false"}, strings.Fields(lines[2]))
 	require.Equal(t, []string{"api-hourly", "sliding_window", "5000/1h", "-", "false"}, strings.Fields(lines[3]))
 	require.Equal(t, []string{"crawler-per-host", "gcra", "2/1s", "4", "true"}, strings.Fields(lines[4]))
+	require.Equal(t, []string{"shopify-bulk", "concurrency", "5", "permits,", "ttl", "30s", "-", "false"}, strings.Fields(lines[5]))
 }
 
 func writeFile(t *testing.T, name, content string) string {
