@@ -182,7 +182,16 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
-		writeProblem(w, s.decodeProblem(err, nil))
+		p := s.decodeProblem(err, nil)
+		if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			if f, uerr := strconv.Unquote(field); uerr == nil {
+				field = f
+			}
+			// The TTL and permits come from the policy, not the request.
+			p.Detail = fmt.Sprintf("unknown field %q (want policy, key, and optionally holder and items; the policy sets permits and ttl)", truncate(field, 64))
+			p.Errors = []fieldError{{Pointer: pointer(field), Detail: p.Detail}}
+		}
+		writeProblem(w, p)
 		return
 	}
 	if err := dec.Decode(new(json.RawMessage)); !errors.Is(err, io.EOF) {

@@ -137,7 +137,7 @@ func TestLeaseAPIErrors(t *testing.T) {
 		{"rate policy", "POST", "/v1/leases", `{"policy":"api","key":"k"}`, 422, server.TypeInvalidRequest, "not concurrency"},
 		{"no key", "POST", "/v1/leases", `{"policy":"bulk"}`, 422, server.TypeInvalidRequest, "key is required"},
 		{"long holder", "POST", "/v1/leases", `{"policy":"bulk","key":"k","holder":"` + strings.Repeat("h", 300) + `"}`, 422, server.TypeInvalidRequest, "holder of 300 bytes"},
-		{"unknown field", "POST", "/v1/leases", `{"policy":"bulk","key":"k","ttl":5}`, 400, server.TypeMalformedRequest, "ttl"},
+		{"unknown field", "POST", "/v1/leases", `{"policy":"bulk","key":"k","ttl":5}`, 400, server.TypeMalformedRequest, "the policy sets permits and ttl"},
 		{"malformed", "POST", "/v1/leases", `{"policy":`, 400, server.TypeMalformedRequest, ""},
 		{"trailing", "POST", "/v1/leases", `{"policy":"bulk","key":"k"} {}`, 400, server.TypeMalformedRequest, "after the JSON object"},
 		{"shadow item", "POST", "/v1/leases", `{"policy":"bulk","key":"k","items":[{"policy":"trial","key":"k"}]}`, 422, server.TypeInvalidRequest, "shadow"},
