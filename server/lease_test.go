@@ -1,6 +1,8 @@
 package server_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -79,6 +81,17 @@ func TestLeaseAPI(t *testing.T) {
 	rec, list := b.leaseDo(t, "GET", "/v1/leases?policy=bulk&key=shop-1", "")
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.Len(t, list["leases"], 2)
+	// A listing hands out nothing that renews or releases a lease: no id,
+	// no holder id (which, with the public token, would make the id).
+	for _, l := range list["leases"].([]any) {
+		require.NotContains(t, l, "id")
+		require.NotContains(t, l, "holder")
+	}
+	require.NotContains(t, rec.Body.String(), "worker-a")
+	require.NotContains(t, rec.Body.String(), bl["holder"].(string))
+	require.NotContains(t, rec.Body.String(), id)
+	sum := sha256.Sum256([]byte("worker-a"))
+	require.Equal(t, hex.EncodeToString(sum[:8]), list["leases"].([]any)[0].(map[string]any)["holderHash"])
 
 	b.clock.Advance(10 * time.Second)
 	rec, r := b.leaseDo(t, "POST", "/v1/leases/"+id+"/renew", "")
@@ -102,7 +115,7 @@ func TestLeaseAPI(t *testing.T) {
 	rec, list = b.leaseDo(t, "GET", "/v1/leases?policy=bulk&key=shop-1", "")
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.Len(t, list["leases"], 1)
-	require.Equal(t, c["id"], list["leases"].([]any)[0].(map[string]any)["id"])
+	require.Equal(t, c["token"], list["leases"].([]any)[0].(map[string]any)["token"])
 }
 
 func TestLeaseAPIMixed(t *testing.T) {

@@ -1,6 +1,8 @@
 package cli_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -46,7 +48,9 @@ func TestLeaseCommands(t *testing.T) {
 
 		r = run(t, env, "lease", "list", "bulk", "shop-1")
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
-		require.Contains(t, r.stdout, `"holder":"w1"`)
+		sum := sha256.Sum256([]byte("w1"))
+		require.Contains(t, r.stdout, `"holderHash":"`+hex.EncodeToString(sum[:8])+`"`)
+		require.NotContains(t, r.stdout, `"w1"`, "a listing does not hand out holder ids")
 
 		r = run(t, env, "lease", "renew", l.ID)
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
