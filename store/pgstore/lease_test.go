@@ -53,15 +53,26 @@ func TestFence(t *testing.T) {
 	require.NoError(t, err)
 
 	// Real time: the function reads the database clock.
-	a, err := b.store.Acquire(ctx, store.AcquireParams{Name: "job", Key: "j", Holder: "a", Permits: 1, TTL: 200 * time.Millisecond})
+	a, err := b.store.Acquire(ctx, store.AcquireParams{Name: "job", Key: "j", Holder: "a", Permits: 1, TTL: time.Second})
 	require.NoError(t, err)
 	require.True(t, a.Acquired)
 
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }() // on failure: the schema's cleanup would wait for its locks
 	require.NoError(t, pgstore.Fence(ctx, tx, "job", "j", a.Lease.Token))
 	_, err = tx.Exec(ctx, "UPDATE jobs SET cursor = 'a' WHERE id = 'j'")
 	require.NoError(t, err)
+
+	// The fence blocks a take-over only: the holder's keep-alive still
+	// renews, and a refused acquirer is answered, while tx is open.
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err = b.store.Renew(short, store.RenewParams{Name: "job", Key: "j", Holder: "a", Token: a.Lease.Token, TTL: 500 * time.Millisecond})
+	require.NoError(t, err, "the holder's renewal waited for its own transaction")
+	c, err := b.store.Acquire(short, store.AcquireParams{Name: "job", Key: "j", Holder: "c", Permits: 1, TTL: time.Minute})
+	require.NoError(t, err, "a refused acquire waited for the fenced transaction")
+	require.False(t, c.Acquired)
 
 	// A successor arriving after the lease ended must wait for the commit.
 	got := make(chan store.AcquireResult, 1)
@@ -83,7 +94,7 @@ func TestFence(t *testing.T) {
 	select {
 	case <-got:
 		t.Fatal("a successor took the permit while the fenced transaction was open")
-	case <-time.After(500 * time.Millisecond): // past a's TTL
+	case <-time.After(time.Second): // past a's TTL
 	}
 	require.NoError(t, tx.Commit(ctx))
 	bres, ok := <-got
