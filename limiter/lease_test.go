@@ -83,6 +83,14 @@ func TestLeaseThroughLimiter(t *testing.T) {
 	require.ErrorIs(t, err, limiter.ErrNotLeasePolicy)
 	_, err = l.Allow(ctx, "shopify-bulk", "shop-1")
 	require.ErrorIs(t, err, limiter.ErrNotRatePolicy)
+	// Every rate operation says so, not only Allow.
+	_, err = l.ReserveN(ctx, "shopify-bulk", "shop-1", 1, nil)
+	require.ErrorIs(t, err, limiter.ErrNotRatePolicy)
+	require.ErrorIs(t, l.WaitN(ctx, "shopify-bulk", "shop-1", 1), limiter.ErrNotRatePolicy)
+	mixed := []limiter.Request{{Policy: "shopify-calls", Key: "shop-1", Cost: 1}, {Policy: "shopify-bulk", Key: "shop-1", Cost: 1}}
+	_, err = l.AllowAll(ctx, mixed)
+	require.ErrorIs(t, err, limiter.ErrNotRatePolicy)
+	require.ErrorIs(t, l.WaitAll(ctx, mixed), limiter.ErrNotRatePolicy)
 	_, err = l.Acquire(ctx, "nope", "shop-1", "a")
 	require.ErrorIs(t, err, limiter.ErrUnknownPolicy)
 }

@@ -372,6 +372,9 @@ func (h *Handle) ReserveN(ctx context.Context, key string, cost int64, opts *Res
 	if h.policy.Shadow {
 		maxDelay = 0 // never book ahead: nobody waits for a shadow policy
 	}
+	if h.policy.Algorithm == store.Concurrency {
+		return nil, fmt.Errorf("limiter: policy %q: %w", h.policy.Name, ErrNotRatePolicy)
+	}
 	r, err := h.l.store.Take(ctx, store.TakeParams{Key: key, Limit: h.limit, Cost: cost, MaxDelay: maxDelay})
 	if err != nil {
 		return nil, fmt.Errorf("limiter: policy %q: %w", h.policy.Name, err)
@@ -431,6 +434,9 @@ func (h *Handle) Wait(ctx context.Context, key string) error { return h.WaitN(ct
 // store); if ctx ends during the sleep the units are given back. Window
 // policies retry when the store says the window has room.
 func (h *Handle) WaitN(ctx context.Context, key string, cost int64) error {
+	if h.policy.Algorithm == store.Concurrency {
+		return fmt.Errorf("limiter: policy %q: %w", h.policy.Name, ErrNotRatePolicy)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
