@@ -178,7 +178,12 @@ func (l *Limiter) AllowAllAcquire(ctx context.Context, reqs []Request, lr LeaseR
 			}
 		}
 		rates, err = l.store.TakeAll(ctx, store.TakeAllParams{Items: peek})
-		if err == nil && res.Acquired && !rates.Allowed {
+		switch {
+		case err != nil || !res.Acquired || rates.Allowed:
+		case res.Renewed:
+			// The holder held this permit before the call: it keeps it.
+			out.Lease = store.AcquireResult{Held: res.Held, At: res.At}
+		default:
 			err = l.leases.Release(context.WithoutCancel(ctx), store.ReleaseParams{Name: lp.Name, Key: lp.Key, Holder: lp.Holder, Token: res.Lease.Token})
 			out.Lease = store.AcquireResult{Held: res.Held - 1, At: res.At}
 		}

@@ -133,6 +133,16 @@ func TestAllowAllAcquire(t *testing.T) {
 			hs, err := l.Holders(ctx, "shopify-bulk", "shop-1")
 			require.NoError(t, err)
 			require.Len(t, hs, 1, "no lease taken")
+			// a asking again, refused by the rate: a keeps the permit it
+			// held before.
+			d, err = l.AllowAllAcquire(ctx, []limiter.Request{{Policy: "shopify-calls", Key: "shop-1", Cost: 2}}, lr("a"))
+			require.NoError(t, err)
+			require.False(t, d.Allowed)
+			require.False(t, d.Lease.Acquired)
+			hs, err = l.Holders(ctx, "shopify-bulk", "shop-1")
+			require.NoError(t, err)
+			require.Len(t, hs, 1, "a's permit is not released")
+			require.Equal(t, "a", hs[0].Holder)
 
 			d, err = l.AllowAllAcquire(ctx, calls, lr("b"))
 			require.NoError(t, err)

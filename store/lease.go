@@ -93,6 +93,9 @@ type AcquireResult struct {
 	// Lease is the permit held, when Acquired. A holder that already held
 	// a permit of the key gets it back, renewed, with its token unchanged.
 	Lease Lease
+	// Renewed is true when Acquired by a holder that already held a
+	// permit of the key before the call (Lease is that permit, renewed).
+	Renewed bool
 	// Held is how many permits are held after the decision.
 	Held int64
 	// RetryAfter is, when not acquired, how long until the first current
@@ -316,7 +319,7 @@ func (s *LeaseState) Acquire(now int64, p *AcquireParams, next func() (int64, er
 	for i := range s.Holders {
 		if s.Holders[i].Holder == p.Holder {
 			s.Holders[i].Expires = now + ttl
-			return AcquireResult{Acquired: true, Lease: s.Holders[i], Held: int64(len(s.Holders)), At: now}, nil
+			return AcquireResult{Acquired: true, Renewed: true, Lease: s.Holders[i], Held: int64(len(s.Holders)), At: now}, nil
 		}
 	}
 	if int64(len(s.Holders)) >= p.Permits {

@@ -82,6 +82,7 @@ func (r *acquireRow) result(p *store.AcquireParams) store.AcquireResult {
 	res := store.AcquireResult{Acquired: r.acquired, Held: r.held, At: r.at,
 		RetryAfter: time.Duration(r.retry) * time.Microsecond}
 	if r.acquired {
+		res.Renewed = r.renewed
 		res.Lease = store.Lease{Name: p.Name, Key: p.Key, Holder: p.Holder, Token: r.token, Expires: r.expires}
 	}
 	return res
