@@ -146,3 +146,35 @@ func TestLeaseAcrossStores(t *testing.T) {
 	require.NoError(t, err)
 	storetest.LeaseAcrossStores(t, b.store, other)
 }
+
+// TestTakeAllAcquireRefusalAnnounces: a lease refused by TakeAllAcquire,
+// like one refused by Acquire, makes the holder's release announce itself
+// to waiters; nothing is charged.
+func TestTakeAllAcquireRefusalAnnounces(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxConns: 8})
+	ctx := context.Background()
+	ch, stop, err := b.store.WatchLease(ctx, "n", "k")
+	require.NoError(t, err)
+	defer stop()
+	a, err := b.store.Acquire(ctx, store.AcquireParams{Name: "n", Key: "k", Holder: "a", Permits: 1, TTL: time.Minute})
+	require.NoError(t, err)
+	require.True(t, a.Acquired)
+	lim := store.Limit{Name: "r", Rate: 2, Period: time.Second, Burst: 2}
+	res, err := b.store.TakeAllAcquire(ctx, store.TakeAllAcquireParams{
+		Items: []store.Item{{Key: "k", Limit: lim, Cost: 1}},
+		Lease: store.AcquireParams{Name: "n", Key: "k", Holder: "b", Permits: 1, TTL: time.Minute},
+	})
+	require.NoError(t, err)
+	require.False(t, res.Allowed)
+	require.False(t, res.Lease.Acquired)
+	peek, err := b.store.Take(ctx, store.TakeParams{Key: "k", Limit: lim})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), peek.Remaining, "nothing charged")
+	require.NoError(t, b.store.Release(ctx, store.ReleaseParams{Name: "n", Key: "k", Holder: "a", Token: a.Lease.Token}))
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release a refused TakeAllAcquire waits for was not announced")
+	}
+}
