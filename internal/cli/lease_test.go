@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -60,6 +61,22 @@ func TestLeaseCommands(t *testing.T) {
 		r = run(t, env, "lease", "release", l.ID)
 		require.Equal(t, cli.ExitFailure, r.code)
 		require.Contains(t, r.stderr, "lease not held (404)")
+
+		// --wait shorter than the holder's TTL: the waiter gets the permit
+		// when the holder releases early.
+		r = run(t, env, "lease", "acquire", "bulk", "shop-2")
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		var h struct {
+			ID string `json:"id"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &h))
+		waited := make(chan result, 1)
+		go func() { waited <- run(t, env, "lease", "acquire", "bulk", "shop-2", "--wait", "20s") }()
+		time.Sleep(300 * time.Millisecond)
+		r = run(t, env, "lease", "release", h.ID)
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		r = <-waited
+		require.Equal(t, cli.ExitOK, r.code, "--wait gave up before the TTL of 30s: %s", r.stderr)
 
 		r = run(t, env, "lease", "acquire", "api", "k")
 		require.Equal(t, cli.ExitFailure, r.code)
