@@ -92,7 +92,10 @@ type Params struct {
 	Permits int64
 	TTL     time.Duration
 	// Holder identifies the holder. Empty means a new random id per
-	// acquire.
+	// acquire. A holder that already holds a permit of the key gets that
+	// permit back, renewed, with the same token: two Leases acquired with
+	// one Holder are one permit, and releasing either frees it (the other
+	// then finds itself lost).
 	Holder string
 }
 
