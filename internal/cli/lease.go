@@ -89,7 +89,7 @@ holder may release early), and never later than the server's Retry-After.`,
 			}
 		},
 	}
-	acquire.Flags().StringVar(&f.holder, "holder", "", "holder `id` (default: one the server makes up)")
+	acquire.Flags().StringVar(&f.holder, "holder", "", "holder `id`; whoever knows it can renew or release the lease (default: a random one the server makes up)")
 	acquire.Flags().DurationVar(&f.wait, "wait", 0, "keep trying for up to this long while every permit is held")
 
 	renew := &cobra.Command{
@@ -124,7 +124,7 @@ holder may release early), and never later than the server's Retry-After.`,
 	}
 	list := &cobra.Command{
 		Use:     "list POLICY KEY",
-		Short:   "List the holders of a key (GET /v1/leases?policy=POLICY&key=KEY)",
+		Short:   "List the live leases of a key, with holder fingerprints (GET /v1/leases?policy=POLICY&key=KEY)",
 		Args:    usageArgs(cobra.ExactArgs(2)),
 		PreRunE: pre,
 		RunE: func(cmd *cobra.Command, args []string) error {
