@@ -299,8 +299,11 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 	if md != nil && !res.Acquired && md.RetryAfter > retry {
 		retry = md.RetryAfter
 	}
-	if md != nil && res.RetryAfter == 0 && !md.Allowed && res.Held < s.permits(body.Policy) {
-		// A permit was free: the rates refused.
+	if md != nil && res.RetryAfter == 0 && !md.Allowed {
+		// The lease was not refused (a refused lease has a RetryAfter: when
+		// the first holder's lease ends): the rates refused. (Held says
+		// nothing here: a holder asking again for its own permit may find
+		// every permit held.)
 		retry = md.RetryAfter
 		out.problem = problem{Type: TypeRateLimited, Title: "Rate limited", Status: http.StatusTooManyRequests,
 			Detail: "the rate items refused; no lease was taken and nothing was charged"}

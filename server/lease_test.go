@@ -135,6 +135,16 @@ func TestLeaseAPIMixed(t *testing.T) {
 	rec, list := b.leaseDo(t, "GET", "/v1/leases?policy=jobs&key=j", "")
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.Empty(t, list["leases"])
+
+	// A holder asking again for the permit it holds (every permit held),
+	// refused by the rate: 429 too, not 409; it keeps its lease.
+	rec, w := b.leaseDo(t, "POST", "/v1/leases", `{"policy":"jobs","key":"j2","holder":"w"}`)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	rec, p = b.leaseDo(t, "POST", "/v1/leases", `{"policy":"jobs","key":"j2","holder":"w","items":[{"policy":"strict","key":"acct"}]}`)
+	require.Equal(t, http.StatusTooManyRequests, rec.Code, rec.Body.String())
+	require.Equal(t, server.TypeRateLimited, p["type"])
+	rec, _ = b.leaseDo(t, "POST", "/v1/leases/"+w["id"].(string)+"/renew", "")
+	require.Equal(t, http.StatusOK, rec.Code, "w still holds its lease")
 }
 
 func TestLeaseAPIErrors(t *testing.T) {
