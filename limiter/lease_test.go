@@ -95,6 +95,28 @@ func TestLeaseThroughLimiter(t *testing.T) {
 	require.ErrorIs(t, err, limiter.ErrUnknownPolicy)
 }
 
+// TestLeaseStoreMismatch: a lease store that keeps rates of its own,
+// other than Store, is refused: mixed requests would charge rates that
+// Allow never sees.
+func TestLeaseStoreMismatch(t *testing.T) {
+	t.Parallel()
+	ms := memstore.New(memstore.Config{})
+	_, err := limiter.New(limiter.Config{Store: ms, Leases: memstore.NewLeases(memstore.LeasesConfig{})})
+	require.ErrorIs(t, err, limiter.ErrLeaseStoreMismatch)
+	ml := memstore.NewLeases(memstore.LeasesConfig{})
+	_, err = limiter.New(limiter.Config{Store: ml, Leases: memstore.NewLeases(memstore.LeasesConfig{})})
+	require.ErrorIs(t, err, limiter.ErrLeaseStoreMismatch)
+	for _, cfg := range []limiter.Config{
+		{Store: ms, Leases: memstore.NewLeases(memstore.LeasesConfig{Rates: ms})},
+		{Store: ml, Leases: ml},
+		{Store: ms, Leases: apart{memstore.NewLeases(memstore.LeasesConfig{})}}, // keeps no rates
+		{Store: ms},
+	} {
+		_, err = limiter.New(cfg)
+		require.NoError(t, err)
+	}
+}
+
 // apart hides TakeAllAcquire: the limiter must fall back.
 type apart struct{ store.LeaseStore }
 

@@ -114,7 +114,8 @@ type Config struct {
 	// memory when Store is a *memstore.Store). When Leases is a
 	// store.RateLeaseStore it must be the backend Store decides on: mixed
 	// requests (AllowAllAcquire) charge their rate items through it, in
-	// one atomic operation.
+	// one atomic operation; New fails with ErrLeaseStoreMismatch when it
+	// can tell it is not.
 	Leases store.LeaseStore
 }
 
@@ -139,7 +140,9 @@ func New(cfg Config) (*Limiter, error) {
 	if l.store == nil {
 		l.store = memstore.New(memstore.Config{})
 	}
-	l.setLeases(cfg.Leases)
+	if err := l.setLeases(cfg.Leases); err != nil {
+		return nil, err
+	}
 	for _, p := range cfg.Policies {
 		if err := p.Validate(); err != nil {
 			return nil, err
