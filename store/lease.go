@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Leases
@@ -274,13 +276,18 @@ func checkLeaseKey(name, key string) error {
 	return nil
 }
 
-// CheckHolder validates a holder id: non-empty, at most MaxHolderLen bytes.
+// CheckHolder validates a holder id: non-empty, at most MaxHolderLen bytes,
+// valid UTF-8 without NUL (which PostgreSQL text cannot hold), so that every
+// backend accepts the same holders.
 func CheckHolder(h string) error {
 	if h == "" {
 		return fmt.Errorf("%w: empty holder", ErrInvalidLease)
 	}
 	if len(h) > MaxHolderLen {
 		return fmt.Errorf("%w: holder of %d bytes is longer than %d", ErrInvalidLease, len(h), MaxHolderLen)
+	}
+	if !utf8.ValidString(h) || strings.IndexByte(h, 0) >= 0 {
+		return fmt.Errorf("%w: holder %q is not valid UTF-8 without NUL", ErrInvalidLease, h)
 	}
 	return nil
 }

@@ -230,6 +230,8 @@ func testLeaseErrors(b *leaseBundle) {
 		{"no key", func(p *store.AcquireParams) { p.Key = "" }, store.ErrEmptyKey},
 		{"no holder", func(p *store.AcquireParams) { p.Holder = "" }, store.ErrInvalidLease},
 		{"long holder", func(p *store.AcquireParams) { p.Holder = string(make([]byte, store.MaxHolderLen+1)) }, store.ErrInvalidLease},
+		{"NUL in holder", func(p *store.AcquireParams) { p.Holder = "a\x00b" }, store.ErrInvalidLease},
+		{"holder not UTF-8", func(p *store.AcquireParams) { p.Holder = "a\xffb" }, store.ErrInvalidLease},
 		{"zero permits", func(p *store.AcquireParams) { p.Permits = 0 }, store.ErrInvalidLease},
 		{"too many permits", func(p *store.AcquireParams) { p.Permits = store.MaxPermits + 1 }, store.ErrInvalidLease},
 		{"zero ttl", func(p *store.AcquireParams) { p.TTL = 0 }, store.ErrInvalidLease},
