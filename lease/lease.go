@@ -92,7 +92,10 @@ type Params struct {
 	Permits int64
 	TTL     time.Duration
 	// Holder identifies the holder. Empty means a new random id per
-	// acquire.
+	// acquire. A holder that already holds a permit of the key gets that
+	// permit back, renewed, with the same token: two Leases acquired with
+	// one Holder are one permit, and releasing either frees it (the other
+	// then finds itself lost).
 	Holder string
 }
 
@@ -190,19 +193,23 @@ type Lease struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{} // closed when the keep-alive has stopped
 
+	// halted ends when Release is called: it stops the keep-alive and
+	// cancels a renewal in flight, so Release never waits for one.
+	halted context.Context
+	halt   context.CancelFunc
+
 	mu       sync.Mutex
 	expires  int64     // store clock, from the last renewal
 	deadline time.Time // local clock: when the lease may have ended
-	stop     chan struct{}
-	stopped  bool
 }
 
 // hold starts keeping sl alive. parent carries values only: it never ends.
 func (l *Leaser) hold(parent context.Context, sl store.Lease, ttl time.Duration, sent time.Time, at int64) *Lease {
 	ctx, cancel := context.WithCancelCause(parent)
+	halted, halt := context.WithCancel(context.Background())
 	ls := &Lease{
 		l: l, sl: sl, ttl: ttl, ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), stop: make(chan struct{}),
+		done: make(chan struct{}), halted: halted, halt: halt,
 		expires: sl.Expires,
 		// The lease runs TTL from the store's decision, which came after
 		// the request was sent: counting from the send is safe.
@@ -241,27 +248,18 @@ func (ls *Lease) Write(ctx context.Context, field string, value []byte) error {
 	return ls.l.store.FencedWrite(ctx, store.FencedWriteParams{Name: ls.sl.Name, Key: ls.sl.Key, Token: ls.sl.Token, Field: field, Value: value})
 }
 
-// Release stops renewing and frees the permit. It returns
-// store.ErrLeaseNotHeld if the lease was lost meanwhile (nothing is freed
-// then: a successor's permit is never touched). Calling it again returns
-// the same kind of answer without another renewal.
+// Release stops renewing (cancelling a renewal in flight), ends the
+// lease's Context (cause ErrReleased, unless it was lost before) and frees
+// the permit. It returns store.ErrLeaseNotHeld if the lease was lost
+// meanwhile (nothing is freed then: a successor's permit is never
+// touched). If the store fails, the Context has ended all the same (nothing
+// renews the lease any more) and the permit frees when its TTL runs out;
+// calling Release again retries the release.
 func (ls *Lease) Release(ctx context.Context) error {
 	ls.halt()
 	<-ls.done
-	err := ls.l.store.Release(ctx, store.ReleaseParams{Name: ls.sl.Name, Key: ls.sl.Key, Holder: ls.sl.Holder, Token: ls.sl.Token})
-	if err == nil || errors.Is(err, store.ErrLeaseNotHeld) {
-		ls.cancel(ErrReleased)
-	}
-	return err
-}
-
-func (ls *Lease) halt() {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if !ls.stopped {
-		ls.stopped = true
-		close(ls.stop)
-	}
+	ls.cancel(ErrReleased)
+	return ls.l.store.Release(ctx, store.ReleaseParams{Name: ls.sl.Name, Key: ls.sl.Key, Holder: ls.sl.Holder, Token: ls.sl.Token})
 }
 
 // keepAlive renews every fraction of the TTL until stopped, and cancels
@@ -282,7 +280,7 @@ func (ls *Lease) keepAlive() {
 		}
 		t := ls.l.clk.NewTimer(min(next, untilDeadline))
 		select {
-		case <-ls.stop:
+		case <-ls.halted.Done():
 			t.Stop()
 			return
 		case <-t.C():
@@ -297,10 +295,15 @@ func (ls *Lease) keepAlive() {
 		sent := ls.l.clk.Now()
 		// Past the deadline a renewal could not help: the lease may be
 		// gone. (The local deadline bounds the call, whatever the clock.)
+		// Release cancels it too.
 		rctx, cancel := context.WithTimeout(ls.ctx, ls.deadline.Sub(sent))
+		unhook := context.AfterFunc(ls.halted, cancel)
 		got, err := ls.l.store.Renew(rctx, store.RenewParams{Name: ls.sl.Name, Key: ls.sl.Key, Holder: ls.sl.Holder, Token: ls.sl.Token, TTL: ls.ttl})
+		unhook()
 		cancel()
 		switch {
+		case ls.halted.Err() != nil:
+			return // released meanwhile: Release decides what the holder is told
 		case errors.Is(err, store.ErrLeaseNotHeld):
 			ls.cancel(ErrLost)
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -276,4 +277,97 @@ func TestPermits(t *testing.T) {
 	for _, l := range held {
 		require.NoError(t, l.Release(ctx))
 	}
+}
+
+// flaky fails the first release with a transient error.
+type flaky struct {
+	store.LeaseStore
+	failed bool
+}
+
+func (f *flaky) Release(ctx context.Context, p store.ReleaseParams) error {
+	if !f.failed {
+		f.failed = true
+		return errors.New("connection reset")
+	}
+	return f.LeaseStore.Release(ctx, p)
+}
+
+// TestReleaseEndsContextWhenStoreFails: once Release is called nothing
+// renews the lease, so its Context ends even if the store could not free
+// the permit; a second Release frees it.
+func TestReleaseEndsContextWhenStoreFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(s store.LeaseStore) store.LeaseStore { return &flaky{LeaseStore: s} })
+	ctx := context.Background()
+	a, _, err := b.leaser.Acquire(ctx, job)
+	require.NoError(t, err)
+	require.Error(t, a.Release(ctx))
+	require.ErrorIs(t, a.Err(), lease.ErrReleased, "no longer renewed: the holder must stop")
+	require.NoError(t, a.Release(ctx), "a retry frees the permit")
+	hs, err := b.store.Holders(ctx, store.HoldersParams{Name: "job", Key: "j1"})
+	require.NoError(t, err)
+	require.Empty(t, hs)
+}
+
+// stuck blocks every renewal until its context ends, and reports why it
+// ended.
+type stuck struct {
+	store.LeaseStore
+	started chan struct{}
+	ended   chan error
+}
+
+func (s *stuck) Renew(ctx context.Context, _ store.RenewParams) (store.Lease, error) {
+	s.started <- struct{}{}
+	<-ctx.Done()
+	s.ended <- ctx.Err()
+	return store.Lease{}, ctx.Err()
+}
+
+// TestReleaseCancelsRenewalInFlight: Release does not wait for a renewal
+// stuck on the store; it cancels it.
+func TestReleaseCancelsRenewalInFlight(t *testing.T) {
+	t.Parallel()
+	st := &stuck{started: make(chan struct{}, 1), ended: make(chan error, 1)}
+	b := setup(t, func(s store.LeaseStore) store.LeaseStore { st.LeaseStore = s; return st })
+	ctx := context.Background()
+	a, _, err := b.leaser.Acquire(ctx, job)
+	require.NoError(t, err)
+	b.clk.BlockUntilTimers(1)
+	b.clk.Advance(time.Second)
+	<-st.started
+	require.NoError(t, a.Release(ctx))
+	require.ErrorIs(t, <-st.ended, context.Canceled, "cancelled by Release, not left to time out")
+	require.ErrorIs(t, a.Err(), lease.ErrReleased)
+}
+
+// TestNoGoroutineLeft: released, lost and abandoned-wait leases leave no
+// goroutine behind (synctest fails the test if one is still blocked).
+func TestNoGoroutineLeft(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ms := memstore.NewLeases(memstore.LeasesConfig{})
+		l, err := lease.New(lease.Config{Store: ms})
+		require.NoError(t, err)
+		ctx := context.Background()
+		a, _, err := l.Acquire(ctx, job)
+		require.NoError(t, err)
+		time.Sleep(10 * time.Second) // renewed meanwhile
+		require.NoError(t, a.Context().Err())
+
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = l.AcquireWait(wctx, job)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.NoError(t, a.Release(ctx))
+
+		// Lost: a successor takes the permit after the store's clock jumps.
+		b, _, err := l.Acquire(ctx, job)
+		require.NoError(t, err)
+		_, err = ms.Acquire(ctx, store.AcquireParams{Name: job.Name, Key: job.Key, Holder: "succ", Permits: 1, TTL: time.Hour, Now: time.Now().Add(time.Minute)})
+		require.NoError(t, err)
+		<-b.Context().Done()
+		require.ErrorIs(t, b.Err(), lease.ErrLost)
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
@@ -37,8 +38,34 @@ func (p *Policy) validateConcurrency() error {
 	return nil
 }
 
+// ErrLeaseStoreMismatch is returned by New when Config.Leases keeps rates
+// of its own (a store.RateLeaseStore) other than Config.Store: mixed
+// requests would charge their rate items where Allow never looks.
+var ErrLeaseStoreMismatch = errors.New("limiter: Leases keeps rates apart from Store")
+
+// same reports whether a and b are the same store, without panicking on
+// values of a type that cannot be compared.
+func same(a, b store.RateLeaseStore) bool {
+	ta := reflect.TypeOf(a)
+	return ta == reflect.TypeOf(b) && ta.Comparable() && a == b
+}
+
 // setLeases picks the lease store (see Config.Leases).
-func (l *Limiter) setLeases(ls store.LeaseStore) {
+func (l *Limiter) setLeases(ls store.LeaseStore) error {
+	if ls != nil {
+		// A mismatch we can see: both are backends, and not the same one.
+		// (A wrapped Store, such as store/guard's, cannot be compared.)
+		switch s := l.store.(type) {
+		case *memstore.Store:
+			if ml, ok := ls.(*memstore.Leases); ok && ml.Store != s {
+				return fmt.Errorf("%w: the memstore.Leases' Rates is not Store", ErrLeaseStoreMismatch)
+			}
+		case store.RateLeaseStore:
+			if rl, ok := ls.(store.RateLeaseStore); ok && !same(rl, s) {
+				return fmt.Errorf("%w: Leases (%T) is not Store (%T)", ErrLeaseStoreMismatch, ls, s)
+			}
+		}
+	}
 	if ls == nil {
 		switch s := l.store.(type) {
 		case store.LeaseStore:
@@ -51,6 +78,7 @@ func (l *Limiter) setLeases(ls store.LeaseStore) {
 	}
 	l.leases = ls
 	l.mixed, _ = ls.(store.RateLeaseStore)
+	return nil
 }
 
 // Leases returns the store that keeps the leases of concurrency policies.
@@ -178,7 +206,12 @@ func (l *Limiter) AllowAllAcquire(ctx context.Context, reqs []Request, lr LeaseR
 			}
 		}
 		rates, err = l.store.TakeAll(ctx, store.TakeAllParams{Items: peek})
-		if err == nil && res.Acquired && !rates.Allowed {
+		switch {
+		case err != nil || !res.Acquired || rates.Allowed:
+		case res.Renewed:
+			// The holder held this permit before the call: it keeps it.
+			out.Lease = store.AcquireResult{Held: res.Held, At: res.At}
+		default:
 			err = l.leases.Release(context.WithoutCancel(ctx), store.ReleaseParams{Name: lp.Name, Key: lp.Key, Holder: lp.Holder, Token: res.Lease.Token})
 			out.Lease = store.AcquireResult{Held: res.Held - 1, At: res.At}
 		}

@@ -83,8 +83,38 @@ func TestLeaseThroughLimiter(t *testing.T) {
 	require.ErrorIs(t, err, limiter.ErrNotLeasePolicy)
 	_, err = l.Allow(ctx, "shopify-bulk", "shop-1")
 	require.ErrorIs(t, err, limiter.ErrNotRatePolicy)
+	// Every rate operation says so, not only Allow.
+	_, err = l.ReserveN(ctx, "shopify-bulk", "shop-1", 1, nil)
+	require.ErrorIs(t, err, limiter.ErrNotRatePolicy)
+	require.ErrorIs(t, l.WaitN(ctx, "shopify-bulk", "shop-1", 1), limiter.ErrNotRatePolicy)
+	mixed := []limiter.Request{{Policy: "shopify-calls", Key: "shop-1", Cost: 1}, {Policy: "shopify-bulk", Key: "shop-1", Cost: 1}}
+	_, err = l.AllowAll(ctx, mixed)
+	require.ErrorIs(t, err, limiter.ErrNotRatePolicy)
+	require.ErrorIs(t, l.WaitAll(ctx, mixed), limiter.ErrNotRatePolicy)
 	_, err = l.Acquire(ctx, "nope", "shop-1", "a")
 	require.ErrorIs(t, err, limiter.ErrUnknownPolicy)
+}
+
+// TestLeaseStoreMismatch: a lease store that keeps rates of its own,
+// other than Store, is refused: mixed requests would charge rates that
+// Allow never sees.
+func TestLeaseStoreMismatch(t *testing.T) {
+	t.Parallel()
+	ms := memstore.New(memstore.Config{})
+	_, err := limiter.New(limiter.Config{Store: ms, Leases: memstore.NewLeases(memstore.LeasesConfig{})})
+	require.ErrorIs(t, err, limiter.ErrLeaseStoreMismatch)
+	ml := memstore.NewLeases(memstore.LeasesConfig{})
+	_, err = limiter.New(limiter.Config{Store: ml, Leases: memstore.NewLeases(memstore.LeasesConfig{})})
+	require.ErrorIs(t, err, limiter.ErrLeaseStoreMismatch)
+	for _, cfg := range []limiter.Config{
+		{Store: ms, Leases: memstore.NewLeases(memstore.LeasesConfig{Rates: ms})},
+		{Store: ml, Leases: ml},
+		{Store: ms, Leases: apart{memstore.NewLeases(memstore.LeasesConfig{})}}, // keeps no rates
+		{Store: ms},
+	} {
+		_, err = limiter.New(cfg)
+		require.NoError(t, err)
+	}
 }
 
 // apart hides TakeAllAcquire: the limiter must fall back.
@@ -125,6 +155,16 @@ func TestAllowAllAcquire(t *testing.T) {
 			hs, err := l.Holders(ctx, "shopify-bulk", "shop-1")
 			require.NoError(t, err)
 			require.Len(t, hs, 1, "no lease taken")
+			// a asking again, refused by the rate: a keeps the permit it
+			// held before.
+			d, err = l.AllowAllAcquire(ctx, []limiter.Request{{Policy: "shopify-calls", Key: "shop-1", Cost: 2}}, lr("a"))
+			require.NoError(t, err)
+			require.False(t, d.Allowed)
+			require.False(t, d.Lease.Acquired)
+			hs, err = l.Holders(ctx, "shopify-bulk", "shop-1")
+			require.NoError(t, err)
+			require.Len(t, hs, 1, "a's permit is not released")
+			require.Equal(t, "a", hs[0].Holder)
 
 			d, err = l.AllowAllAcquire(ctx, calls, lr("b"))
 			require.NoError(t, err)

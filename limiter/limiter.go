@@ -114,7 +114,8 @@ type Config struct {
 	// memory when Store is a *memstore.Store). When Leases is a
 	// store.RateLeaseStore it must be the backend Store decides on: mixed
 	// requests (AllowAllAcquire) charge their rate items through it, in
-	// one atomic operation.
+	// one atomic operation; New fails with ErrLeaseStoreMismatch when it
+	// can tell it is not.
 	Leases store.LeaseStore
 }
 
@@ -139,7 +140,9 @@ func New(cfg Config) (*Limiter, error) {
 	if l.store == nil {
 		l.store = memstore.New(memstore.Config{})
 	}
-	l.setLeases(cfg.Leases)
+	if err := l.setLeases(cfg.Leases); err != nil {
+		return nil, err
+	}
 	for _, p := range cfg.Policies {
 		if err := p.Validate(); err != nil {
 			return nil, err
@@ -372,6 +375,9 @@ func (h *Handle) ReserveN(ctx context.Context, key string, cost int64, opts *Res
 	if h.policy.Shadow {
 		maxDelay = 0 // never book ahead: nobody waits for a shadow policy
 	}
+	if h.policy.Algorithm == store.Concurrency {
+		return nil, fmt.Errorf("limiter: policy %q: %w", h.policy.Name, ErrNotRatePolicy)
+	}
 	r, err := h.l.store.Take(ctx, store.TakeParams{Key: key, Limit: h.limit, Cost: cost, MaxDelay: maxDelay})
 	if err != nil {
 		return nil, fmt.Errorf("limiter: policy %q: %w", h.policy.Name, err)
@@ -431,6 +437,9 @@ func (h *Handle) Wait(ctx context.Context, key string) error { return h.WaitN(ct
 // store); if ctx ends during the sleep the units are given back. Window
 // policies retry when the store says the window has room.
 func (h *Handle) WaitN(ctx context.Context, key string, cost int64) error {
+	if h.policy.Algorithm == store.Concurrency {
+		return fmt.Errorf("limiter: policy %q: %w", h.policy.Name, ErrNotRatePolicy)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -46,6 +46,9 @@ func (l *Limiter) takeAll(ctx context.Context, reqs []Request, maxDelay time.Dur
 		if err != nil {
 			return MultiDecision{}, err
 		}
+		if h.policy.Algorithm == store.Concurrency {
+			return MultiDecision{}, fmt.Errorf("limiter: all-or-nothing: policy %q: %w", r.Policy, ErrNotRatePolicy)
+		}
 		hs[i] = h
 		items[i] = store.Item{Key: r.Key, Limit: h.limit, Cost: r.Cost}
 	}

@@ -63,7 +63,13 @@
 //	 "expiresAt":"2030-01-01T00:00:30Z","ttlMs":30000,"permits":5,"held":1}
 //
 // and a Location header. id is opaque and names everything a renew or
-// release needs, so any server of a fleet sharing a store answers it. When
+// release needs, so any server of a fleet sharing a store answers it. The
+// holder id is the lease's secret: whoever knows it (with the policy and
+// key) can renew, release, or re-acquire the lease, so let the server make
+// one up (96 random bits) or choose an unguessable one. GET
+// /v1/leases?policy=&key= lists the live leases by token with a holder
+// fingerprint (holderHash: the first 16 hex digits of the holder id's
+// SHA-256), never their ids or holder ids. When
 // every permit is held the answer is 409 TypeLeaseUnavailable with
 // retryAfterMs and Retry-After (when the first holder's lease ends at the
 // latest). "items":[...] adds rate items, taken all-or-nothing with the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -135,7 +136,11 @@ type leaseAnswer struct {
 }
 
 // leaseID is the opaque id of a lease in URLs: everything a renew or
-// release needs, so that any server of a fleet can answer it.
+// release needs (policy, key, holder, token), so that any server of a
+// fleet can answer it. Its only secret is the holder id (96 random bits
+// when the server makes it up): the id is handed to the acquirer alone,
+// and answers to anyone else (GET /v1/leases) show neither ids nor
+// holders, only holder fingerprints (see holderHash).
 func leaseID(l store.Lease) string {
 	var b bytes.Buffer
 	_ = json.NewEncoder(&b).Encode([]any{l.Name, l.Key, l.Holder, l.Token})
@@ -158,6 +163,26 @@ func parseLeaseID(id string) (store.Lease, bool) {
 		return store.Lease{}, false
 	}
 	return l, true
+}
+
+// listedLeaseJSON is a lease in GET /v1/leases answers: no id and no
+// holder id, which would let anyone renew or release it, but a holder
+// fingerprint a holder can recognise its own lease by.
+type listedLeaseJSON struct {
+	Policy     string `json:"policy"`
+	Key        string `json:"key"`
+	HolderHash string `json:"holderHash"`
+	Token      int64  `json:"token"`
+	ExpiresAt  string `json:"expiresAt"`
+	TTLMs      int64  `json:"ttlMs"`
+	Permits    int64  `json:"permits"`
+}
+
+// holderHash is the fingerprint of a holder id in listings: the first 16
+// hex digits of its SHA-256.
+func holderHash(holder string) string {
+	h := sha256.Sum256([]byte(holder))
+	return hex.EncodeToString(h[:8])
 }
 
 func (s *Server) leaseToJSON(l store.Lease) leaseJSON {
@@ -283,8 +308,11 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 	if md != nil && !res.Acquired && md.RetryAfter > retry {
 		retry = md.RetryAfter
 	}
-	if md != nil && res.RetryAfter == 0 && !md.Allowed && res.Held < s.permits(body.Policy) {
-		// A permit was free: the rates refused.
+	if md != nil && res.RetryAfter == 0 && !md.Allowed {
+		// The lease was not refused (a refused lease has a RetryAfter: when
+		// the first holder's lease ends): the rates refused. (Held says
+		// nothing here: a holder asking again for its own permit may find
+		// every permit held.)
 		retry = md.RetryAfter
 		out.problem = problem{Type: TypeRateLimited, Title: "Rate limited", Status: http.StatusTooManyRequests,
 			Detail: "the rate items refused; no lease was taken and nothing was charged"}
@@ -399,10 +427,12 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := struct {
-		Leases []leaseJSON `json:"leases"`
-	}{Leases: make([]leaseJSON, 0, len(hs))}
+		Leases []listedLeaseJSON `json:"leases"`
+	}{Leases: make([]listedLeaseJSON, 0, len(hs))}
 	for _, l := range hs {
-		out.Leases = append(out.Leases, s.leaseToJSON(l))
+		j := s.leaseToJSON(l)
+		out.Leases = append(out.Leases, listedLeaseJSON{Policy: j.Policy, Key: j.Key, HolderHash: holderHash(l.Holder),
+			Token: j.Token, ExpiresAt: j.ExpiresAt, TTLMs: j.TTLMs, Permits: j.Permits})
 	}
 	writeJSON(w, http.StatusOK, contentJSON, out)
 }

@@ -1,6 +1,8 @@
 package server_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -79,6 +81,17 @@ func TestLeaseAPI(t *testing.T) {
 	rec, list := b.leaseDo(t, "GET", "/v1/leases?policy=bulk&key=shop-1", "")
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.Len(t, list["leases"], 2)
+	// A listing hands out nothing that renews or releases a lease: no id,
+	// no holder id (which, with the public token, would make the id).
+	for _, l := range list["leases"].([]any) {
+		require.NotContains(t, l, "id")
+		require.NotContains(t, l, "holder")
+	}
+	require.NotContains(t, rec.Body.String(), "worker-a")
+	require.NotContains(t, rec.Body.String(), bl["holder"].(string))
+	require.NotContains(t, rec.Body.String(), id)
+	sum := sha256.Sum256([]byte("worker-a"))
+	require.Equal(t, hex.EncodeToString(sum[:8]), list["leases"].([]any)[0].(map[string]any)["holderHash"])
 
 	b.clock.Advance(10 * time.Second)
 	rec, r := b.leaseDo(t, "POST", "/v1/leases/"+id+"/renew", "")
@@ -102,7 +115,7 @@ func TestLeaseAPI(t *testing.T) {
 	rec, list = b.leaseDo(t, "GET", "/v1/leases?policy=bulk&key=shop-1", "")
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.Len(t, list["leases"], 1)
-	require.Equal(t, c["id"], list["leases"].([]any)[0].(map[string]any)["id"])
+	require.Equal(t, c["token"], list["leases"].([]any)[0].(map[string]any)["token"])
 }
 
 func TestLeaseAPIMixed(t *testing.T) {
@@ -122,6 +135,16 @@ func TestLeaseAPIMixed(t *testing.T) {
 	rec, list := b.leaseDo(t, "GET", "/v1/leases?policy=jobs&key=j", "")
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.Empty(t, list["leases"])
+
+	// A holder asking again for the permit it holds (every permit held),
+	// refused by the rate: 429 too, not 409; it keeps its lease.
+	rec, w := b.leaseDo(t, "POST", "/v1/leases", `{"policy":"jobs","key":"j2","holder":"w"}`)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	rec, p = b.leaseDo(t, "POST", "/v1/leases", `{"policy":"jobs","key":"j2","holder":"w","items":[{"policy":"strict","key":"acct"}]}`)
+	require.Equal(t, http.StatusTooManyRequests, rec.Code, rec.Body.String())
+	require.Equal(t, server.TypeRateLimited, p["type"])
+	rec, _ = b.leaseDo(t, "POST", "/v1/leases/"+w["id"].(string)+"/renew", "")
+	require.Equal(t, http.StatusOK, rec.Code, "w still holds its lease")
 }
 
 func TestLeaseAPIErrors(t *testing.T) {
@@ -137,6 +160,7 @@ func TestLeaseAPIErrors(t *testing.T) {
 		{"rate policy", "POST", "/v1/leases", `{"policy":"api","key":"k"}`, 422, server.TypeInvalidRequest, "not concurrency"},
 		{"no key", "POST", "/v1/leases", `{"policy":"bulk"}`, 422, server.TypeInvalidRequest, "key is required"},
 		{"long holder", "POST", "/v1/leases", `{"policy":"bulk","key":"k","holder":"` + strings.Repeat("h", 300) + `"}`, 422, server.TypeInvalidRequest, "holder of 300 bytes"},
+		{"NUL in holder", "POST", "/v1/leases", `{"policy":"bulk","key":"k","holder":"a\u0000b"}`, 422, server.TypeInvalidRequest, "without NUL"},
 		{"unknown field", "POST", "/v1/leases", `{"policy":"bulk","key":"k","ttl":5}`, 400, server.TypeMalformedRequest, "the policy sets permits and ttl"},
 		{"malformed", "POST", "/v1/leases", `{"policy":`, 400, server.TypeMalformedRequest, ""},
 		{"trailing", "POST", "/v1/leases", `{"policy":"bulk","key":"k"} {}`, 400, server.TypeMalformedRequest, "after the JSON object"},

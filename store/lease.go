@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Leases
@@ -93,6 +95,9 @@ type AcquireResult struct {
 	// Lease is the permit held, when Acquired. A holder that already held
 	// a permit of the key gets it back, renewed, with its token unchanged.
 	Lease Lease
+	// Renewed is true when Acquired by a holder that already held a
+	// permit of the key before the call (Lease is that permit, renewed).
+	Renewed bool
 	// Held is how many permits are held after the decision.
 	Held int64
 	// RetryAfter is, when not acquired, how long until the first current
@@ -271,13 +276,18 @@ func checkLeaseKey(name, key string) error {
 	return nil
 }
 
-// CheckHolder validates a holder id: non-empty, at most MaxHolderLen bytes.
+// CheckHolder validates a holder id: non-empty, at most MaxHolderLen bytes,
+// valid UTF-8 without NUL (which PostgreSQL text cannot hold), so that every
+// backend accepts the same holders.
 func CheckHolder(h string) error {
 	if h == "" {
 		return fmt.Errorf("%w: empty holder", ErrInvalidLease)
 	}
 	if len(h) > MaxHolderLen {
 		return fmt.Errorf("%w: holder of %d bytes is longer than %d", ErrInvalidLease, len(h), MaxHolderLen)
+	}
+	if !utf8.ValidString(h) || strings.IndexByte(h, 0) >= 0 {
+		return fmt.Errorf("%w: holder %q is not valid UTF-8 without NUL", ErrInvalidLease, h)
 	}
 	return nil
 }
@@ -316,7 +326,7 @@ func (s *LeaseState) Acquire(now int64, p *AcquireParams, next func() (int64, er
 	for i := range s.Holders {
 		if s.Holders[i].Holder == p.Holder {
 			s.Holders[i].Expires = now + ttl
-			return AcquireResult{Acquired: true, Lease: s.Holders[i], Held: int64(len(s.Holders)), At: now}, nil
+			return AcquireResult{Acquired: true, Renewed: true, Lease: s.Holders[i], Held: int64(len(s.Holders)), At: now}, nil
 		}
 	}
 	if int64(len(s.Holders)) >= p.Permits {

@@ -65,31 +65,31 @@ to guard writes with.`,
 		Short: "Acquire a lease (POST /v1/leases)",
 		Long: `Acquire one permit of concurrency policy POLICY for KEY and print the lease.
 If every permit is held, exit 1 with when one frees, or with --wait keep
-trying (at the server's Retry-After) for up to that long.`,
+trying for up to that long: again after a back-off from 100ms to 2s (a
+holder may release early), and never later than the server's Retry-After.`,
 		Args:    usageArgs(cobra.ExactArgs(2)),
 		PreRunE: pre,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			body, _ := json.Marshal(map[string]string{"policy": args[0], "key": args[1], "holder": f.holder})
 			deadline := time.Now().Add(f.wait)
+			backoff := 100 * time.Millisecond
 			for {
 				code, hdr, out, err := f.call(cmd.Context(), http.MethodPost, "/v1/leases", body)
 				if err != nil {
 					return err
 				}
-				if code == http.StatusConflict && f.wait > 0 {
-					d := retryAfter(hdr, out)
-					if time.Now().Add(d).Before(deadline) {
-						if err := sleepCtx(cmd.Context(), d); err != nil {
-							return err
-						}
-						continue
+				if left := time.Until(deadline); code == http.StatusConflict && left > 0 {
+					if err := sleepCtx(cmd.Context(), min(backoff, retryAfter(hdr, out), left)); err != nil {
+						return err
 					}
+					backoff = min(2*backoff, 2*time.Second)
+					continue
 				}
 				return answer(opts, code, http.StatusCreated, out)
 			}
 		},
 	}
-	acquire.Flags().StringVar(&f.holder, "holder", "", "holder `id` (default: one the server makes up)")
+	acquire.Flags().StringVar(&f.holder, "holder", "", "holder `id`; whoever knows it can renew or release the lease (default: a random one the server makes up)")
 	acquire.Flags().DurationVar(&f.wait, "wait", 0, "keep trying for up to this long while every permit is held")
 
 	renew := &cobra.Command{
@@ -124,7 +124,7 @@ trying (at the server's Retry-After) for up to that long.`,
 	}
 	list := &cobra.Command{
 		Use:     "list POLICY KEY",
-		Short:   "List the holders of a key (GET /v1/leases?policy=POLICY&key=KEY)",
+		Short:   "List the live leases of a key, with holder fingerprints (GET /v1/leases?policy=POLICY&key=KEY)",
 		Args:    usageArgs(cobra.ExactArgs(2)),
 		PreRunE: pre,
 		RunE: func(cmd *cobra.Command, args []string) error {

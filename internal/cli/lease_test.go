@@ -1,10 +1,13 @@
 package cli_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -46,7 +49,9 @@ func TestLeaseCommands(t *testing.T) {
 
 		r = run(t, env, "lease", "list", "bulk", "shop-1")
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
-		require.Contains(t, r.stdout, `"holder":"w1"`)
+		sum := sha256.Sum256([]byte("w1"))
+		require.Contains(t, r.stdout, `"holderHash":"`+hex.EncodeToString(sum[:8])+`"`)
+		require.NotContains(t, r.stdout, `"w1"`, "a listing does not hand out holder ids")
 
 		r = run(t, env, "lease", "renew", l.ID)
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
@@ -56,6 +61,22 @@ func TestLeaseCommands(t *testing.T) {
 		r = run(t, env, "lease", "release", l.ID)
 		require.Equal(t, cli.ExitFailure, r.code)
 		require.Contains(t, r.stderr, "lease not held (404)")
+
+		// --wait shorter than the holder's TTL: the waiter gets the permit
+		// when the holder releases early.
+		r = run(t, env, "lease", "acquire", "bulk", "shop-2")
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		var h struct {
+			ID string `json:"id"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &h))
+		waited := make(chan result, 1)
+		go func() { waited <- run(t, env, "lease", "acquire", "bulk", "shop-2", "--wait", "20s") }()
+		time.Sleep(300 * time.Millisecond)
+		r = run(t, env, "lease", "release", h.ID)
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		r = <-waited
+		require.Equal(t, cli.ExitOK, r.code, "--wait gave up before the TTL of 30s: %s", r.stderr)
 
 		r = run(t, env, "lease", "acquire", "api", "k")
 		require.Equal(t, cli.ExitFailure, r.code)

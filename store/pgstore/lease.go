@@ -82,6 +82,7 @@ func (r *acquireRow) result(p *store.AcquireParams) store.AcquireResult {
 	res := store.AcquireResult{Acquired: r.acquired, Held: r.held, At: r.at,
 		RetryAfter: time.Duration(r.retry) * time.Microsecond}
 	if r.acquired {
+		res.Renewed = r.renewed
 		res.Lease = store.Lease{Name: p.Name, Key: p.Key, Holder: p.Holder, Token: r.token, Expires: r.expires}
 	}
 	return res
@@ -195,7 +196,9 @@ func (s *Store) FencedRead(ctx context.Context, p store.FencedReadParams) (store
 
 // TakeAllAcquire implements store.RateLeaseStore in one transaction: the
 // lease first (under its key's advisory lock), then the rate items, and a
-// rollback unless both succeed.
+// rollback unless both succeed. A refused lease commits its refusal only
+// (the holders are marked contended, see sluice_lease_release), never a
+// rate change.
 func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams) (out store.TakeAllAcquireResult, err error) {
 	lp := p.Lease
 	if err := lp.Check(); err != nil {
@@ -233,15 +236,22 @@ func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams
 		return out, wrap("take all acquire", err)
 	}
 	out.Lease = r.result(&lp)
+	var q pgx.Tx = tx
 	if !r.acquired {
-		clear(costs) // a peek at the rates, rolled back
+		// A peek at the rates, rolled back to a savepoint; the refused
+		// acquire itself commits, so that it marks the holders contended
+		// and their release is announced to waiters.
+		clear(costs)
+		if q, err = tx.Begin(ctx); err != nil {
+			return out, wrap("take all acquire", err)
+		}
 	}
 	if now == nil {
 		now = &r.at // the rates decide at the lease's instant
 	}
 	out.Rates = store.AllResult{Allowed: true, Results: make([]store.Result, n)}
 	if n > 0 {
-		rows, err := tx.Query(ctx, takeAllSQL, names, keys, algs, lims, ivs, costs, int64(0), now)
+		rows, err := q.Query(ctx, takeAllSQL, names, keys, algs, lims, ivs, costs, int64(0), now)
 		if err != nil {
 			return out, wrap("take all acquire", err)
 		}
@@ -269,6 +279,13 @@ func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams
 		}
 	}
 	if !r.acquired {
+		if err := q.Rollback(ctx); err != nil {
+			return out, wrap("take all acquire", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return out, wrap("take all acquire", err)
+		}
+		commit = true
 		return out, nil
 	}
 	if !out.Rates.Allowed {

@@ -53,15 +53,26 @@ func TestFence(t *testing.T) {
 	require.NoError(t, err)
 
 	// Real time: the function reads the database clock.
-	a, err := b.store.Acquire(ctx, store.AcquireParams{Name: "job", Key: "j", Holder: "a", Permits: 1, TTL: 200 * time.Millisecond})
+	a, err := b.store.Acquire(ctx, store.AcquireParams{Name: "job", Key: "j", Holder: "a", Permits: 1, TTL: time.Second})
 	require.NoError(t, err)
 	require.True(t, a.Acquired)
 
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }() // on failure: the schema's cleanup would wait for its locks
 	require.NoError(t, pgstore.Fence(ctx, tx, "job", "j", a.Lease.Token))
 	_, err = tx.Exec(ctx, "UPDATE jobs SET cursor = 'a' WHERE id = 'j'")
 	require.NoError(t, err)
+
+	// The fence blocks a take-over only: the holder's keep-alive still
+	// renews, and a refused acquirer is answered, while tx is open.
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err = b.store.Renew(short, store.RenewParams{Name: "job", Key: "j", Holder: "a", Token: a.Lease.Token, TTL: 500 * time.Millisecond})
+	require.NoError(t, err, "the holder's renewal waited for its own transaction")
+	c, err := b.store.Acquire(short, store.AcquireParams{Name: "job", Key: "j", Holder: "c", Permits: 1, TTL: time.Minute})
+	require.NoError(t, err, "a refused acquire waited for the fenced transaction")
+	require.False(t, c.Acquired)
 
 	// A successor arriving after the lease ended must wait for the commit.
 	got := make(chan store.AcquireResult, 1)
@@ -83,7 +94,7 @@ func TestFence(t *testing.T) {
 	select {
 	case <-got:
 		t.Fatal("a successor took the permit while the fenced transaction was open")
-	case <-time.After(500 * time.Millisecond): // past a's TTL
+	case <-time.After(time.Second): // past a's TTL
 	}
 	require.NoError(t, tx.Commit(ctx))
 	bres, ok := <-got
@@ -134,4 +145,36 @@ func TestLeaseAcrossStores(t *testing.T) {
 	other, err := pgstore.New(b.pool, pgstore.Config{})
 	require.NoError(t, err)
 	storetest.LeaseAcrossStores(t, b.store, other)
+}
+
+// TestTakeAllAcquireRefusalAnnounces: a lease refused by TakeAllAcquire,
+// like one refused by Acquire, makes the holder's release announce itself
+// to waiters; nothing is charged.
+func TestTakeAllAcquireRefusalAnnounces(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxConns: 8})
+	ctx := context.Background()
+	ch, stop, err := b.store.WatchLease(ctx, "n", "k")
+	require.NoError(t, err)
+	defer stop()
+	a, err := b.store.Acquire(ctx, store.AcquireParams{Name: "n", Key: "k", Holder: "a", Permits: 1, TTL: time.Minute})
+	require.NoError(t, err)
+	require.True(t, a.Acquired)
+	lim := store.Limit{Name: "r", Rate: 2, Period: time.Second, Burst: 2}
+	res, err := b.store.TakeAllAcquire(ctx, store.TakeAllAcquireParams{
+		Items: []store.Item{{Key: "k", Limit: lim, Cost: 1}},
+		Lease: store.AcquireParams{Name: "n", Key: "k", Holder: "b", Permits: 1, TTL: time.Minute},
+	})
+	require.NoError(t, err)
+	require.False(t, res.Allowed)
+	require.False(t, res.Lease.Acquired)
+	peek, err := b.store.Take(ctx, store.TakeParams{Key: "k", Limit: lim})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), peek.Remaining, "nothing charged")
+	require.NoError(t, b.store.Release(ctx, store.ReleaseParams{Name: "n", Key: "k", Holder: "a", Token: a.Lease.Token}))
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release a refused TakeAllAcquire waits for was not announced")
+	}
 }

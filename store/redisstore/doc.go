@@ -64,12 +64,16 @@
 // hash <prefix>lease:{K}:N:h (holder -> "token expires"), which expires with
 // its last permit; fenced values are a hash <prefix>lease:{K}:N:f; the
 // key's token counter <prefix>lease:{K}:N:seq never expires, so fencing
-// tokens strictly increase per key for as long as Redis keeps its data. A
-// release PUBLISHes on <prefix>lease-free; WatchLease holds one
-// subscription per Store (on a ring, one per shard, since a PUBLISH reaches
-// only the shard that ran it) while anyone watches. TakeAllAcquire runs the rate
-// script and the lease in one call: its keys must share the lease key's
-// slot on a cluster or ring.
+// tokens strictly increase per key for as long as Redis keeps its data.
+// That takes persistence across restarts (AOF with appendfsync always for
+// no loss at all), a maxmemory-policy that never evicts keys without a TTL
+// (noeviction or a volatile-* one, not allkeys-*), and no failover to a
+// replica that missed the last INCRs (replication is asynchronous): a lost
+// counter reissues tokens. A release PUBLISHes on <prefix>lease-free;
+// WatchLease holds one subscription per Store (on a ring, one per shard,
+// since a PUBLISH reaches only the shard that ran it) while anyone watches.
+// TakeAllAcquire runs the rate script and the lease in one call: its keys
+// must share the lease key's slot on a cluster or ring.
 //
 // # Batching
 //

@@ -154,6 +154,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 func acquireResult(p *store.AcquireParams, v []int64) store.AcquireResult {
 	res := store.AcquireResult{Acquired: v[1] == 1, Held: v[4], RetryAfter: micros(v[5]), At: v[0]}
 	if res.Acquired {
+		res.Renewed = v[6] == 1
 		res.Lease = store.Lease{Name: p.Name, Key: p.Key, Holder: p.Holder, Token: v[2], Expires: v[3]}
 	}
 	return res

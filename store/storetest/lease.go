@@ -118,8 +118,10 @@ func testLeaseReacquire(b *leaseBundle) {
 	t := b.t
 	r1 := b.acquire("k", "a", 1, 2*time.Second, at(0))
 	require.True(t, r1.Acquired)
+	require.False(t, r1.Renewed)
 	r2 := b.acquire("k", "a", 1, 2*time.Second, at(time.Second))
 	require.True(t, r2.Acquired, "a holder asking again gets its permit back")
+	require.True(t, r2.Renewed)
 	require.Equal(t, r1.Lease.Token, r2.Lease.Token)
 	require.Equal(t, at(3*time.Second).UnixMicro(), r2.Lease.Expires, "renewed")
 	require.Len(t, b.holders("k", at(time.Second)), 1)
@@ -228,6 +230,8 @@ func testLeaseErrors(b *leaseBundle) {
 		{"no key", func(p *store.AcquireParams) { p.Key = "" }, store.ErrEmptyKey},
 		{"no holder", func(p *store.AcquireParams) { p.Holder = "" }, store.ErrInvalidLease},
 		{"long holder", func(p *store.AcquireParams) { p.Holder = string(make([]byte, store.MaxHolderLen+1)) }, store.ErrInvalidLease},
+		{"NUL in holder", func(p *store.AcquireParams) { p.Holder = "a\x00b" }, store.ErrInvalidLease},
+		{"holder not UTF-8", func(p *store.AcquireParams) { p.Holder = "a\xffb" }, store.ErrInvalidLease},
 		{"zero permits", func(p *store.AcquireParams) { p.Permits = 0 }, store.ErrInvalidLease},
 		{"too many permits", func(p *store.AcquireParams) { p.Permits = store.MaxPermits + 1 }, store.ErrInvalidLease},
 		{"zero ttl", func(p *store.AcquireParams) { p.TTL = 0 }, store.ErrInvalidLease},

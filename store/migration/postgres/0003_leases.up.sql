@@ -137,9 +137,11 @@ $$;
 --
 -- It raises SQLSTATE SL002 (and your transaction fails) unless p_token holds
 -- a live permit of (p_name, p_key) on the database clock, and it locks that
--- permit's row FOR SHARE: no successor can take the permit over until your
--- transaction ends, so a write it guards commits before any newer token is
--- issued for the permit, or not at all.
+-- permit's row FOR KEY SHARE: no successor can take the permit over (that
+-- deletes the row) until your transaction ends, so a write it guards
+-- commits before any newer token is issued for the permit, or not at all.
+-- The lock is the weakest that does so: the holder's renewals and refused
+-- acquires (which update the row) go on meanwhile.
 CREATE FUNCTION sluice_lease_fence(p_name text, p_key text, p_token bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -148,7 +150,7 @@ BEGIN
     PERFORM 1 FROM sluice_lease_holder h
      WHERE h.name = p_name AND h.key = p_key AND h.token = p_token
        AND h.expires_at > sluice_rate_now()
-       FOR SHARE;
+       FOR KEY SHARE;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'SL002',
             MESSAGE = format('sluice: stale fencing token %s for lease %s/%s', p_token, p_name, p_key);
@@ -169,7 +171,7 @@ BEGIN
     PERFORM 1 FROM sluice_lease_holder h
      WHERE h.name = p_name AND h.key = p_key AND h.token = p_token
        AND h.expires_at > v_now
-       FOR SHARE;
+       FOR KEY SHARE;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
