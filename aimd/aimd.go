@@ -350,7 +350,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	latency := max(in.Latency, 0)
 	sent := now - latency
 	if in.RetryAfter > 0 {
-		s.PausedUntil = max(s.PausedUntil, now+in.RetryAfter)
+		s.PausedUntil = max(s.PausedUntil, addSat(now, in.RetryAfter))
 	}
 	if in.Hint > 0 && !math.IsInf(in.Hint, 0) {
 		s.Hint = in.Hint
@@ -391,9 +391,22 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		} else if c.grow(s, now) {
 			d.Change = Increased
 		}
+	} else if in.Outcome == Failed {
+		// Nor does time spent failing: a success after a run of errors
+		// earns only the time since the last of them (one-way ratchet).
+		s.LastIncrease = now
 	}
 	d.Rate, d.PausedUntil = s.Rate, s.PausedUntil
 	return d
+}
+
+// addSat returns now + d for d > 0, saturating at math.MaxInt64 so that a
+// huge Retry-After pauses the key for ever rather than not at all.
+func addSat(now, d int64) int64 {
+	if now > 0 && d > math.MaxInt64-now {
+		return math.MaxInt64
+	}
+	return now + d
 }
 
 // newEpisode reports whether a bad signal about a request sent at sent is

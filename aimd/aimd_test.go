@@ -138,6 +138,18 @@ func TestSteps(t *testing.T) {
 				// The failed time did not count: the increase is for the
 				// last second only.
 				{at: 3 * s1, in: ok(lat), change: Increased, rate: 15},
+				// Within the second too: a success right after a failure
+				// earns only the time since that failure.
+				{at: 3*s1 + 900*ms, in: Sample{Outcome: Failed, Latency: 1 * ms}, rate: 15},
+				{at: 4 * s1, in: ok(lat), change: Increased, rate: 15.5},
+			},
+		},
+		{
+			name: "a huge retry-after pauses for ever instead of overflowing",
+			cfg:  Config{Start: 100, Decrease: 0.5},
+			steps: []step{
+				{at: 0, in: Sample{Outcome: Throttled, Latency: lat, RetryAfter: math.MaxInt64}, change: Decreased, reason: ReasonThrottled, rate: 50, paused: math.MaxInt64 - t0},
+				{at: s1, in: Sample{RetryAfter: math.MaxInt64 - 5}, change: Decreased, reason: ReasonRetryAfter, rate: 25, paused: math.MaxInt64 - t0},
 			},
 		},
 		{
