@@ -53,6 +53,13 @@ func TestRetryAfter(t *testing.T) {
 		{"5s", 0, false},
 		{"soon", 0, false},
 		{"Tue, 01 Jan 2030 00:01:30 PST", 0, false},
+		{"Tuesday, 01-Jan-30 00:01:30 PST", 0, false},
+		// RFC 850's two-digit year is at most 50 years ahead of now
+		// (2030): 79 is 2079 (clamped), 81 is 1981 (past), 94 is 1994.
+		{"Sunday, 01-Jan-79 00:00:00 GMT", maxD, true},
+		{"Wednesday, 01-Jan-81 00:00:00 GMT", 0, true},
+		{"Sunday, 06-Nov-94 08:49:37 GMT", 0, true},
+		{"Monday, 31-Dec-29 23:59:59 GMT", 0, true},
 		{"2030-01-01T00:01:30Z", 0, false},
 	} {
 		d, ok := RetryAfter(tc.v, t0, maxD)
