@@ -83,8 +83,9 @@ const rfc850 = "Monday, 02-Jan-06 15:04:05 GMT"
 
 // httpDate parses the three HTTP-date forms at now (Unix microseconds); it
 // does not allocate on success. An RFC 850 date's two-digit year is read as
-// RFC 9110 section 5.6.7 requires: in the century that puts it at most 50
-// years after now, not by a fixed pivot.
+// RFC 9110 section 5.6.7 requires: the year with those last two digits at
+// most 50 years after now's (and less than 50 before), not by a fixed
+// pivot.
 func httpDate(v string, now int64) (time.Time, bool) {
 	if len(v) < 20 || len(v) > 40 {
 		return time.Time{}, false
@@ -95,8 +96,11 @@ func httpDate(v string, now int64) (time.Time, bool) {
 	if t, err := time.Parse(rfc850, v); err == nil {
 		nowYear := time.UnixMicro(now).UTC().Year()
 		year := nowYear - nowYear%100 + t.Year()%100
-		if year > nowYear+50 {
+		switch {
+		case year > nowYear+50:
 			year -= 100
+		case year <= nowYear-50:
+			year += 100
 		}
 		return time.Date(year, t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC), true
 	}

@@ -66,6 +66,14 @@ func TestRetryAfter(t *testing.T) {
 		require.Equal(t, tc.ok, ok, "%q", tc.v)
 		require.Equal(t, tc.delay, d, "%q", tc.v)
 	}
+	// Late in a century the window wraps: in 2095, 45 is 2145 (ahead,
+	// clamped) and 46 is 2046 (past).
+	late := time.Date(2095, 6, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	for v, want := range map[string]int64{"Sunday, 01-Jan-45 00:00:00 GMT": maxD, "Monday, 01-Jan-46 00:00:00 GMT": 0} {
+		d, ok := RetryAfter(v, late, maxD)
+		require.True(t, ok, v)
+		require.Equal(t, want, d, v)
+	}
 }
 
 func TestResetDelay(t *testing.T) {
