@@ -316,7 +316,27 @@ func (c *Controller) Init() State {
 func (c *Controller) start0(s *State) {
 	if !s.Started {
 		*s = c.Init()
+		return
 	}
+	// A State that comes back from elsewhere (a store, a peer) may be
+	// damaged: bring it into range rather than panic or spread a NaN.
+	s.Rate = c.clampRate(s.Rate)
+	if s.Next < 0 || s.Next >= RingSize || s.N < 0 || s.N > RingSize {
+		s.Next, s.N = 0, 0
+	}
+	for _, f := range []*float64{&s.Peak, &s.CutTo, &s.Hint, &s.Target, &s.UseRate} {
+		if !(*f >= 0) || math.IsInf(*f, 0) {
+			*f = 0
+		}
+	}
+}
+
+// clampRate brings a rate into [Floor, Ceiling]; NaN is Start.
+func (c *Controller) clampRate(r float64) float64 {
+	if math.IsNaN(r) {
+		return c.start
+	}
+	return min(max(r, c.floor), c.ceiling)
 }
 
 // Rate returns the key's current rate.
@@ -324,7 +344,7 @@ func (c *Controller) Rate(s *State) float64 {
 	if !s.Started {
 		return c.start
 	}
-	return s.Rate
+	return c.clampRate(s.Rate)
 }
 
 // Paused reports whether the key is paused by a Retry-After at now, and

@@ -182,6 +182,44 @@ func TestSteps(t *testing.T) {
 	}
 }
 
+func TestDamagedStateIsRepaired(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Floor: 0.5, Ceiling: 100})
+	nan := math.NaN()
+	for _, tc := range []struct {
+		name string
+		s    State
+	}{
+		{"nan rate", State{Started: true, Rate: nan}},
+		{"negative rate", State{Started: true, Rate: -4}},
+		{"infinite rate", State{Started: true, Rate: math.Inf(1)}},
+		{"ring cursor below", State{Started: true, Rate: 5, Next: -3, N: 4}},
+		{"ring cursor above", State{Started: true, Rate: 5, Next: RingSize, N: 4}},
+		{"nan fields", State{Started: true, Rate: 5, Peak: nan, CutTo: nan, Hint: nan, Target: nan, UseRate: nan, UseKnown: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := tc.s
+			r := c.Rate(&s)
+			require.True(t, r >= 0.5 && r <= 100, "Rate %v", r)
+			at := t0
+			for i := range 3 * RingSize {
+				at += 50 * ms
+				in := ok(int64(10+i%7) * ms)
+				if i%10 == 9 {
+					in = ok(200 * ms) // slow: the p95 is consulted
+				}
+				if i%20 == 19 {
+					in = Sample{Outcome: Throttled, Latency: 10 * ms}
+				}
+				require.NotPanics(t, func() { c.Observe(&s, at, in) })
+				require.True(t, s.Rate >= 0.5 && s.Rate <= 100, "rate %v after sample %d", s.Rate, i)
+			}
+			require.True(t, s.Target > 0 && !math.IsInf(s.Target, 0), "latency target %v", s.Target)
+		})
+	}
+}
+
 func TestUsageCapsGrowth(t *testing.T) {
 	t.Parallel()
 	// Steps use one sample a second at a rate of 10: far below the rate,
