@@ -440,6 +440,20 @@ func TestParseBinance(t *testing.T) {
 	require.True(t, ban.Throttled)
 	require.Equal(t, ClassTransient, ban.Class)
 	require.Equal(t, 600*sec, ban.RetryAfter)
+
+	// More headers than a Report keeps: always the same ones, whatever
+	// the header map's order.
+	h = hdr("X-MBX-USED-WEIGHT", "1", "X-MBX-USED-WEIGHT-1S", "2", "X-MBX-USED-WEIGHT-10S", "3", "X-MBX-USED-WEIGHT-1M", "4",
+		"X-MBX-USED-WEIGHT-5M", "5", "X-MBX-USED-WEIGHT-1H", "6", "X-MBX-USED-WEIGHT-1D", "7", "X-MBX-ORDER-COUNT-10S", "8",
+		"X-MBX-ORDER-COUNT-1M", "9", "X-MBX-ORDER-COUNT-1H", "10", "X-MBX-ORDER-COUNT-1D", "11")
+	want := Parse(t0, Response{Status: 200, Header: h})
+	require.Equal(t, MaxPolicies, want.NPolicies)
+	for i, p := range policies(want) {
+		require.Equal(t, int64(i+1), p.Used, "policy %d: %+v", i, p)
+	}
+	for range 50 {
+		require.Equal(t, want, Parse(t0, Response{Status: 200, Header: h}))
+	}
 }
 
 func TestParseMergesDialects(t *testing.T) {
