@@ -278,6 +278,14 @@ func TestLatency(t *testing.T) {
 	}
 	require.Equal(t, 1, decreased, "decreases once, then needs fresh evidence")
 	require.InDelta(t, r/2, s.Rate, 1e-9)
+	// A slow call sent after the decrease is a new episode, but the ring's
+	// old slow latencies are not evidence about the new rate: the p95
+	// waits for minP95Samples fresh ones.
+	at += 400 * ms
+	for i := range 3 {
+		at += 10 * ms
+		require.Equal(t, Unchanged, c.Observe(&s, at, ok(300*ms)).Change, "fresh slow sample %d", i)
+	}
 	// The target learns only from fast successes.
 	require.Less(t, s.Target, float64(150*ms))
 }
