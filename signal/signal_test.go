@@ -523,3 +523,27 @@ func TestReportPause(t *testing.T) {
 		require.Equal(t, tc.pause, rep.Pause(), tc.name)
 	}
 }
+
+func TestHeadlineTies(t *testing.T) {
+	t.Parallel()
+	// Both policies are exhausted: the one that stays exhausted longer is
+	// the headline, whichever comes first.
+	for _, order := range [][2]string{{`"min";r=0;t=10`, `"hour";r=0;t=600`}, {`"hour";r=0;t=600`, `"min";r=0;t=10`}} {
+		h := hdr("RateLimit-Policy", `"min";q=100;w=60, "hour";q=1000;w=3600`, "RateLimit", order[0]+", "+order[1])
+		rep := Parse(t0, Response{Status: 429, Header: h})
+		require.Equal(t, int64(0), rep.Remaining, order)
+		require.Equal(t, 600*sec, rep.ResetAfter, order)
+		require.Equal(t, 600*sec, rep.Pause(), order)
+	}
+}
+
+func TestGraphQLThrottledWithRoomLeft(t *testing.T) {
+	t.Parallel()
+	// THROTTLED although the bucket holds the requested cost (another
+	// limit refused it): no made-up wait from the bucket.
+	body := `{"errors":[{"extensions":{"code":"THROTTLED"}}],"extensions":{"cost":{"requestedQueryCost":10,"actualQueryCost":null,"throttleStatus":{"maximumAvailable":1000.0,"currentlyAvailable":500,"restoreRate":50.0}}}}`
+	rep := Parse(t0, Response{Status: 200, Body: []byte(body)})
+	require.True(t, rep.Throttled)
+	require.False(t, rep.HasRetryAfter)
+	require.Zero(t, rep.RetryAfter)
+}
