@@ -69,8 +69,9 @@ type Config struct {
 	// Cooldown is the least time between two decreases, on top of the
 	// per-episode rule. Zero means none.
 	Cooldown time.Duration
-	// LatencyTarget anchors the latency target; zero means the first
-	// success's latency.
+	// LatencyTarget anchors the latency target; zero means it is learned:
+	// the median latency of the first successes (up to 8, before any
+	// decrease), then moved by LatencyWeight.
 	LatencyTarget time.Duration
 	// LatencyFactor: a p95 above LatencyFactor x target is a slowdown, a
 	// success at or below it is fast. Zero means DefaultLatencyFactor
@@ -461,6 +462,15 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 	s.Ring[s.Next] = latency
 	s.Next = (s.Next + 1) % RingSize
 	s.N = min(s.N+1, RingSize)
+	if c.target == 0 && s.LastDecrease == 0 && s.N <= minP95Samples {
+		// Learning the target: one early latency (a cached answer, a
+		// warm connection) is no baseline for a provider whose usual
+		// latency is several times it, so take the median of the first
+		// few, and judge none of them slow.
+		s.TargetAt = now
+		s.Target = max(float64(median(s)), 1)
+		return ReasonNone
+	}
 	if s.Target == 0 {
 		s.TargetAt = now
 		if c.target > 0 {

@@ -290,6 +290,30 @@ func TestLatency(t *testing.T) {
 	require.Less(t, s.Target, float64(150*ms))
 }
 
+func TestOneFastFirstAnswerIsNoBaseline(t *testing.T) {
+	t.Parallel()
+	// The first answer is quick (cached), every later one takes a steady
+	// 50 ms: nothing slowed down, so nothing may be cut.
+	c := mustNew(t, Config{Start: 10, UsageMultiple: -1})
+	s := c.Init()
+	at := t0
+	c.Observe(&s, at, ok(5*ms))
+	for i := range 200 {
+		at += 50 * ms
+		d := c.Observe(&s, at, ok(50*ms))
+		require.NotEqual(t, Decreased, d.Change, "sample %d: %v", i, d.Reason)
+	}
+	require.Greater(t, s.Rate, 10.0)
+	require.InDelta(t, float64(50*ms), s.Target, float64(5*ms))
+	// A real slowdown after that is still one.
+	cut := false
+	for range 40 {
+		at += 50 * ms
+		cut = cut || c.Observe(&s, at, ok(250*ms)).Reason == ReasonLatency
+	}
+	require.True(t, cut, "a 5x slowdown decreases the rate")
+}
+
 func TestLatencyAtTheFloorBecomesTheNorm(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, Config{Start: 1, Floor: 1, SlowStart: -1, LatencyTarget: 100 * time.Millisecond})
