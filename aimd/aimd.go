@@ -550,13 +550,19 @@ func (c *Controller) grow(s *State, now int64) bool {
 	if c.usage > 0 && s.UseKnown && s.Rate >= c.usage*s.UseRate {
 		return false // application-limited: the rate is not what binds
 	}
+	old := s.Rate
 	switch goal := c.decrease * s.Peak; {
 	case s.Probing:
 		s.Rate += s.Rate * c.slowStart * dt
 	case s.Rate < goal:
 		// Fast recovery: close the gap to the last good level by
-		// 1-1/e a second, but never faster than slow start would.
+		// 1-1/e a second, but never faster than slow start would. The
+		// approach is asymptotic, so within 1% it arrives, and the
+		// additive increase takes over instead of creeping ever closer.
 		s.Rate += min(goal-s.Rate, s.Rate*max(c.slowStart, 1)) * dt
+		if goal-s.Rate <= goal/100 {
+			s.Rate = goal
+		}
 	default:
 		inc := c.increase
 		if inc == 0 {
@@ -568,7 +574,7 @@ func (c *Controller) grow(s *State, now int64) bool {
 		s.Rate = ceil
 		s.Probing = false
 	}
-	return true
+	return s.Rate > old
 }
 
 // Locked is a Controller and one key's State behind a mutex. It is safe for

@@ -290,6 +290,27 @@ func TestLatency(t *testing.T) {
 	require.Less(t, s.Target, float64(150*ms))
 }
 
+func TestFastRecoveryArrives(t *testing.T) {
+	t.Parallel()
+	// Two decreases in a row leave 81 below the last good level (90 of
+	// a Peak of 100). On a busy key (a success every 10 ms) recovery
+	// must reach 90 and hand over to the additive increase, not creep
+	// towards 90 for ever.
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true})
+	s := c.Init()
+	at := t0
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	at += 20 * ms
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	require.InDelta(t, 81.0, s.Rate, 1e-9)
+	for range 1000 {
+		at += 10 * ms
+		d := c.Observe(&s, at, ok(10*ms))
+		require.Equal(t, Increased, d.Change)
+	}
+	require.Greater(t, s.Rate, 95.0, "recovered to 90 within seconds, then +2/s")
+}
+
 func TestOneFastFirstAnswerIsNoBaseline(t *testing.T) {
 	t.Parallel()
 	// The first answer is quick (cached), every later one takes a steady
