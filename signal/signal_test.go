@@ -537,6 +537,20 @@ func TestHeadlineTies(t *testing.T) {
 	}
 }
 
+func TestGraphQLThrottledByMessage(t *testing.T) {
+	t.Parallel()
+	// The throttle error as Shopify documents it, without a code.
+	body := `{"errors":[{"message":"Throttled"}],"extensions":{"cost":{"requestedQueryCost":202,"actualQueryCost":null,"throttleStatus":{"maximumAvailable":1000.0,"currentlyAvailable":2,"restoreRate":50.0}}}}`
+	rep := Parse(t0, Response{Status: 200, Body: []byte(body)})
+	require.True(t, rep.Throttled)
+	require.Equal(t, ClassTransient, rep.Class)
+	require.Equal(t, 4*sec, rep.RetryAfter)
+	// Other messages without a code are not throttling.
+	rep = Parse(t0, Response{Status: 200, Body: []byte(`{"errors":[{"message":"Field 'x' doesn't exist"}]}`)})
+	require.False(t, rep.Throttled)
+	require.Equal(t, ClassSuccess, rep.Class)
+}
+
 func TestGraphQLThrottledWithRoomLeft(t *testing.T) {
 	t.Parallel()
 	// THROTTLED although the bucket holds the requested cost (another
