@@ -321,15 +321,22 @@ func (c *Controller) start0(s *State) {
 	}
 	// A State that comes back from elsewhere (a store, a peer) may be
 	// damaged: bring it into range rather than panic or spread a NaN.
-	s.Rate = c.clampRate(s.Rate)
-	if s.Next < 0 || s.Next >= RingSize || s.N < 0 || s.N > RingSize {
+	if !(s.Rate >= c.floor && s.Rate <= c.ceiling) {
+		s.Rate = c.clampRate(s.Rate)
+	}
+	if uint(s.Next) >= RingSize || uint(s.N) > RingSize {
 		s.Next, s.N = 0, 0
 	}
-	for _, f := range []*float64{&s.Peak, &s.CutTo, &s.Hint, &s.Target, &s.UseRate} {
-		if !(*f >= 0) || math.IsInf(*f, 0) {
-			*f = 0
-		}
+	s.Peak, s.CutTo, s.Hint = sane(s.Peak), sane(s.CutTo), sane(s.Hint)
+	s.Target, s.UseRate = sane(s.Target), sane(s.UseRate)
+}
+
+// sane returns f when it is finite and >= 0, else 0.
+func sane(f float64) float64 {
+	if f >= 0 && f <= math.MaxFloat64 {
+		return f
 	}
+	return 0
 }
 
 // clampRate brings a rate into [Floor, Ceiling]; NaN is Start.
