@@ -69,8 +69,9 @@ type Config struct {
 	// Cooldown is the least time between two decreases, on top of the
 	// per-episode rule. Zero means none.
 	Cooldown time.Duration
-	// LatencyTarget anchors the latency target; zero means the first
-	// success's latency.
+	// LatencyTarget anchors the latency target; zero means it is learned:
+	// the median latency of the first successes (up to 8, before any
+	// decrease), then moved by LatencyWeight.
 	LatencyTarget time.Duration
 	// LatencyFactor: a p95 above LatencyFactor x target is a slowdown, a
 	// success at or below it is fast. Zero means DefaultLatencyFactor
@@ -316,7 +317,34 @@ func (c *Controller) Init() State {
 func (c *Controller) start0(s *State) {
 	if !s.Started {
 		*s = c.Init()
+		return
 	}
+	// A State that comes back from elsewhere (a store, a peer) may be
+	// damaged: bring it into range rather than panic or spread a NaN.
+	if !(s.Rate >= c.floor && s.Rate <= c.ceiling) {
+		s.Rate = c.clampRate(s.Rate)
+	}
+	if uint(s.Next) >= RingSize || uint(s.N) > RingSize {
+		s.Next, s.N = 0, 0
+	}
+	s.Peak, s.CutTo, s.Hint = sane(s.Peak), sane(s.CutTo), sane(s.Hint)
+	s.Target, s.UseRate = sane(s.Target), sane(s.UseRate)
+}
+
+// sane returns f when it is finite and >= 0, else 0.
+func sane(f float64) float64 {
+	if f >= 0 && f <= math.MaxFloat64 {
+		return f
+	}
+	return 0
+}
+
+// clampRate brings a rate into [Floor, Ceiling]; NaN is Start.
+func (c *Controller) clampRate(r float64) float64 {
+	if math.IsNaN(r) {
+		return c.start
+	}
+	return min(max(r, c.floor), c.ceiling)
 }
 
 // Rate returns the key's current rate.
@@ -324,7 +352,7 @@ func (c *Controller) Rate(s *State) float64 {
 	if !s.Started {
 		return c.start
 	}
-	return s.Rate
+	return c.clampRate(s.Rate)
 }
 
 // Paused reports whether the key is paused by a Retry-After at now, and
@@ -350,7 +378,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	latency := max(in.Latency, 0)
 	sent := now - latency
 	if in.RetryAfter > 0 {
-		s.PausedUntil = max(s.PausedUntil, now+in.RetryAfter)
+		s.PausedUntil = max(s.PausedUntil, addSat(now, in.RetryAfter))
 	}
 	if in.Hint > 0 && !math.IsInf(in.Hint, 0) {
 		s.Hint = in.Hint
@@ -391,9 +419,22 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		} else if c.grow(s, now) {
 			d.Change = Increased
 		}
+	} else if in.Outcome == Failed {
+		// Nor does time spent failing: a success after a run of errors
+		// earns only the time since the last of them (one-way ratchet).
+		s.LastIncrease = now
 	}
 	d.Rate, d.PausedUntil = s.Rate, s.PausedUntil
 	return d
+}
+
+// addSat returns now + d for d > 0, saturating at math.MaxInt64 so that a
+// huge Retry-After pauses the key for ever rather than not at all.
+func addSat(now, d int64) int64 {
+	if now > 0 && d > math.MaxInt64-now {
+		return math.MaxInt64
+	}
+	return now + d
 }
 
 // newEpisode reports whether a bad signal about a request sent at sent is
@@ -428,6 +469,15 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 	s.Ring[s.Next] = latency
 	s.Next = (s.Next + 1) % RingSize
 	s.N = min(s.N+1, RingSize)
+	if c.target == 0 && s.LastDecrease == 0 && s.N <= minP95Samples {
+		// Learning the target: one early latency (a cached answer, a
+		// warm connection) is no baseline for a provider whose usual
+		// latency is several times it, so take the median of the first
+		// few, and judge none of them slow.
+		s.TargetAt = now
+		s.Target = max(float64(median(s)), 1)
+		return ReasonNone
+	}
 	if s.Target == 0 {
 		s.TargetAt = now
 		if c.target > 0 {
@@ -498,7 +548,15 @@ func (c *Controller) grow(s *State, now int64) bool {
 		s.LastIncrease = max(s.LastIncrease, now)
 		return false
 	}
-	dt := min(float64(now-s.LastIncrease)/sec, 1)
+	// Time paused by a Retry-After does not count either: a success then
+	// is a call sent before the throttle, and the first one after the
+	// pause earns only the time since it ended.
+	from := max(s.LastIncrease, min(s.PausedUntil, now))
+	if now <= from {
+		s.LastIncrease = now
+		return false
+	}
+	dt := min(float64(now-from)/sec, 1)
 	s.LastIncrease = now
 	ceil := c.ceilingFor(s)
 	if s.Rate >= ceil {
@@ -507,13 +565,19 @@ func (c *Controller) grow(s *State, now int64) bool {
 	if c.usage > 0 && s.UseKnown && s.Rate >= c.usage*s.UseRate {
 		return false // application-limited: the rate is not what binds
 	}
+	old := s.Rate
 	switch goal := c.decrease * s.Peak; {
 	case s.Probing:
 		s.Rate += s.Rate * c.slowStart * dt
 	case s.Rate < goal:
 		// Fast recovery: close the gap to the last good level by
-		// 1-1/e a second, but never faster than slow start would.
+		// 1-1/e a second, but never faster than slow start would. The
+		// approach is asymptotic, so within 1% it arrives, and the
+		// additive increase takes over instead of creeping ever closer.
 		s.Rate += min(goal-s.Rate, s.Rate*max(c.slowStart, 1)) * dt
+		if goal-s.Rate <= goal/100 {
+			s.Rate = goal
+		}
 	default:
 		inc := c.increase
 		if inc == 0 {
@@ -525,7 +589,7 @@ func (c *Controller) grow(s *State, now int64) bool {
 		s.Rate = ceil
 		s.Probing = false
 	}
-	return true
+	return s.Rate > old
 }
 
 // Locked is a Controller and one key's State behind a mutex. It is safe for

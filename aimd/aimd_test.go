@@ -138,6 +138,30 @@ func TestSteps(t *testing.T) {
 				// The failed time did not count: the increase is for the
 				// last second only.
 				{at: 3 * s1, in: ok(lat), change: Increased, rate: 15},
+				// Within the second too: a success right after a failure
+				// earns only the time since that failure.
+				{at: 3*s1 + 900*ms, in: Sample{Outcome: Failed, Latency: 1 * ms}, rate: 15},
+				{at: 4 * s1, in: ok(lat), change: Increased, rate: 15.5},
+			},
+		},
+		{
+			name: "a retry-after pause earns no increase",
+			cfg:  Config{Start: 10, SlowStart: -1, Increase: 5, UsageMultiple: -1, IgnoreLatency: true},
+			steps: []step{
+				{at: 0, in: ok(lat), rate: 10},
+				{at: 500 * ms, in: Sample{Outcome: Throttled, Latency: lat, RetryAfter: 10 * s1}, change: Decreased, reason: ReasonThrottled, rate: 9, paused: 10*s1 + 500*ms},
+				// A straggler sent before the throttle, answered during the pause.
+				{at: 5 * s1, in: ok(lat), rate: 9},
+				// The first success after the pause: half a second's worth.
+				{at: 11 * s1, in: ok(lat), change: Increased, rate: 11.5},
+			},
+		},
+		{
+			name: "a huge retry-after pauses for ever instead of overflowing",
+			cfg:  Config{Start: 100, Decrease: 0.5},
+			steps: []step{
+				{at: 0, in: Sample{Outcome: Throttled, Latency: lat, RetryAfter: math.MaxInt64}, change: Decreased, reason: ReasonThrottled, rate: 50, paused: math.MaxInt64 - t0},
+				{at: s1, in: Sample{RetryAfter: math.MaxInt64 - 5}, change: Decreased, reason: ReasonRetryAfter, rate: 25, paused: math.MaxInt64 - t0},
 			},
 		},
 		{
@@ -166,6 +190,44 @@ func TestSteps(t *testing.T) {
 			c := mustNew(t, tc.cfg)
 			s := c.Init()
 			runSteps(t, c, &s, tc.steps)
+		})
+	}
+}
+
+func TestDamagedStateIsRepaired(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Floor: 0.5, Ceiling: 100})
+	nan := math.NaN()
+	for _, tc := range []struct {
+		name string
+		s    State
+	}{
+		{"nan rate", State{Started: true, Rate: nan}},
+		{"negative rate", State{Started: true, Rate: -4}},
+		{"infinite rate", State{Started: true, Rate: math.Inf(1)}},
+		{"ring cursor below", State{Started: true, Rate: 5, Next: -3, N: 4}},
+		{"ring cursor above", State{Started: true, Rate: 5, Next: RingSize, N: 4}},
+		{"nan fields", State{Started: true, Rate: 5, Peak: nan, CutTo: nan, Hint: nan, Target: nan, UseRate: nan, UseKnown: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := tc.s
+			r := c.Rate(&s)
+			require.True(t, r >= 0.5 && r <= 100, "Rate %v", r)
+			at := t0
+			for i := range 3 * RingSize {
+				at += 50 * ms
+				in := ok(int64(10+i%7) * ms)
+				if i%10 == 9 {
+					in = ok(200 * ms) // slow: the p95 is consulted
+				}
+				if i%20 == 19 {
+					in = Sample{Outcome: Throttled, Latency: 10 * ms}
+				}
+				require.NotPanics(t, func() { c.Observe(&s, at, in) })
+				require.True(t, s.Rate >= 0.5 && s.Rate <= 100, "rate %v after sample %d", s.Rate, i)
+			}
+			require.True(t, s.Target > 0 && !math.IsInf(s.Target, 0), "latency target %v", s.Target)
 		})
 	}
 }
@@ -228,8 +290,61 @@ func TestLatency(t *testing.T) {
 	}
 	require.Equal(t, 1, decreased, "decreases once, then needs fresh evidence")
 	require.InDelta(t, r/2, s.Rate, 1e-9)
+	// A slow call sent after the decrease is a new episode, but the ring's
+	// old slow latencies are not evidence about the new rate: the p95
+	// waits for minP95Samples fresh ones.
+	at += 400 * ms
+	for i := range 3 {
+		at += 10 * ms
+		require.Equal(t, Unchanged, c.Observe(&s, at, ok(300*ms)).Change, "fresh slow sample %d", i)
+	}
 	// The target learns only from fast successes.
 	require.Less(t, s.Target, float64(150*ms))
+}
+
+func TestFastRecoveryArrives(t *testing.T) {
+	t.Parallel()
+	// Two decreases in a row leave 81 below the last good level (90 of
+	// a Peak of 100). On a busy key (a success every 10 ms) recovery
+	// must reach 90 and hand over to the additive increase, not creep
+	// towards 90 for ever.
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true})
+	s := c.Init()
+	at := t0
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	at += 20 * ms
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	require.InDelta(t, 81.0, s.Rate, 1e-9)
+	for range 1000 {
+		at += 10 * ms
+		d := c.Observe(&s, at, ok(10*ms))
+		require.Equal(t, Increased, d.Change)
+	}
+	require.Greater(t, s.Rate, 95.0, "recovered to 90 within seconds, then +2/s")
+}
+
+func TestOneFastFirstAnswerIsNoBaseline(t *testing.T) {
+	t.Parallel()
+	// The first answer is quick (cached), every later one takes a steady
+	// 50 ms: nothing slowed down, so nothing may be cut.
+	c := mustNew(t, Config{Start: 10, UsageMultiple: -1})
+	s := c.Init()
+	at := t0
+	c.Observe(&s, at, ok(5*ms))
+	for i := range 200 {
+		at += 50 * ms
+		d := c.Observe(&s, at, ok(50*ms))
+		require.NotEqual(t, Decreased, d.Change, "sample %d: %v", i, d.Reason)
+	}
+	require.Greater(t, s.Rate, 10.0)
+	require.InDelta(t, float64(50*ms), s.Target, float64(5*ms))
+	// A real slowdown after that is still one.
+	cut := false
+	for range 40 {
+		at += 50 * ms
+		cut = cut || c.Observe(&s, at, ok(250*ms)).Reason == ReasonLatency
+	}
+	require.True(t, cut, "a 5x slowdown decreases the rate")
 }
 
 func TestLatencyAtTheFloorBecomesTheNorm(t *testing.T) {

@@ -49,15 +49,39 @@ func TestRetryAfter(t *testing.T) {
 		{"", 0, false},
 		{"-5", 0, false},
 		{"+5", 0, false},
-		{"1.5", 0, false},
+		// A decimal fraction is not RFC 9110, but Shopify sends "2.0".
+		{"1.5", 1500 * ms, true},
+		{"2.0", 2 * sec, true},
+		{"0.0000019", 1, true},
+		{"99999999999999999999.5", maxD, true},
+		{"1.", 0, false},
+		{".5", 0, false},
+		{"1.5.0", 0, false},
+		{"1,5", 0, false},
+		{"1e3", 0, false},
 		{"5s", 0, false},
 		{"soon", 0, false},
 		{"Tue, 01 Jan 2030 00:01:30 PST", 0, false},
+		{"Tuesday, 01-Jan-30 00:01:30 PST", 0, false},
+		// RFC 850's two-digit year is at most 50 years ahead of now
+		// (2030): 79 is 2079 (clamped), 81 is 1981 (past), 94 is 1994.
+		{"Sunday, 01-Jan-79 00:00:00 GMT", maxD, true},
+		{"Wednesday, 01-Jan-81 00:00:00 GMT", 0, true},
+		{"Sunday, 06-Nov-94 08:49:37 GMT", 0, true},
+		{"Monday, 31-Dec-29 23:59:59 GMT", 0, true},
 		{"2030-01-01T00:01:30Z", 0, false},
 	} {
 		d, ok := RetryAfter(tc.v, t0, maxD)
 		require.Equal(t, tc.ok, ok, "%q", tc.v)
 		require.Equal(t, tc.delay, d, "%q", tc.v)
+	}
+	// Late in a century the window wraps: in 2095, 45 is 2145 (ahead,
+	// clamped) and 46 is 2046 (past).
+	late := time.Date(2095, 6, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	for v, want := range map[string]int64{"Sunday, 01-Jan-45 00:00:00 GMT": maxD, "Monday, 01-Jan-46 00:00:00 GMT": 0} {
+		d, ok := RetryAfter(v, late, maxD)
+		require.True(t, ok, v)
+		require.Equal(t, want, d, v)
 	}
 }
 
@@ -381,8 +405,9 @@ func TestParseShopify(t *testing.T) {
 			want: []Policy{{Source: SourceShopifyREST, Known: FieldLimit | FieldRemaining | FieldUsed, Limit: 40, Remaining: 1, Used: 39}},
 			src:  SourceShopifyREST, headlineLeft: 1},
 		{name: "rest 429", status: 429, h: hdr("X-Shopify-Shop-Api-Call-Limit", "40/40", "Retry-After", "2.0"), class: ClassTransient, throttled: true,
+			retry: 2 * sec, hasRetry: true,
 			want: []Policy{{Source: SourceShopifyREST, Known: FieldLimit | FieldRemaining | FieldUsed, Limit: 40, Remaining: 0, Used: 40}},
-			src:  SourceShopifyREST},
+			src:  SourceShopifyREST | SourceRetryAfter},
 		{name: "not json", status: 200, body: `<html>`, class: ClassSuccess},
 		{name: "json without cost", status: 200, body: `{"data":{}}`, class: ClassSuccess},
 		{name: "broken json", status: 200, body: `{"extensions":{"cost":`, class: ClassSuccess},
@@ -425,6 +450,20 @@ func TestParseBinance(t *testing.T) {
 	require.True(t, ban.Throttled)
 	require.Equal(t, ClassTransient, ban.Class)
 	require.Equal(t, 600*sec, ban.RetryAfter)
+
+	// More headers than a Report keeps: always the same ones, whatever
+	// the header map's order.
+	h = hdr("X-MBX-USED-WEIGHT", "1", "X-MBX-USED-WEIGHT-1S", "2", "X-MBX-USED-WEIGHT-10S", "3", "X-MBX-USED-WEIGHT-1M", "4",
+		"X-MBX-USED-WEIGHT-5M", "5", "X-MBX-USED-WEIGHT-1H", "6", "X-MBX-USED-WEIGHT-1D", "7", "X-MBX-ORDER-COUNT-10S", "8",
+		"X-MBX-ORDER-COUNT-1M", "9", "X-MBX-ORDER-COUNT-1H", "10", "X-MBX-ORDER-COUNT-1D", "11")
+	want := Parse(t0, Response{Status: 200, Header: h})
+	require.Equal(t, MaxPolicies, want.NPolicies)
+	for i, p := range policies(want) {
+		require.Equal(t, int64(i+1), p.Used, "policy %d: %+v", i, p)
+	}
+	for range 50 {
+		require.Equal(t, want, Parse(t0, Response{Status: 200, Header: h}))
+	}
 }
 
 func TestParseMergesDialects(t *testing.T) {
@@ -483,4 +522,42 @@ func TestReportPause(t *testing.T) {
 		rep := Parse(t0, Response{Status: tc.status, Header: tc.h})
 		require.Equal(t, tc.pause, rep.Pause(), tc.name)
 	}
+}
+
+func TestHeadlineTies(t *testing.T) {
+	t.Parallel()
+	// Both policies are exhausted: the one that stays exhausted longer is
+	// the headline, whichever comes first.
+	for _, order := range [][2]string{{`"min";r=0;t=10`, `"hour";r=0;t=600`}, {`"hour";r=0;t=600`, `"min";r=0;t=10`}} {
+		h := hdr("RateLimit-Policy", `"min";q=100;w=60, "hour";q=1000;w=3600`, "RateLimit", order[0]+", "+order[1])
+		rep := Parse(t0, Response{Status: 429, Header: h})
+		require.Equal(t, int64(0), rep.Remaining, order)
+		require.Equal(t, 600*sec, rep.ResetAfter, order)
+		require.Equal(t, 600*sec, rep.Pause(), order)
+	}
+}
+
+func TestGraphQLThrottledByMessage(t *testing.T) {
+	t.Parallel()
+	// The throttle error as Shopify documents it, without a code.
+	body := `{"errors":[{"message":"Throttled"}],"extensions":{"cost":{"requestedQueryCost":202,"actualQueryCost":null,"throttleStatus":{"maximumAvailable":1000.0,"currentlyAvailable":2,"restoreRate":50.0}}}}`
+	rep := Parse(t0, Response{Status: 200, Body: []byte(body)})
+	require.True(t, rep.Throttled)
+	require.Equal(t, ClassTransient, rep.Class)
+	require.Equal(t, 4*sec, rep.RetryAfter)
+	// Other messages without a code are not throttling.
+	rep = Parse(t0, Response{Status: 200, Body: []byte(`{"errors":[{"message":"Field 'x' doesn't exist"}]}`)})
+	require.False(t, rep.Throttled)
+	require.Equal(t, ClassSuccess, rep.Class)
+}
+
+func TestGraphQLThrottledWithRoomLeft(t *testing.T) {
+	t.Parallel()
+	// THROTTLED although the bucket holds the requested cost (another
+	// limit refused it): no made-up wait from the bucket.
+	body := `{"errors":[{"extensions":{"code":"THROTTLED"}}],"extensions":{"cost":{"requestedQueryCost":10,"actualQueryCost":null,"throttleStatus":{"maximumAvailable":1000.0,"currentlyAvailable":500,"restoreRate":50.0}}}}`
+	rep := Parse(t0, Response{Status: 200, Body: []byte(body)})
+	require.True(t, rep.Throttled)
+	require.False(t, rep.HasRetryAfter)
+	require.Zero(t, rep.RetryAfter)
 }
