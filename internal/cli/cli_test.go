@@ -317,6 +317,7 @@ func TestStateAndDBFlags(t *testing.T) {
 		{"bad redis url", nil, []string{"serve", "--state", "redis://h:p:q/x"}, `invalid --state "redis://h:p:q/x"`},
 		{"memory db", nil, []string{"serve", "--db", "memory:"}, `invalid --db "memory:": records need sqlite:PATH or postgres://`},
 		{"bad store timeout", nil, []string{"serve", "--store-timeout", "0s"}, `invalid --store-timeout 0s: want a positive duration`},
+		{"negative cleanup interval", nil, []string{"serve", "--cleanup-interval", "-1s"}, `invalid --cleanup-interval -1s: want a duration >= 0`},
 		{"migrate bad db", nil, []string{"migrate", "status", "--db", "redis://localhost"}, `records need sqlite:PATH or postgres://`},
 		{"migrate down bad steps", nil, []string{"migrate", "down", "zero", "--db", "sqlite:x.db"}, `invalid STEPS "zero"`},
 	} {

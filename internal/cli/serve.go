@@ -46,6 +46,7 @@ type serveFlags struct {
 	logLevel        string
 	logFormat       string
 	shutdownTimeout time.Duration
+	cleanupInterval time.Duration
 }
 
 func newServeCmd(opts *Options) *cobra.Command {
@@ -79,6 +80,7 @@ command line wins.`,
 				{"log-level", "SLUICE_LOG_LEVEL"},
 				{"log-format", "SLUICE_LOG_FORMAT"},
 				{"shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT"},
+				{"cleanup-interval", "SLUICE_CLEANUP_INTERVAL"},
 			})
 			if err != nil {
 				return err
@@ -99,6 +101,8 @@ command line wins.`,
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json (env SLUICE_LOG_FORMAT)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second,
 		"how long to let in-flight requests finish on shutdown (env SLUICE_SHUTDOWN_TIMEOUT)")
+	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", DefaultCleanupInterval,
+		"how often to delete stale rate rows and expired leases from a SQLite or PostgreSQL --state; 0 never (env SLUICE_CLEANUP_INTERVAL)")
 	return cmd
 }
 
@@ -123,6 +127,9 @@ func (f *serveFlags) validate(source map[string]string) (slog.Level, error) {
 	}
 	if f.storeTimeout <= 0 {
 		return 0, usagef("invalid %s %s: want a positive duration such as 50ms", source["store-timeout"], f.storeTimeout)
+	}
+	if f.cleanupInterval < 0 {
+		return 0, usagef("invalid %s %s: want a duration >= 0 such as 1m (0 turns cleanup off)", source["cleanup-interval"], f.cleanupInterval)
 	}
 	if f.shutdownTimeout <= 0 {
 		return 0, usagef("invalid %s %s: want a positive duration such as 10s", source["shutdown-timeout"], f.shutdownTimeout)
@@ -213,6 +220,13 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
+	cctx, stopCleanups := context.WithCancel(ctx)
+	cleaned := make(chan struct{})
+	go func() {
+		defer close(cleaned)
+		runCleanups(cctx, log, st.cleanups, f.cleanupInterval)
+	}()
+	defer func() { stopCleanups(); <-cleaned }() // before the store closes
 
 	log.Info("sluice listening", "addr", ln.Addr().String(), "policies", len(policies), "config", from,
 		"state", redactURL(f.state), "db", redactURL(f.db))

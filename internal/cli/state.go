@@ -79,9 +79,12 @@ func parseStoreURL(flag, raw string) (stateKind, string, error) {
 type stateStore struct {
 	store  store.RateStore
 	leases store.LeaseStore // nil: the limiter's default (the store itself, or memory)
-	kind   stateKind
-	shared bool // guarded: a timeout and outage modes apply
-	close  func()
+	// cleanups are the periodic deletions of stale rows the store offers
+	// (SQLite and PostgreSQL); serve runs them every --cleanup-interval.
+	cleanups []cleanup
+	kind     stateKind
+	shared   bool // guarded: a timeout and outage modes apply
+	close    func()
 }
 
 // openState opens the rate store at raw (a --state URL). Shared stores
@@ -103,7 +106,7 @@ func openState(ctx context.Context, flag, raw string, policies []limiter.Policy,
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", flag, err)
 		}
-		return &stateStore{store: st, kind: kind, close: func() { _ = st.Close() }}, nil
+		return &stateStore{store: st, kind: kind, cleanups: cleanupsOf(st), close: func() { _ = st.Close() }}, nil
 	case kindRedis, kindRedisCluster:
 		var client redisstore.Client
 		if kind == kindRedis {
@@ -155,5 +158,5 @@ func openState(ctx context.Context, flag, raw string, policies []limiter.Policy,
 	}
 	// Leases get the guard's timeout too, and always fail closed: no
 	// outage mode grants a permit.
-	return &stateStore{store: g, leases: g.Leases(), kind: kind, shared: true, close: closeFn}, nil
+	return &stateStore{store: g, leases: g.Leases(), kind: kind, shared: true, cleanups: cleanupsOf(primary), close: closeFn}, nil
 }
