@@ -113,37 +113,38 @@ var ErrInvalidConfig = errors.New("sim: invalid config")
 // ProviderConfig configures a Provider. The zero value is a provider of
 // RetryAfterSeconds at 50 requests per second on the real clock.
 type ProviderConfig struct {
-	Dialect Dialect
+	Dialect Dialect `json:"dialect" yaml:"dialect"`
 	// Limit is the hidden limit in requests per second at the start. Zero
 	// means 50.
-	Limit float64
+	Limit float64 `json:"limit" yaml:"limit"`
 	// Changes move the hidden limit mid-run, in order of At.
-	Changes []Change
+	Changes []Change `json:"changes,omitempty" yaml:"changes"`
 	// Burst is how many requests above the steady rate the provider lets
 	// through at once, as seconds of the limit. Zero means 0.1 s (and at
 	// least one request).
-	Burst time.Duration
+	Burst time.Duration `json:"burst,omitempty" yaml:"burst"`
 	// Latency is every response's base service time. Zero means none;
 	// Slowdown adds its queueing delay on top.
-	Latency time.Duration
+	Latency time.Duration `json:"latency,omitempty" yaml:"latency"`
 	// BanAfter is how many violations within BanWindow earn a ban (Ban and
 	// WeightWindow). Zero means 5.
-	BanAfter int
+	BanAfter int `json:"ban_after,omitempty" yaml:"ban_after"`
 	// BanWindow: zero means 10 s.
-	BanWindow time.Duration
+	BanWindow time.Duration `json:"ban_window,omitempty" yaml:"ban_window"`
 	// BanFor is the first ban's length; every later ban doubles it. Zero
 	// means 2 s.
-	BanFor time.Duration
+	BanFor time.Duration `json:"ban_for,omitempty" yaml:"ban_for"`
 	// RequestedCost and ActualCost are CostBucket's per-query points. Zero
 	// means 10 and 5: the hidden limit in queries per second is the restore
 	// rate divided by ActualCost.
-	RequestedCost, ActualCost int
+	RequestedCost int `json:"requested_cost,omitempty" yaml:"requested_cost"`
+	ActualCost    int `json:"actual_cost,omitempty" yaml:"actual_cost"`
 	// Weight is WeightWindow's weight per request; Window its length. Zero
 	// means 2 and 1 s.
-	Weight int
-	Window time.Duration
+	Weight int           `json:"weight,omitempty" yaml:"weight"`
+	Window time.Duration `json:"window,omitempty" yaml:"window"`
 	// Clock times the provider. Nil means the real clock.
-	Clock clock.Clock
+	Clock clock.Clock `json:"-" yaml:"-"`
 }
 
 func (c *ProviderConfig) defaults() error {
