@@ -51,3 +51,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzTake -fuzztime 60s ./gcra
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./limiter
 	$(GO) test -run '^$$' -fuzz FuzzTakeRequest -fuzztime 60s ./server
+	$(GO) test -run '^$$' -fuzz '^FuzzRetryAfter$$' -fuzztime 60s ./signal
+	$(GO) test -run '^$$' -fuzz '^FuzzResetDelay$$' -fuzztime 60s ./signal
+	$(GO) test -run '^$$' -fuzz '^FuzzSFList$$' -fuzztime 60s ./signal
+	$(GO) test -run '^$$' -fuzz '^FuzzSFDictionary$$' -fuzztime 60s ./signal
+	$(GO) test -run '^$$' -fuzz '^FuzzRateLimitHeaders$$' -fuzztime 60s ./signal
+	$(GO) test -run '^$$' -fuzz '^FuzzShopifyCallLimit$$' -fuzztime 60s ./signal
+	$(GO) test -run '^$$' -fuzz '^FuzzShopifyGraphQL$$' -fuzztime 60s ./signal
+	$(GO) test -run '^$$' -fuzz '^FuzzBinanceHeaders$$' -fuzztime 60s ./signal

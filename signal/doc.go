@@ -1,0 +1,33 @@
+// Package signal turns what a provider said about its limits into one
+// normalized Report, and classifies an outcome as success, transient or
+// permanent.
+//
+// Providers signal throttling in many dialects. Parse reads all of them from
+// one response and merges what it finds:
+//
+//   - Retry-After (RFC 9110 section 10.2.3) as delay-seconds or as an
+//     HTTP-date in any of its three forms (IMF-fixdate, RFC 850, asctime),
+//     clamped to [0, Config.MaxDelay]; a value that is neither is ignored.
+//   - The IETF RateLimit and RateLimit-Policy fields
+//     (draft-ietf-httpapi-ratelimit-headers), parsed as RFC 9651 structured
+//     field Lists, one member per policy: `RateLimit-Policy: "day";q=1000;w=86400,
+//     "burst";q=100;w=60` and `RateLimit: "burst";r=50;t=30`. The earlier
+//     drafts' Dictionary form (`RateLimit: limit=100, remaining=50, reset=30`)
+//     and separate RateLimit-Limit / -Remaining / -Reset fields are read too.
+//   - X-RateLimit-Limit / -Remaining / -Reset (and the X-Rate-Limit-*
+//     spelling). The reset is told apart by its size: see ResetDelay.
+//   - Shopify: the REST X-Shopify-Shop-Api-Call-Limit header ("32/40") and
+//     the GraphQL extensions.cost object of a JSON body (requestedQueryCost,
+//     actualQueryCost, throttleStatus), including THROTTLED errors inside an
+//     HTTP 200.
+//   - Binance: X-MBX-USED-WEIGHT-(n)(unit) and X-MBX-ORDER-COUNT-(n)(unit)
+//     usage headers, and 418 IP bans.
+//
+// Every policy found is kept in Report.Policies; the headline quota
+// (Limit, Remaining, ResetAfter) is the most constraining one.
+//
+// Like the other pure packages, times are int64 Unix microseconds and
+// durations int64 microseconds; the caller passes now. Nothing here blocks,
+// does I/O, starts goroutines or reads a clock. Header parsing does not
+// allocate; parsing a GraphQL body does.
+package signal

@@ -1,0 +1,374 @@
+package signal
+
+import (
+	"net/http"
+	"strings"
+	"time"
+)
+
+const sec = int64(time.Second / time.Microsecond)
+
+// clampDelay clamps d microseconds to [0, maxDelay].
+func clampDelay(d, maxDelay int64) int64 {
+	return min(max(d, 0), maxDelay)
+}
+
+// secondsToMicros converts whole seconds to microseconds, saturating
+// instead of overflowing; callers clamp the result.
+func secondsToMicros(s int64) int64 {
+	if s > (1<<62)/sec {
+		return 1 << 62
+	}
+	if s < -(1<<62)/sec {
+		return -(1 << 62)
+	}
+	return s * sec
+}
+
+// digits parses s as 1*DIGIT (no sign, no spaces), saturating at 2^62 so
+// that a huge value still clamps instead of being ignored.
+func digits(s string) (int64, bool) {
+	if s == "" {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !isDigit(c) {
+			return 0, false
+		}
+		if n < 1<<58 {
+			n = n*10 + int64(c-'0')
+		} else {
+			n = 1 << 62
+		}
+	}
+	return n, true
+}
+
+// trimOWS trims the optional whitespace (SP, HTAB) of RFC 9110.
+func trimOWS(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// RetryAfter parses a Retry-After value at now (Unix microseconds): either
+// delay-seconds (1*DIGIT) or an HTTP-date in any of the three forms RFC 9110
+// section 5.6.7 requires recipients to accept: IMF-fixdate ("Sun, 06 Nov
+// 1994 08:49:37 GMT"), RFC 850 ("Sunday, 06-Nov-94 08:49:37 GMT") and ANSI C
+// asctime ("Sun Nov  6 08:49:37 1994"). It returns the delay in
+// microseconds clamped to [0, maxDelay] (a date in the past is a delay of
+// 0) and ok; anything else (a sign, a fraction, a unit, garbage) is ignored
+// with ok false.
+func RetryAfter(v string, now, maxDelay int64) (delay int64, ok bool) {
+	v = trimOWS(v)
+	if n, ok := digits(v); ok {
+		return clampDelay(secondsToMicros(n), maxDelay), true
+	}
+	t, ok := httpDate(v)
+	if !ok {
+		return 0, false
+	}
+	return clampDelay(untilMicros(t, now), maxDelay), true
+}
+
+// httpDate parses the three HTTP-date forms; it does not allocate on
+// success.
+func httpDate(v string) (time.Time, bool) {
+	if len(v) < 20 || len(v) > 40 {
+		return time.Time{}, false
+	}
+	for _, layout := range [...]string{http.TimeFormat, time.RFC850, time.ANSIC} {
+		if t, err := time.Parse(layout, v); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// untilMicros returns t - now in microseconds, saturating.
+func untilMicros(t time.Time, now int64) int64 {
+	// Unix seconds of any parsable date fit easily; work in seconds first
+	// so that far dates do not overflow UnixMicro.
+	s := t.Unix()
+	if s > 1<<40 || s < -(1<<40) {
+		if s > 0 {
+			return 1 << 62
+		}
+		return -(1 << 62)
+	}
+	return t.UnixMicro() - now
+}
+
+// Epoch thresholds of ResetDelay: a reset value at or above epochSeconds
+// is a Unix time in seconds (2001-09-09 onwards; as a delay it would be 31
+// years), at or above epochMillis a Unix time in milliseconds.
+const (
+	epochSeconds = int64(1_000_000_000)
+	epochMillis  = int64(1_000_000_000_000)
+)
+
+// ResetDelay parses an X-RateLimit-Reset style value at now and returns the
+// delay until the reset, in microseconds clamped to [0, maxDelay]. Servers
+// send three kinds of number under the same name, told apart by size:
+//
+//   - below 10^9: delta-seconds until the reset (GitLab's RateLimit-Reset,
+//     the IETF drafts), possibly with a fraction ("1.5");
+//   - from 10^9 to below 10^12: a Unix time in seconds (GitHub, Twitter);
+//     10^9 seconds is 2001-09-09, and as a delay it would be 31 years;
+//   - from 10^12: a Unix time in milliseconds.
+//
+// An HTTP-date is accepted too. A Unix time in the past is a delay of 0.
+func ResetDelay(v string, now, maxDelay int64) (int64, bool) {
+	v = trimOWS(v)
+	whole, frac, hasFrac := strings.Cut(v, ".")
+	n, ok := digits(whole)
+	if !ok {
+		if t, ok := httpDate(v); ok {
+			return clampDelay(untilMicros(t, now), maxDelay), true
+		}
+		return 0, false
+	}
+	var fracMicros int64
+	if hasFrac {
+		if frac == "" || len(frac) > 9 {
+			return 0, false
+		}
+		f, ok := digits(frac)
+		if !ok {
+			return 0, false
+		}
+		// Scale the fraction to microseconds (truncating).
+		for i := len(frac); i < 6; i++ {
+			f *= 10
+		}
+		for i := len(frac); i > 6; i-- {
+			f /= 10
+		}
+		fracMicros = f
+	}
+	switch {
+	case n >= epochMillis:
+		if n > 1<<50 {
+			return maxDelay, true
+		}
+		return clampDelay(n*1000-now, maxDelay), true
+	case n >= epochSeconds:
+		return clampDelay(n*sec+fracMicros-now, maxDelay), true
+	}
+	return clampDelay(n*sec+fracMicros, maxDelay), true
+}
+
+// headerInt parses the leading integer of a quota header value. Some
+// servers append a policy ("100, 100;w=60"); only the first number counts.
+func headerInt(v string) (int64, bool) {
+	v = trimOWS(v)
+	if i := strings.IndexAny(v, ",;"); i >= 0 {
+		v = trimOWS(v[:i])
+	}
+	return digits(v)
+}
+
+// legacy reads a Limit/Remaining/Reset triple of separate headers.
+// epochAllowed says whether the reset may be a Unix time; the IETF drafts'
+// RateLimit-Reset is always delta-seconds.
+func (p *Parser) legacy(rep *Report, h http.Header, now int64, limitKey, remKey, resetKey string, src Source, epochAllowed bool) {
+	var pol Policy
+	pol.Source = src
+	if v := h[limitKey]; len(v) > 0 {
+		if n, ok := headerInt(v[0]); ok {
+			pol.Limit, pol.Known = n, pol.Known|FieldLimit
+		}
+	}
+	if v := h[remKey]; len(v) > 0 {
+		if n, ok := headerInt(v[0]); ok {
+			pol.Remaining, pol.Known = n, pol.Known|FieldRemaining
+		}
+	}
+	if v := h[resetKey]; len(v) > 0 {
+		var d int64
+		var ok bool
+		if epochAllowed {
+			d, ok = ResetDelay(v[0], now, p.maxDelay)
+		} else if n, ok2 := headerInt(v[0]); ok2 {
+			d, ok = clampDelay(secondsToMicros(n), p.maxDelay), true
+		}
+		if ok {
+			pol.ResetAfter, pol.Known = d, pol.Known|FieldResetAfter
+		}
+	}
+	if pol.Known == 0 {
+		return
+	}
+	rep.Sources |= src
+	rep.addPolicy(pol)
+}
+
+// Stack buffers for structured field parsing: enough for every real
+// RateLimit field without touching the heap.
+const (
+	sfMembers = 8
+	sfParams  = 32
+)
+
+// ietf reads RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-
+// headers): each a List of policies named by a String (or, in earlier
+// drafts, a Token), with q (quota) and w (window seconds) on the policy and
+// r (remaining) and t (seconds until reset) on the RateLimit member. A
+// RateLimit member is matched to the policy of the same name; an
+// unnamed (Integer) member of an older draft ("100;w=60") is a quota.
+// The older drafts' Dictionary (limit=, remaining=, reset=) is read when
+// the List form does not parse.
+func (p *Parser) ietf(rep *Report, h http.Header) {
+	pv, rv := h["Ratelimit-Policy"], h["Ratelimit"]
+	if len(pv) == 0 && len(rv) == 0 {
+		return
+	}
+	var (
+		pmBuf [sfMembers]sfMember
+		ppBuf [sfParams]sfParam
+		rmBuf [sfMembers]sfMember
+		rpBuf [sfParams]sfParam
+	)
+	pm, pp, okP := parseSFLines(pv, pmBuf[:0], ppBuf[:0], false)
+	if !okP {
+		pm = pm[:0]
+	}
+	rm, rp, okR := parseSFLines(rv, rmBuf[:0], rpBuf[:0], false)
+	dict := false
+	if !okR {
+		rm, rp, okR = parseSFLines(rv, rmBuf[:0], rpBuf[:0], true)
+		dict = okR
+		if !okR {
+			rm = rm[:0]
+		}
+	}
+	var pols [sfMembers]Policy
+	n := 0
+	// Policies first.
+	for _, m := range pm {
+		if n == len(pols) {
+			break
+		}
+		pol := Policy{Source: SourceIETF}
+		switch m.Value.Kind {
+		case sfString, sfToken:
+			pol.Name = m.Value.Str
+		case sfInteger:
+			if m.Value.Int >= 0 {
+				pol.Limit, pol.Known = m.Value.Int, FieldLimit
+			}
+		default:
+			continue
+		}
+		for _, prm := range pp[m.Lo:m.Hi] {
+			switch prm.Key {
+			case "q":
+				if prm.Value.Kind == sfInteger && prm.Value.Int >= 0 {
+					pol.Limit, pol.Known = prm.Value.Int, pol.Known|FieldLimit
+				}
+			case "w":
+				if prm.Value.Kind == sfInteger && prm.Value.Int > 0 {
+					pol.Window, pol.Known = clampDelay(secondsToMicros(prm.Value.Int), 1<<62), pol.Known|FieldWindow
+				}
+			}
+		}
+		pols[n] = pol
+		n++
+	}
+	// Then the current state of each, matched by name.
+	if dict {
+		var pol Policy
+		pol.Source = SourceIETF
+		for _, m := range rm {
+			if m.Value.Kind != sfInteger || m.Value.Int < 0 {
+				continue
+			}
+			switch m.Key {
+			case "limit":
+				pol.Limit, pol.Known = m.Value.Int, pol.Known|FieldLimit
+			case "remaining":
+				pol.Remaining, pol.Known = m.Value.Int, pol.Known|FieldRemaining
+			case "reset":
+				pol.ResetAfter, pol.Known = clampDelay(secondsToMicros(m.Value.Int), p.maxDelay), pol.Known|FieldResetAfter
+			}
+		}
+		if pol.Known != 0 && n < len(pols) {
+			if n == 1 && pols[0].Name == "" {
+				// A single unnamed policy describes this same limit.
+				pol.Window, pol.Known = pols[0].Window, pol.Known|pols[0].Known&FieldWindow
+				if pol.Known&FieldLimit == 0 {
+					pol.Limit, pol.Known = pols[0].Limit, pol.Known|pols[0].Known&FieldLimit
+				}
+				n = 0
+			}
+			pols[n] = pol
+			n++
+		}
+	} else {
+		for _, m := range rm {
+			var name string
+			switch m.Value.Kind {
+			case sfString, sfToken:
+				name = m.Value.Str
+			default:
+				continue
+			}
+			j := 0
+			for j < n && pols[j].Name != name {
+				j++
+			}
+			if j == n {
+				if n == len(pols) {
+					continue
+				}
+				pols[n] = Policy{Source: SourceIETF, Name: name}
+				n++
+			}
+			pol := &pols[j]
+			for _, prm := range rp[m.Lo:m.Hi] {
+				if prm.Value.Kind != sfInteger || prm.Value.Int < 0 {
+					continue
+				}
+				switch prm.Key {
+				case "r":
+					pol.Remaining, pol.Known = prm.Value.Int, pol.Known|FieldRemaining
+				case "t":
+					pol.ResetAfter, pol.Known = clampDelay(secondsToMicros(prm.Value.Int), p.maxDelay), pol.Known|FieldResetAfter
+				}
+			}
+		}
+	}
+	for _, pol := range pols[:n] {
+		if pol.Known == 0 {
+			continue
+		}
+		rep.Sources |= SourceIETF
+		rep.addPolicy(pol)
+	}
+}
+
+// parseSFLines parses the lines of one field as a single List (or
+// Dictionary), as if they had been joined with commas.
+func parseSFLines(lines []string, members []sfMember, params []sfParam, dict bool) ([]sfMember, []sfParam, bool) {
+	if len(lines) == 0 {
+		return members, params, true
+	}
+	for _, l := range lines {
+		var ok bool
+		if dict {
+			members, params, ok = parseSFDictionary(l, members, params)
+		} else {
+			members, params, ok = parseSFList(l, members, params)
+		}
+		if !ok {
+			return members, params, false
+		}
+	}
+	return members, params, true
+}
