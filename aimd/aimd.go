@@ -1,0 +1,573 @@
+// Package aimd is an adaptive rate controller: additive increase,
+// multiplicative decrease (AIMD) of a key's request rate from the outcomes
+// of its calls, as pure functions of (state, now, sample).
+//
+// The rate starts conservatively (Config.Start) and, until the first sign
+// of trouble, grows multiplicatively (slow start: Config.SlowStart per
+// second) so that an unknown limit is found in seconds, not minutes. After
+// the first decrease it grows additively: Config.Increase requests per
+// second for every second of fast successes. It decreases multiplicatively
+// (Config.Decrease) on:
+//
+//   - a throttle (429, 503, a ban, THROTTLED in a body), an overload (5xx,
+//     timeouts) or a Retry-After, once per episode: a signal about a request
+//     sent before the last decrease was already answered by it, so a burst of
+//     429s from requests in flight at the same time decreases once, not once
+//     per response;
+//   - latency: when the p95 of the last RingSize successes is above
+//     Config.LatencyFactor times the latency target, by up to half when the
+//     p95 is far above it. The target is an EWMA of fast successes' latency
+//     (weight Config.LatencyWeight per second), anchored to
+//     Config.LatencyTarget when it is set.
+//
+// Errors never raise the rate (a one-way ratchet: Failed and every
+// non-success leave it or lower it); the rate stays within
+// [Config.Floor, Config.Ceiling] and under a provider-reported rate
+// (Sample.Hint). A Retry-After pauses the key until then: Paused reports
+// it, and the caller sends nothing until it is over.
+//
+// A caller maps package signal's Report onto a Sample: Throttled when
+// Report.Throttled, Overloaded for other transient outcomes that hint at
+// load (Report.Unknown or Report.Timeout: 500, 502, 504, timeouts), Success
+// for ClassSuccess, Failed for everything else; RetryAfter from
+// Report.RetryAfter.
+//
+// Times are int64 Unix microseconds and latencies int64 microseconds, as in
+// the other pure packages; nothing here blocks, reads a clock or allocates.
+// Controller and State are plain values; Locked is the thin mutex wrapper
+// for callers that share one key between goroutines.
+package aimd
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// ErrInvalidConfig is wrapped by New for a Config it cannot use.
+var ErrInvalidConfig = errors.New("aimd: invalid config")
+
+// RingSize is how many recent success latencies the p95 is taken over.
+const RingSize = 32
+
+// chainWindow is how close (µs) a decrease must follow the previous one to
+// belong to the same run of decreases, which keeps its Peak.
+const chainWindow = 2_000_000
+
+// minP95Samples is how many latencies since the last decrease the p95 needs
+// before it may trigger another one.
+const minP95Samples = 8
+
+const sec = float64(time.Second / time.Microsecond)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultStart         = 1.0 // requests per second
+	DefaultFloor         = 0.1
+	DefaultSlowStart     = 1.0 // e-fold per second: x2.7 a second
+	DefaultDecrease      = 0.9
+	DefaultLatencyFactor = 2.0
+	DefaultLatencyWeight = 0.2
+	// DefaultIncreaseFraction is Increase when Config.Increase is zero, as
+	// a fraction of the Peak (the rate where the last decreases began), per
+	// second.
+	DefaultIncreaseFraction = 0.02
+)
+
+// Config configures a Controller. Every zero field means its documented
+// default; rates are requests (or cost units) per second.
+type Config struct {
+	// Start is the conservative rate before any signal. Zero means
+	// DefaultStart (1/s), clamped into [Floor, Ceiling].
+	Start float64
+	// Floor and Ceiling bound the rate. Zero Floor means DefaultFloor
+	// (0.1/s); zero Ceiling means no ceiling.
+	Floor, Ceiling float64
+	// SlowStart is the growth before the first decrease: the rate grows
+	// by SlowStart times itself per second of fast successes. Zero means
+	// DefaultSlowStart; a negative value disables slow start (additive
+	// increase from the start).
+	SlowStart float64
+	// Increase is the additive increase after the first decrease, in
+	// requests per second gained per second of fast successes. Zero means
+	// DefaultIncreaseFraction of the rate where the last run of decreases
+	// began, so that probing is as gentle for a 10/s limit as for a
+	// 10,000/s one. Below Decrease x that rate, the rate first recovers
+	// quickly towards it (closing the gap by 1-1/e a second).
+	Increase float64
+	// Decrease is the multiplicative decrease factor, in (0, 1). Zero
+	// means DefaultDecrease (0.9): the sawtooth between 0.9 and 1 of the
+	// limit averages 0.95 of it.
+	Decrease float64
+	// Cooldown is the least time between two decreases, on top of the
+	// per-episode rule. Zero means none.
+	Cooldown time.Duration
+	// LatencyTarget anchors the latency target; zero means the first
+	// success's latency.
+	LatencyTarget time.Duration
+	// LatencyFactor: a p95 above LatencyFactor x target is a slowdown, a
+	// success at or below it is fast. Zero means DefaultLatencyFactor
+	// (2); it must be > 1.
+	LatencyFactor float64
+	// LatencyWeight is the EWMA weight (lambda) of new latencies in the
+	// target, per second of samples (and at most per sample), so that a
+	// busy key's target does not chase a slowdown. Only fast successes
+	// move it. Zero means DefaultLatencyWeight (0.2).
+	LatencyWeight float64
+	// IgnoreLatency turns the latency signal off: every success is fast.
+	IgnoreLatency bool
+}
+
+// Controller holds a validated Config. It is immutable and safe for
+// concurrent use; its zero value is not usable, use New.
+type Controller struct {
+	start, floor, ceiling float64
+	slowStart, increase   float64
+	decrease              float64
+	cooldown              int64
+	target                float64
+	factor, weight        float64
+	ignoreLatency         bool
+}
+
+func positive(name string, v float64) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return fmt.Errorf("%w: %s must be a finite number >= 0, got %v", ErrInvalidConfig, name, v)
+	}
+	return nil
+}
+
+// New validates cfg and returns a Controller.
+func New(cfg Config) (*Controller, error) {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"Start", cfg.Start}, {"Floor", cfg.Floor}, {"Ceiling", cfg.Ceiling}, {"Increase", cfg.Increase},
+		{"Decrease", cfg.Decrease}, {"LatencyFactor", cfg.LatencyFactor}, {"LatencyWeight", cfg.LatencyWeight}} {
+		if err := positive(f.name, f.v); err != nil {
+			return nil, err
+		}
+	}
+	if math.IsNaN(cfg.SlowStart) || math.IsInf(cfg.SlowStart, 0) {
+		return nil, fmt.Errorf("%w: SlowStart must be finite, got %v", ErrInvalidConfig, cfg.SlowStart)
+	}
+	if cfg.Cooldown < 0 || cfg.LatencyTarget < 0 {
+		return nil, fmt.Errorf("%w: Cooldown and LatencyTarget must be >= 0", ErrInvalidConfig)
+	}
+	c := &Controller{
+		start: cfg.Start, floor: cfg.Floor, ceiling: cfg.Ceiling, slowStart: cfg.SlowStart,
+		increase: cfg.Increase, decrease: cfg.Decrease, cooldown: cfg.Cooldown.Microseconds(),
+		target: float64(cfg.LatencyTarget.Microseconds()), factor: cfg.LatencyFactor,
+		weight: cfg.LatencyWeight, ignoreLatency: cfg.IgnoreLatency,
+	}
+	if c.floor == 0 {
+		c.floor = DefaultFloor
+	}
+	if c.ceiling == 0 {
+		c.ceiling = math.MaxFloat64
+	}
+	if c.ceiling < c.floor {
+		return nil, fmt.Errorf("%w: Ceiling %v is below Floor %v", ErrInvalidConfig, c.ceiling, c.floor)
+	}
+	if c.start == 0 {
+		c.start = DefaultStart
+	}
+	c.start = min(max(c.start, c.floor), c.ceiling)
+	if c.slowStart == 0 {
+		c.slowStart = DefaultSlowStart
+	}
+	if c.decrease == 0 {
+		c.decrease = DefaultDecrease
+	}
+	if c.decrease >= 1 {
+		return nil, fmt.Errorf("%w: Decrease must be in (0, 1), got %v", ErrInvalidConfig, c.decrease)
+	}
+	if c.factor == 0 {
+		c.factor = DefaultLatencyFactor
+	}
+	if c.factor <= 1 {
+		return nil, fmt.Errorf("%w: LatencyFactor must be > 1, got %v", ErrInvalidConfig, c.factor)
+	}
+	if c.weight == 0 {
+		c.weight = DefaultLatencyWeight
+	}
+	if c.weight > 1 {
+		return nil, fmt.Errorf("%w: LatencyWeight must be in (0, 1], got %v", ErrInvalidConfig, c.weight)
+	}
+	return c, nil
+}
+
+// Outcome is what a call's result means for the rate.
+type Outcome uint8
+
+const (
+	// Success is a call that worked; when fast, it raises the rate.
+	Success Outcome = iota + 1
+	// Throttled is a provider's refusal for rate reasons: 429, 503, a 418
+	// ban, THROTTLED inside a 200. It decreases the rate once per episode.
+	Throttled
+	// Overloaded is a sign of a struggling provider that is not an
+	// explicit throttle: 500, 502, 504, a timeout. It decreases the rate
+	// once per episode.
+	Overloaded
+	// Failed is any other failure (a 4xx, a network error that says
+	// nothing about load). It never changes the rate.
+	Failed
+)
+
+// Sample is one call's outcome.
+type Sample struct {
+	Outcome Outcome
+	// Latency, in microseconds, is how long the call took. The call was
+	// sent at now - Latency, which decides its episode.
+	Latency int64
+	// RetryAfter, in microseconds, pauses the key until now + RetryAfter
+	// and counts as a throttle signal (once per episode).
+	RetryAfter int64
+	// Hint is a sustainable rate the provider reported (a quota over its
+	// window, a bucket's restore rate), 0 when none. It caps the rate; it
+	// never raises it.
+	Hint float64
+}
+
+// Change says what an observation did to the rate.
+type Change uint8
+
+// The changes.
+const (
+	Unchanged Change = iota
+	Increased
+	Decreased
+)
+
+// Reason says why the rate decreased.
+type Reason uint8
+
+// The reasons.
+const (
+	ReasonNone Reason = iota
+	ReasonThrottled
+	ReasonOverloaded
+	ReasonRetryAfter
+	ReasonLatency
+	ReasonHint
+)
+
+// String returns the reason's name.
+func (r Reason) String() string {
+	switch r {
+	case ReasonNone:
+		return "none"
+	case ReasonThrottled:
+		return "throttled"
+	case ReasonOverloaded:
+		return "overloaded"
+	case ReasonRetryAfter:
+		return "retry_after"
+	case ReasonLatency:
+		return "latency"
+	case ReasonHint:
+		return "hint"
+	}
+	return fmt.Sprintf("Reason(%d)", uint8(r))
+}
+
+// State is one key's adaptive state. The zero value is a key that has seen
+// nothing: its rate is the Controller's Start. It is a plain value: copy
+// it, store it, and pass it back; it is not safe for concurrent use.
+type State struct {
+	// Rate is the current rate (0 until the first observation: Start).
+	Rate float64
+	// Probing is true while in slow start (before the first decrease).
+	// Started says Probing and Rate have been initialized.
+	Probing, Started bool
+	// LastDecrease is when the rate last decreased (Unix µs, 0 never): a
+	// signal about a request sent before it belongs to that episode.
+	LastDecrease int64
+	// Peak is the rate at which the last run of decreases began: the
+	// highest rate known to have been (nearly) fine. Below Decrease x Peak
+	// the rate recovers quickly towards it.
+	Peak float64
+	// CutTo is the rate the last decrease left.
+	CutTo float64
+	// LastIncrease is the instant the increase was last accounted to.
+	LastIncrease int64
+	// PausedUntil is when the last Retry-After ends (Unix µs).
+	PausedUntil int64
+	// Hint is the last provider-reported rate, 0 when none.
+	Hint float64
+	// Target is the latency target in µs (0 until known), last moved at
+	// TargetAt.
+	Target   float64
+	TargetAt int64
+	// Ring holds the last RingSize success latencies; N is how many were
+	// added since the last decrease (capped at RingSize), Next the slot
+	// for the next one.
+	Ring    [RingSize]int64
+	N, Next int
+}
+
+// Decision is the result of an observation.
+type Decision struct {
+	Rate        float64
+	Change      Change
+	Reason      Reason // why it decreased
+	PausedUntil int64  // Unix µs; the key sends nothing before it
+}
+
+// Init returns the state of a key that has seen nothing: Start rate, slow
+// start on.
+func (c *Controller) Init() State {
+	return State{Rate: c.start, Probing: c.slowStart > 0, Started: true}
+}
+
+func (c *Controller) start0(s *State) {
+	if !s.Started {
+		*s = c.Init()
+	}
+}
+
+// Rate returns the key's current rate.
+func (c *Controller) Rate(s *State) float64 {
+	if !s.Started {
+		return c.start
+	}
+	return s.Rate
+}
+
+// Paused reports whether the key is paused by a Retry-After at now, and
+// until when.
+func (s *State) Paused(now int64) (until int64, paused bool) {
+	return s.PausedUntil, now < s.PausedUntil
+}
+
+func (c *Controller) ceilingFor(s *State) float64 {
+	if s.Hint > 0 {
+		return max(min(c.ceiling, s.Hint), c.floor)
+	}
+	return c.ceiling
+}
+
+// Observe applies one sample at now to s and returns the decision.
+func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
+	c.start0(s)
+	d := Decision{}
+	latency := max(in.Latency, 0)
+	sent := now - latency
+	if in.RetryAfter > 0 {
+		s.PausedUntil = max(s.PausedUntil, now+in.RetryAfter)
+	}
+	if in.Hint > 0 && !math.IsInf(in.Hint, 0) {
+		s.Hint = in.Hint
+	}
+	if ceil := c.ceilingFor(s); s.Rate > ceil {
+		s.Rate = ceil
+		s.Probing = false
+		d.Change, d.Reason = Decreased, ReasonHint
+	}
+
+	var reason Reason
+	switch {
+	case in.Outcome == Throttled:
+		reason = ReasonThrottled
+	case in.Outcome == Overloaded:
+		reason = ReasonOverloaded
+	case in.RetryAfter > 0:
+		reason = ReasonRetryAfter
+	case in.Outcome == Success:
+		reason = c.success(s, now, latency)
+	}
+	if reason != ReasonNone {
+		if c.newEpisode(s, now, sent) {
+			f := c.decrease
+			if reason == ReasonLatency {
+				// Far over the target, cut deeper (down to half at
+				// once), so that a queue built up drains quickly.
+				f = min(f, max(0.5, c.factor*s.Target/float64(p95(s))))
+			}
+			c.cut(s, now, f)
+			d.Change, d.Reason = Decreased, reason
+		}
+		// Time spent in trouble does not count towards an increase.
+		s.LastIncrease = now
+	} else if in.Outcome == Success {
+		if !c.fast(s, latency) {
+			s.LastIncrease = now // slow time does not count either
+		} else if c.grow(s, now) {
+			d.Change = Increased
+		}
+	}
+	d.Rate, d.PausedUntil = s.Rate, s.PausedUntil
+	return d
+}
+
+// newEpisode reports whether a bad signal about a request sent at sent is
+// news: the request left after the last decrease, and the cooldown is over.
+func (c *Controller) newEpisode(s *State, now, sent int64) bool {
+	if s.LastDecrease == 0 {
+		return true
+	}
+	return sent >= s.LastDecrease && now >= s.LastDecrease+c.cooldown
+}
+
+// cut decreases the rate multiplicatively and starts a new episode.
+func (c *Controller) cut(s *State, now int64, f float64) {
+	if s.LastDecrease == 0 || now-s.LastDecrease > chainWindow || s.Rate > s.CutTo {
+		// A new run of decreases: the first, a late one, or one after
+		// the rate grew again (trouble found below the old Peak).
+		s.Peak = s.Rate
+	}
+	s.Rate = max(s.Rate*f, c.floor)
+	s.CutTo = s.Rate
+	s.Probing = false
+	s.LastDecrease = now
+	s.N = 0 // the p95 needs fresh evidence before it may cut again
+}
+
+// success records a success's latency at now and returns ReasonLatency
+// when the p95 says the provider is slowing down.
+func (c *Controller) success(s *State, now, latency int64) Reason {
+	if c.ignoreLatency {
+		return ReasonNone
+	}
+	s.Ring[s.Next] = latency
+	s.Next = (s.Next + 1) % RingSize
+	s.N = min(s.N+1, RingSize)
+	if s.Target == 0 {
+		s.TargetAt = now
+		if c.target > 0 {
+			s.Target = c.target
+		} else {
+			s.Target = max(float64(latency), 1)
+			return ReasonNone
+		}
+	}
+	if float64(latency) <= c.factor*s.Target {
+		c.learn(s, now, latency)
+		return ReasonNone
+	}
+	if s.N >= minP95Samples && float64(p95(s)) > c.factor*s.Target && latency >= median(s) {
+		if s.Rate <= c.floor {
+			// Nothing left to shed: a provider slow at the floor is
+			// slow, and this is its new normal.
+			c.learn(s, now, latency)
+			return ReasonNone
+		}
+		return ReasonLatency
+	}
+	return ReasonNone
+}
+
+// learn moves the latency target towards latency by LatencyWeight per
+// second since the last update (at most LatencyWeight per sample). Weighing
+// by time, not by sample, keeps a busy key's target from chasing a
+// slowdown that builds up over a few seconds.
+func (c *Controller) learn(s *State, now, latency int64) {
+	dt := float64(now-s.TargetAt) / sec
+	s.TargetAt = max(s.TargetAt, now)
+	w := c.weight * min(max(dt, 0), 1)
+	s.Target = (1-w)*s.Target + w*max(float64(latency), 1)
+}
+
+// median returns the median of the last s.N latencies.
+func median(s *State) int64 {
+	return percentile(s, 50)
+}
+
+// p95 returns the 95th percentile (nearest rank) of the last s.N latencies.
+func p95(s *State) int64 {
+	return percentile(s, 95)
+}
+
+// percentile returns the p-th percentile (nearest rank) of the last s.N
+// latencies.
+func percentile(s *State, p int) int64 {
+	var buf [RingSize]int64
+	for i := range s.N {
+		buf[i] = s.Ring[(s.Next-1-i+2*RingSize)%RingSize]
+	}
+	v := buf[:s.N]
+	slices.Sort(v)
+	rank := max((p*len(v)+99)/100, 1) // ceil(p/100 n)
+	return v[rank-1]
+}
+
+func (c *Controller) fast(s *State, latency int64) bool {
+	return c.ignoreLatency || s.Target == 0 || float64(latency) <= c.factor*s.Target
+}
+
+// grow raises the rate for the time since the last increase, at most one
+// second of it (a key idle for an hour does not jump).
+func (c *Controller) grow(s *State, now int64) bool {
+	if s.LastIncrease == 0 || now <= s.LastIncrease {
+		s.LastIncrease = max(s.LastIncrease, now)
+		return false
+	}
+	dt := min(float64(now-s.LastIncrease)/sec, 1)
+	s.LastIncrease = now
+	ceil := c.ceilingFor(s)
+	if s.Rate >= ceil {
+		return false
+	}
+	switch goal := c.decrease * s.Peak; {
+	case s.Probing:
+		s.Rate += s.Rate * c.slowStart * dt
+	case s.Rate < goal:
+		// Fast recovery: close the gap to the last good level by
+		// 1-1/e a second, but never faster than slow start would.
+		s.Rate += min(goal-s.Rate, s.Rate*max(c.slowStart, 1)) * dt
+	default:
+		inc := c.increase
+		if inc == 0 {
+			inc = DefaultIncreaseFraction * max(s.Peak, s.Rate)
+		}
+		s.Rate += inc * dt
+	}
+	if s.Rate >= ceil {
+		s.Rate = ceil
+		s.Probing = false
+	}
+	return true
+}
+
+// Locked is a Controller and one key's State behind a mutex. It is safe for
+// concurrent use; its zero value is not usable, use NewLocked.
+type Locked struct {
+	c  *Controller
+	mu sync.Mutex
+	s  State
+}
+
+// NewLocked returns a Locked key at its conservative start.
+func NewLocked(c *Controller) *Locked {
+	return &Locked{c: c, s: c.Init()}
+}
+
+// Observe applies a sample at now (Unix µs).
+func (l *Locked) Observe(now int64, in Sample) Decision {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.c.Observe(&l.s, now, in)
+}
+
+// Rate returns the current rate and, when a Retry-After pauses the key at
+// now, until when.
+func (l *Locked) Rate(now int64) (rate float64, pausedUntil int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	until, paused := l.s.Paused(now)
+	if !paused {
+		until = 0
+	}
+	return l.s.Rate, until
+}
+
+// State returns a copy of the state.
+func (l *Locked) State() State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.s
+}

@@ -1,0 +1,269 @@
+package aimd
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// t0 is an arbitrary instant (2030-01-01T00:00:00Z) in Unix microseconds.
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+
+const (
+	ms = int64(1000)
+	s1 = 1000 * ms
+)
+
+func mustNew(t testing.TB, cfg Config) *Controller {
+	t.Helper()
+	c, err := New(cfg)
+	require.NoError(t, err)
+	return c
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		msg  string
+	}{
+		{"negative start", Config{Start: -1}, "Start"},
+		{"nan floor", Config{Floor: math.NaN()}, "Floor"},
+		{"infinite ceiling", Config{Ceiling: math.Inf(1)}, "Ceiling"},
+		{"ceiling below floor", Config{Floor: 5, Ceiling: 1}, "Ceiling"},
+		{"decrease of 1", Config{Decrease: 1}, "Decrease"},
+		{"factor of 1", Config{LatencyFactor: 1}, "LatencyFactor"},
+		{"weight above 1", Config{LatencyWeight: 1.5}, "LatencyWeight"},
+		{"negative cooldown", Config{Cooldown: -time.Second}, "Cooldown"},
+		{"nan slow start", Config{SlowStart: math.NaN()}, "SlowStart"},
+	} {
+		_, err := New(tc.cfg)
+		require.ErrorIs(t, err, ErrInvalidConfig, tc.name)
+		require.ErrorContains(t, err, tc.msg, tc.name)
+	}
+	c := mustNew(t, Config{})
+	require.Equal(t, DefaultStart, c.Rate(&State{}), "zero State is the conservative start")
+	c = mustNew(t, Config{Start: 50, Ceiling: 20})
+	require.Equal(t, 20.0, c.Init().Rate, "start clamped to the ceiling")
+}
+
+// step is one observation and the decision it must get.
+type step struct {
+	at     int64 // µs after t0
+	in     Sample
+	change Change
+	reason Reason
+	rate   float64
+	paused int64 // PausedUntil - t0, when not 0
+}
+
+func runSteps(t *testing.T, c *Controller, s *State, steps []step) {
+	t.Helper()
+	for i, st := range steps {
+		d := c.Observe(s, t0+st.at, st.in)
+		require.Equal(t, st.change, d.Change, "step %d", i)
+		require.Equal(t, st.reason, d.Reason, "step %d", i)
+		require.InDelta(t, st.rate, d.Rate, 1e-9, "step %d", i)
+		if st.paused != 0 {
+			require.Equal(t, t0+st.paused, d.PausedUntil, "step %d", i)
+		}
+	}
+}
+
+func ok(lat int64) Sample { return Sample{Outcome: Success, Latency: lat} }
+
+func TestSteps(t *testing.T) {
+	t.Parallel()
+	lat := 50 * ms
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		steps []step
+	}{
+		{
+			name: "slow start doubles-ish, then additive after a throttle",
+			cfg:  Config{Start: 10, SlowStart: 1, Increase: 2, Decrease: 0.5},
+			steps: []step{
+				{at: 0, in: ok(lat), rate: 10},                              // first success: the clock starts
+				{at: 500 * ms, in: ok(lat), change: Increased, rate: 15},    // +10*1*0.5
+				{at: 1000 * ms, in: ok(lat), change: Increased, rate: 22.5}, // +15*0.5
+				{at: 1100 * ms, in: Sample{Outcome: Throttled, Latency: lat}, change: Decreased, reason: ReasonThrottled, rate: 11.25},
+				{at: 1600 * ms, in: ok(lat), change: Increased, rate: 12.25}, // additive: 2/s * 0.5s
+				{at: 5000 * ms, in: ok(lat), change: Increased, rate: 14.25}, // an idle gap counts one second at most
+			},
+		},
+		{
+			name: "a burst of 429s from one episode decreases once",
+			cfg:  Config{Start: 100, Decrease: 0.5},
+			steps: []step{
+				{at: 0, in: Sample{Outcome: Throttled, Latency: lat}, change: Decreased, reason: ReasonThrottled, rate: 50},
+				// Sent before the decrease (at 0): same episode.
+				{at: 10 * ms, in: Sample{Outcome: Throttled, Latency: lat}, rate: 50},
+				{at: 40 * ms, in: Sample{Outcome: Throttled, Latency: lat}, rate: 50},
+				{at: 49 * ms, in: Sample{Outcome: Overloaded, Latency: lat}, rate: 50},
+				// Sent at 1ms, after the decrease: a new episode.
+				{at: 51 * ms, in: Sample{Outcome: Throttled, Latency: lat}, change: Decreased, reason: ReasonThrottled, rate: 25},
+			},
+		},
+		{
+			name: "retry-after pauses until then and decreases once",
+			cfg:  Config{Start: 100, Decrease: 0.5},
+			steps: []step{
+				{at: 0, in: Sample{Outcome: Throttled, Latency: lat, RetryAfter: 2 * s1}, change: Decreased, reason: ReasonThrottled, rate: 50, paused: 2 * s1},
+				{at: 20 * ms, in: Sample{Outcome: Throttled, Latency: lat, RetryAfter: 2 * s1}, rate: 50, paused: 2*s1 + 20*ms},
+				// A Retry-After on an otherwise fine response is a throttle too.
+				{at: 3 * s1, in: Sample{Outcome: Success, Latency: lat, RetryAfter: s1}, change: Decreased, reason: ReasonRetryAfter, rate: 25, paused: 4 * s1},
+			},
+		},
+		{
+			name: "cooldown spaces decreases",
+			cfg:  Config{Start: 100, Decrease: 0.5, Cooldown: time.Second},
+			steps: []step{
+				{at: 0, in: Sample{Outcome: Throttled, Latency: lat}, change: Decreased, reason: ReasonThrottled, rate: 50},
+				{at: 500 * ms, in: Sample{Outcome: Throttled, Latency: lat}, rate: 50},
+				{at: 1000 * ms, in: Sample{Outcome: Throttled, Latency: lat}, change: Decreased, reason: ReasonThrottled, rate: 25},
+			},
+		},
+		{
+			name: "errors never raise the rate, fast or not",
+			cfg:  Config{Start: 10, SlowStart: -1, Increase: 5},
+			steps: []step{
+				{at: 0, in: ok(lat), rate: 10},
+				{at: s1, in: Sample{Outcome: Failed, Latency: 1 * ms}, rate: 10},
+				{at: 2 * s1, in: Sample{Outcome: Failed, Latency: 1 * ms}, rate: 10},
+				// The failed time did not count: the increase is for the
+				// last second only.
+				{at: 3 * s1, in: ok(lat), change: Increased, rate: 15},
+			},
+		},
+		{
+			name: "floor and ceiling",
+			cfg:  Config{Start: 1, Floor: 0.8, Ceiling: 1.5, SlowStart: -1, Increase: 1, Decrease: 0.5},
+			steps: []step{
+				{at: 0, in: ok(lat), rate: 1},
+				{at: s1, in: ok(lat), change: Increased, rate: 1.5},
+				{at: 2 * s1, in: ok(lat), rate: 1.5},
+				{at: 3 * s1, in: Sample{Outcome: Throttled, Latency: lat}, change: Decreased, reason: ReasonThrottled, rate: 0.8},
+				{at: 4 * s1, in: Sample{Outcome: Throttled, Latency: lat}, change: Decreased, reason: ReasonThrottled, rate: 0.8},
+			},
+		},
+		{
+			name: "a provider-reported rate caps but never raises",
+			cfg:  Config{Start: 10, SlowStart: -1, Increase: 10},
+			steps: []step{
+				{at: 0, in: Sample{Outcome: Success, Latency: lat, Hint: 100}, rate: 10},
+				{at: s1, in: Sample{Outcome: Success, Latency: lat, Hint: 12}, change: Increased, rate: 12},
+				{at: 2 * s1, in: Sample{Outcome: Success, Latency: lat, Hint: 4}, change: Decreased, reason: ReasonHint, rate: 4},
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := mustNew(t, tc.cfg)
+			s := c.Init()
+			runSteps(t, c, &s, tc.steps)
+		})
+	}
+}
+
+func TestLatency(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, Increase: 1, Decrease: 0.5, LatencyTarget: 100 * time.Millisecond})
+	s := c.Init()
+	at := t0
+	for range 20 {
+		at += 10 * ms
+		d := c.Observe(&s, at, ok(100*ms))
+		require.NotEqual(t, Decreased, d.Change)
+	}
+	// One slow outlier among fast ones is not a slowdown, and it does not
+	// raise the rate either.
+	r := s.Rate
+	at += 10 * ms
+	d := c.Observe(&s, at, ok(900*ms))
+	require.Equal(t, Unchanged, d.Change)
+	require.Equal(t, r, d.Rate)
+	// A sustained slowdown is: once more than 5% of the ring is slow, the
+	// p95 crosses 2x the target.
+	decreased := 0
+	for range 5 {
+		at += 10 * ms
+		if c.Observe(&s, at, ok(300*ms)).Reason == ReasonLatency {
+			decreased++
+		}
+	}
+	require.Equal(t, 1, decreased, "decreases once, then needs fresh evidence")
+	require.InDelta(t, r/2, s.Rate, 1e-9)
+	// The target learns only from fast successes.
+	require.Less(t, s.Target, float64(150*ms))
+}
+
+func TestLatencyAtTheFloorBecomesTheNorm(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 1, Floor: 1, SlowStart: -1, LatencyTarget: 100 * time.Millisecond})
+	s := c.Init()
+	at := t0
+	for range 100 {
+		at += 100 * ms
+		require.NotEqual(t, Decreased, c.Observe(&s, at, ok(500*ms)).Change)
+	}
+	require.Greater(t, s.Target, float64(250*ms), "a provider slow at the floor re-anchors the target")
+}
+
+// TestErrorsNeverRaiseTheRate is the one-way ratchet as a property: over
+// random sample sequences, no non-success ever leaves the rate higher.
+func TestErrorsNeverRaiseTheRate(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	c := mustNew(t, Config{Start: 5, Floor: 0.5, Ceiling: 500})
+	for run := range 200 {
+		s := c.Init()
+		at := t0
+		for i := range 300 {
+			at += rng.Int64N(200 * ms)
+			in := Sample{Outcome: Outcome(1 + rng.IntN(4)), Latency: rng.Int64N(500 * ms)}
+			if rng.IntN(10) == 0 {
+				in.RetryAfter = rng.Int64N(2 * s1)
+			}
+			if rng.IntN(10) == 0 {
+				in.Hint = rng.Float64() * 100
+			}
+			before := s.Rate
+			d := c.Observe(&s, at, in)
+			if in.Outcome != Success {
+				require.LessOrEqual(t, d.Rate, before, "run %d step %d: %+v raised the rate", run, i, in)
+			}
+			require.GreaterOrEqual(t, d.Rate, 0.5)
+			require.LessOrEqual(t, d.Rate, 500.0)
+		}
+	}
+}
+
+func TestLocked(t *testing.T) {
+	t.Parallel()
+	l := NewLocked(mustNew(t, Config{Start: 10, Decrease: 0.5}))
+	done := make(chan struct{})
+	for g := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 100 {
+				l.Observe(t0+int64(g*1000+i)*ms, ok(10*ms))
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	d := l.Observe(t0+10*s1, Sample{Outcome: Throttled, RetryAfter: s1})
+	require.Equal(t, Decreased, d.Change)
+	rate, until := l.Rate(t0 + 10*s1)
+	require.Equal(t, d.Rate, rate)
+	require.Equal(t, t0+11*s1, until)
+	_, until = l.Rate(t0 + 11*s1)
+	require.Zero(t, until, "not paused once the Retry-After is over")
+	require.Equal(t, d.Rate, l.State().Rate)
+}
