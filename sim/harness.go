@@ -51,6 +51,10 @@ type Config struct {
 	SlowAfter time.Duration
 	// Clock times the run. Nil means the real clock.
 	Clock clock.Clock
+	// OnSecond, if set, is called with each second's record shortly after
+	// it ends (late responses may still add to it: Run's result is
+	// final). It is called from one goroutine, in order.
+	OnSecond func(Second)
 }
 
 // Second is what happened during one second of a run.
@@ -243,7 +247,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		c := clients[w%cfg.Processes]
 		wg.Go(func() { worker(ctx, clk, cfg.URL, c.Transport, rec) })
 	}
-	wg.Go(func() { sampleRates(ctx, clk, clients, rec) })
+	reported := 0
+	wg.Go(func() { reported = sampleRates(ctx, clk, clients, rec, cfg.Limit, cfg.OnSecond) })
 	t := clk.NewTimer(cfg.Duration)
 	select {
 	case <-t.C():
@@ -255,18 +260,29 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	res := &Result{Seconds: make([]Second, n)}
 	for i := range res.Seconds {
-		c := &rec.secs[i]
-		s := Second{
-			T: i, Offered: c.offered.Load(), Admitted: c.admitted.Load(), Goodput: c.goodput.Load(),
-			Throttles: c.throttles.Load(), Bans: c.bans.Load(), Retries: c.retries.Load(),
-			Errors: c.errors.Load(), Rate: floatFrom(c.rate.Load()),
+		if i >= reported {
+			// The run ended before the sampler saw this second end.
+			rec.secs[i].rate.Store(floatBits(sumRates(clients)))
 		}
-		if cfg.Limit != nil {
-			s.Limit = cfg.Limit(time.Duration(i)*time.Second + time.Second/2)
+		res.Seconds[i] = rec.second(i, cfg.Limit)
+		if i >= reported && cfg.OnSecond != nil {
+			cfg.OnSecond(res.Seconds[i])
 		}
-		res.Seconds[i] = s
 	}
 	return res, nil
+}
+
+func (r *recorder) second(i int, limit func(time.Duration) float64) Second {
+	c := &r.secs[i]
+	s := Second{
+		T: i, Offered: c.offered.Load(), Admitted: c.admitted.Load(), Goodput: c.goodput.Load(),
+		Throttles: c.throttles.Load(), Bans: c.bans.Load(), Retries: c.retries.Load(),
+		Errors: c.errors.Load(), Rate: floatFrom(c.rate.Load()),
+	}
+	if limit != nil {
+		s.Limit = limit(time.Duration(i)*time.Second + time.Second/2)
+	}
+	return s
 }
 
 func worker(ctx context.Context, clk clock.Clock, url string, rt http.RoundTripper, rec *recorder) {
@@ -304,21 +320,34 @@ func worker(ctx context.Context, clk clock.Clock, url string, rt http.RoundTripp
 	}
 }
 
-func sampleRates(ctx context.Context, clk clock.Clock, clients []Client, rec *recorder) {
+// sampleRates records the clients' rates at the end of every second and
+// reports each second; it returns how many seconds it reported.
+func sampleRates(ctx context.Context, clk clock.Clock, clients []Client, rec *recorder, limit func(time.Duration) float64, onSecond func(Second)) int {
 	for i := range rec.secs {
 		t := clk.NewTimer(rec.start.Add(time.Duration(i+1) * time.Second).Sub(clk.Now()))
 		select {
 		case <-t.C():
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return i
 		}
-		var sum float64
-		for _, c := range clients {
-			if c.Rate != nil {
-				sum += c.Rate()
-			}
+		if ctx.Err() != nil {
+			return i
 		}
-		rec.secs[i].rate.Store(floatBits(sum))
+		rec.secs[i].rate.Store(floatBits(sumRates(clients)))
+		if onSecond != nil {
+			onSecond(rec.second(i, limit))
+		}
 	}
+	return len(rec.secs)
+}
+
+func sumRates(clients []Client) float64 {
+	var sum float64
+	for _, c := range clients {
+		if c.Rate != nil {
+			sum += c.Rate()
+		}
+	}
+	return sum
 }

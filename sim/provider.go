@@ -265,9 +265,11 @@ func (p *Provider) Start() time.Time { return p.start }
 
 // LimitAt returns the hidden limit in requests per second at elapsed time
 // d after Start.
-func (p *Provider) LimitAt(d time.Duration) float64 { return limitAt(p.cfg.Limit, p.cfg.Changes, d) }
+func (p *Provider) LimitAt(d time.Duration) float64 { return LimitAt(p.cfg.Limit, p.cfg.Changes, d) }
 
-func limitAt(base float64, changes []Change, d time.Duration) float64 {
+// LimitAt returns the limit at elapsed time d of a schedule that starts at
+// base and follows changes (in order of At).
+func LimitAt(base float64, changes []Change, d time.Duration) float64 {
 	l := base
 	for _, c := range changes {
 		if d < c.At {

@@ -96,7 +96,8 @@ type Row struct {
 
 // RunScenario runs one scenario with the client NewClient builds, against
 // a fresh simulated provider served in process.
-func RunScenario(ctx context.Context, sc Scenario, clk clock.Clock, newClient func(int, http.RoundTripper) (Client, error)) (*Result, error) {
+// onSecond, if set, sees each second as it ends (see Config.OnSecond).
+func RunScenario(ctx context.Context, sc Scenario, clk clock.Clock, newClient func(int, http.RoundTripper) (Client, error), onSecond func(Second)) (*Result, error) {
 	if err := sc.Fill(); err != nil {
 		return nil, err
 	}
@@ -109,7 +110,7 @@ func RunScenario(ctx context.Context, sc Scenario, clk clock.Clock, newClient fu
 	return Run(ctx, Config{
 		Workers: sc.Workers, Processes: sc.Processes, Duration: sc.Duration,
 		Base: HandlerTransport{Handler: p}, NewClient: newClient,
-		Limit: p.LimitAt, SlowAfter: sc.SlowAfter, Clock: clk,
+		Limit: p.LimitAt, SlowAfter: sc.SlowAfter, Clock: clk, OnSecond: onSecond,
 	})
 }
 
@@ -133,7 +134,7 @@ func RunTable(ctx context.Context, scenarios []Scenario, contenders []Contender,
 					errs[k] = fmt.Errorf("%s / %s: %w", sc.Name, c.Name, err)
 					return
 				}
-				res, err := RunScenario(ctx, sc, clk, nc)
+				res, err := RunScenario(ctx, sc, clk, nc, nil)
 				if err != nil {
 					errs[k] = fmt.Errorf("%s / %s: %w", sc.Name, c.Name, err)
 					return

@@ -119,6 +119,7 @@ that shares a credential. 'sluice serve' runs its HTTP API.`,
 	root.SetErr(opts.Stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newServeCmd(opts), newPoliciesCmd(opts), newMigrateCmd(opts), newVersionCmd(opts))
+	root.AddCommand(newSimCmd(opts))
 	return root
 }
 

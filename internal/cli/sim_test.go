@@ -1,0 +1,123 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/internal/cli"
+	"github.com/sluicerl/sluice/sim"
+)
+
+func TestSimRunWritesChartAndSummary(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "run.svg")
+	r := run(t, nil, "sim", "--dialect", "bare-429", "--limit", "20", "--change", "1s=10",
+		"--duration", "2s", "--workers", "4", "--out", out)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Equal(t, []string{"t", "limit", "offered", "admitted", "goodput", "throttles", "bans", "retries", "rate"}, strings.Fields(lines[0]))
+	require.Equal(t, []string{"0", "20"}, strings.Fields(lines[1])[:2])
+	require.Equal(t, []string{"1", "10"}, strings.Fields(lines[2])[:2])
+	require.Contains(t, r.stdout, "bare-429, sluice: goodput/limit")
+	svg, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.Contains(t, string(svg), "<svg")
+	b, err := os.ReadFile(strings.TrimSuffix(out, ".svg") + ".json")
+	require.NoError(t, err)
+	var sum struct {
+		Client  string
+		Summary sim.Summary
+		Seconds []sim.Second
+	}
+	require.NoError(t, json.Unmarshal(b, &sum))
+	require.Equal(t, "sluice", sum.Client)
+	require.Len(t, sum.Seconds, 2)
+	require.Positive(t, sum.Summary.Offered)
+}
+
+func TestSimScenarioFilePNG(t *testing.T) {
+	t.Parallel()
+	sc := writeFile(t, "sc.yaml", `name: shop
+provider:
+  dialect: cost-bucket
+  limit: 10
+  latency: 5ms
+  changes:
+    - {at: 1s, limit: 5}
+workers: 2
+processes: 1
+duration: 2s
+`)
+	out := filepath.Join(t.TempDir(), "run.png")
+	r := run(t, nil, "sim", "--scenario", sc, "--client", "autothrottle", "--out", out)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "shop, autothrottle:")
+	png, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.Equal(t, "\x89PNG", string(png[:4]))
+}
+
+func TestSimTarget(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		_, _ = w.Write([]byte("ok"))
+	}))
+	t.Cleanup(srv.Close)
+	r := run(t, nil, "sim", "--target", srv.URL+"/x", "--duration", "2s", "--workers", "2", "--processes", "1")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Positive(t, hits.Load())
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Equal(t, []string{"0", "-"}, strings.Fields(lines[1])[:2], "no --limit: the limit is unknown")
+	require.Contains(t, r.stdout, "goodput/limit -")
+}
+
+func TestSimReport(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "report.json")
+	r := run(t, nil, "sim", "--report", "--duration", "2s", "--out", out)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	// Header, rule, 8 dialects x 5 clients, "wrote".
+	require.Len(t, lines, 2+8*5+1)
+	require.Contains(t, r.stdout, "| weight-window | fixed-2x |")
+	var rows []sim.Row
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &rows))
+	require.Len(t, rows, 40)
+}
+
+func TestSimUsageErrors(t *testing.T) {
+	t.Parallel()
+	bad := writeFile(t, "bad.yaml", "provider:\n  dialect: bare-429\n  limt: 5\n")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--dialect", "nope"}, `unknown dialect "nope"`},
+		{[]string{"--change", "soon"}, `--change "soon": want AT=LIMIT`},
+		{[]string{"--limit", "-3"}, "--limit must be a positive number"},
+		{[]string{"--out", "x.gif"}, "want FILE.png or FILE.svg"},
+		{[]string{"--report", "--out", "x.svg"}, "--out with --report writes JSON"},
+		{[]string{"--report", "--target", "http://x.test/"}, "cannot be combined"},
+		{[]string{"--client", "magic"}, `--client "magic"`},
+		{[]string{"--workers", "1", "--processes", "2"}, "need 0 < processes <= workers"},
+		{[]string{"--duration", "10ms"}, "duration must be at least 1s"},
+		{[]string{"--target", "ftp://x.test/"}, "want an http or https URL"},
+		{[]string{"--scenario", bad}, "field limt not found"},
+	} {
+		r := run(t, nil, append([]string{"sim"}, tt.args...)...)
+		require.NotEqual(t, cli.ExitOK, r.code, "%v", tt.args)
+		require.Contains(t, r.stderr, tt.want, "%v", tt.args)
+	}
+}

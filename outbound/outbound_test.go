@@ -1,0 +1,306 @@
+package outbound_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/clock/clocktest"
+	"github.com/sluicerl/sluice/outbound"
+	"github.com/sluicerl/sluice/store/memstore"
+)
+
+var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+
+// scripted answers with the next response of a script (the last one
+// repeats) and counts calls.
+type scripted struct {
+	mu    sync.Mutex
+	resps []func() *http.Response
+	calls atomic.Int64
+}
+
+func (s *scripted) RoundTrip(req *http.Request) (*http.Response, error) {
+	s.calls.Add(1)
+	s.mu.Lock()
+	f := s.resps[0]
+	if len(s.resps) > 1 {
+		s.resps = s.resps[1:]
+	}
+	s.mu.Unlock()
+	r := f()
+	r.Request = req
+	return r, nil
+}
+
+func response(status int, body string, header ...string) func() *http.Response {
+	return func() *http.Response {
+		rec := httptest.NewRecorder()
+		for i := 0; i+1 < len(header); i += 2 {
+			rec.Header().Set(header[i], header[i+1])
+		}
+		rec.WriteHeader(status)
+		_, _ = rec.WriteString(body)
+		return rec.Result()
+	}
+}
+
+func get(t *testing.T, c http.RoundTripper, u string) *http.Response {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, u, nil).WithContext(t.Context())
+	req.RequestURI = ""
+	resp, err := c.RoundTrip(req)
+	require.NoError(t, err)
+	return resp
+}
+
+func TestHostKey(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ in, want string }{
+		{"http://API.Example.com/x", "api.example.com"},
+		{"http://api.example.com:80/x", "api.example.com"},
+		{"https://api.example.com:443/", "api.example.com"},
+		{"https://api.example.com:80/", "api.example.com:80"},
+		{"http://api.example.com:8080/", "api.example.com:8080"},
+		{"https://[2001:DB8::1]:443/", "[2001:db8::1]"},
+		{"http://[2001:db8::1]:8080/", "[2001:db8::1]:8080"},
+		{"wss://stream.example.com:443/ws", "stream.example.com"},
+		{"http://example.com:/", "example.com"},
+		{"/relative", ""},
+	} {
+		u, err := url.Parse(tt.in)
+		require.NoError(t, err)
+		require.Equal(t, tt.want, outbound.HostKey(u), tt.in)
+	}
+}
+
+// A Retry-After seen by one process pauses every process sharing the store.
+func TestRetryAfterPausesEveryProcess(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	st := memstore.New(memstore.Config{Clock: clk})
+	a := &scripted{resps: []func() *http.Response{response(429, "", "Retry-After", "2")}}
+	b := &scripted{resps: []func() *http.Response{response(200, "ok")}}
+	ca, err := outbound.New(outbound.Config{Base: a, Store: st, Clock: clk})
+	require.NoError(t, err)
+	cb, err := outbound.New(outbound.Config{Base: b, Store: st, Clock: clk})
+	require.NoError(t, err)
+
+	resp := get(t, ca, "http://api.example.com/x")
+	require.Equal(t, 429, resp.StatusCode)
+	require.NoError(t, resp.Body.Close())
+	k := ca.Snapshot(0).Keys[0]
+	require.Equal(t, 2*time.Second, k.PausedFor)
+
+	done := make(chan int)
+	go func() {
+		resp := get(t, cb, "http://API.example.com:80/y")
+		_ = resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	for elapsed := time.Duration(0); elapsed < 2*time.Second; {
+		for clk.Timers() == 0 && b.calls.Load() == 0 {
+			time.Sleep(time.Millisecond) // until the other process waits, or sends
+		}
+		require.Zero(t, b.calls.Load(), "the other process sent during the pause (at +%v)", elapsed)
+		step := 500 * time.Millisecond
+		clk.Advance(step)
+		elapsed += step
+	}
+	select {
+	case code := <-done:
+		require.Equal(t, 200, code)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the paused call never went out")
+	}
+	require.EqualValues(t, 1, b.calls.Load())
+	snap := ca.Snapshot(0)
+	require.Len(t, snap.Keys, 1)
+	require.Equal(t, "api.example.com", snap.Keys[0].Key)
+	require.EqualValues(t, 1, snap.Keys[0].Throttles)
+	require.Zero(t, snap.Keys[0].PausedFor)
+}
+
+// Before any signal the key is paced at the controller's conservative start.
+func TestConservativeStart(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	base := &scripted{resps: []func() *http.Response{response(200, "ok")}}
+	c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk})})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			resp := get(t, c, "http://api.example.com/")
+			_ = resp.Body.Close()
+		})
+	}
+	// One goes at once (burst 1); the others wait for their turn.
+	clk.BlockUntilTimers(2)
+	require.EqualValues(t, 1, base.calls.Load())
+	rate, ok := c.Rate("api.example.com")
+	require.True(t, ok)
+	require.LessOrEqual(t, rate, 2.0, "a conservative start")
+	for base.calls.Load() < 3 {
+		clk.Advance(100 * time.Millisecond)
+		time.Sleep(time.Millisecond) // let the woken waiter book its turn
+	}
+	wg.Wait()
+	// Three calls at the start rate took at least two intervals.
+	require.GreaterOrEqual(t, clk.Now().Sub(t0), time.Duration(float64(2*time.Second)/max(rate, 1))-200*time.Millisecond)
+}
+
+func TestProfilesShareAKey(t *testing.T) {
+	t.Parallel()
+	base := &scripted{resps: []func() *http.Response{response(200, "ok")}}
+	c, err := outbound.New(outbound.Config{Base: base, Burst: 10,
+		Profiles: map[string]string{"a.shop.test": "shopify", "b.shop.test": "shopify"}})
+	require.NoError(t, err)
+	for _, u := range []string{"http://a.shop.test/", "http://B.shop.test:80/", "http://other.test/"} {
+		resp := get(t, c, u)
+		_ = resp.Body.Close()
+	}
+	snap := c.Snapshot(0)
+	keys := map[string]int64{}
+	for _, k := range snap.Keys {
+		keys[k.Key] = k.Requests
+	}
+	require.Equal(t, map[string]int64{"shopify": 2, "other.test": 1}, keys)
+	require.EqualValues(t, 3, snap.Requests)
+}
+
+// The response body survives the peek the GraphQL parser takes, and a
+// THROTTLED inside a 200 counts as a throttle.
+func TestGraphQLThrottleInA200(t *testing.T) {
+	t.Parallel()
+	body := `{"errors":[{"message":"Throttled","extensions":{"code":"THROTTLED"}}],` +
+		`"extensions":{"cost":{"requestedQueryCost":10,"actualQueryCost":null,` +
+		`"throttleStatus":{"maximumAvailable":100,"currentlyAvailable":2,"restoreRate":50}}}}`
+	base := &scripted{resps: []func() *http.Response{response(200, body, "Content-Type", "application/json")}}
+	c, err := outbound.New(outbound.Config{Base: base})
+	require.NoError(t, err)
+	resp := get(t, c, "http://shop.test/graphql")
+	got, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, body, string(got))
+	require.EqualValues(t, 1, c.Snapshot(0).Throttles)
+}
+
+func TestDoClassifiesErrors(t *testing.T) {
+	t.Parallel()
+	c, err := outbound.New(outbound.Config{Burst: 100})
+	require.NoError(t, err)
+	ctx := t.Context()
+	require.NoError(t, c.Do(ctx, "db", nil, func(context.Context) error { return nil }))
+	se := &outbound.StatusError{Status: 429, Header: http.Header{"Retry-After": {"1"}}}
+	require.ErrorIs(t, c.Do(ctx, "db", nil, func(context.Context) error { return se }), se)
+	boom := errors.New("boom")
+	require.ErrorIs(t, c.Do(ctx, "db", nil, func(context.Context) error { return boom }), boom)
+	require.ErrorIs(t, c.Do(ctx, "", nil, func(context.Context) error { return nil }), outbound.ErrEmptyKey)
+	k := c.Snapshot(0).Keys[0]
+	require.Equal(t, "other", k.Label, "Do keys are not metric labels unless opted in")
+	require.EqualValues(t, 3, k.Requests)
+	require.EqualValues(t, 1, k.Successes)
+	require.EqualValues(t, 1, k.Throttles)
+	require.EqualValues(t, 1, k.Errors)
+}
+
+func TestBulkhead(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var inFlight, peak atomic.Int64
+	base := roundTripFunc(func(*http.Request) (*http.Response, error) {
+		n := inFlight.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		<-release
+		inFlight.Add(-1)
+		return response(200, "ok")(), nil
+	})
+	c, err := outbound.New(outbound.Config{Base: base, MaxConcurrent: 2, Burst: 100,
+		AIMD: aimdStart(1000)})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Go(func() {
+			resp := get(t, c, "http://api.test/")
+			_ = resp.Body.Close()
+		})
+	}
+	require.Eventually(t, func() bool { return inFlight.Load() == 2 }, 5*time.Second, time.Millisecond)
+	close(release)
+	wg.Wait()
+	require.EqualValues(t, 2, peak.Load())
+}
+
+func TestTimeoutBoundsTheCall(t *testing.T) {
+	t.Parallel()
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		<-r.Context().Done()
+		return nil, r.Context().Err()
+	})
+	c, err := outbound.New(outbound.Config{Base: base, Timeout: 20 * time.Millisecond})
+	require.NoError(t, err)
+	req := httptest.NewRequest(http.MethodGet, "http://slow.test/", nil)
+	req.RequestURI = ""
+	_, err = c.RoundTrip(req)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	base := &scripted{resps: []func() *http.Response{response(200, "ok"), response(503, "")}}
+	c, err := outbound.New(outbound.Config{Base: base, Metrics: reg, Burst: 10})
+	require.NoError(t, err)
+	for range 2 {
+		resp := get(t, c, "http://api.test/")
+		_ = resp.Body.Close()
+	}
+	require.NoError(t, c.Do(t.Context(), "secret-customer-key", nil, func(context.Context) error { return nil }))
+	out, err := reg.Gather()
+	require.NoError(t, err)
+	var text strings.Builder
+	for _, mf := range out {
+		text.WriteString(mf.String())
+	}
+	require.NotContains(t, text.String(), "secret-customer-key")
+	require.Equal(t, 1.0, attempts(t, reg, "api.test", "success"))
+	require.Equal(t, 1.0, attempts(t, reg, "api.test", "throttled"))
+	require.Equal(t, 1.0, attempts(t, reg, "other", "success"))
+
+	_, err = outbound.New(outbound.Config{Metrics: reg})
+	require.Error(t, err, "registering twice")
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []outbound.Config{
+		{MaxConcurrent: -1},
+		{Timeout: -1},
+		{Burst: -1},
+		{MaxReserve: -1},
+		{IdleTTL: -1},
+		{Profiles: map[string]string{"a.test": ""}},
+		{AIMD: aimdDecrease(2)},
+	} {
+		_, err := outbound.New(cfg)
+		require.ErrorIs(t, err, outbound.ErrInvalidConfig, "%+v", cfg)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
