@@ -59,3 +59,6 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzShopifyCallLimit$$' -fuzztime 60s ./signal
 	$(GO) test -run '^$$' -fuzz '^FuzzShopifyGraphQL$$' -fuzztime 60s ./signal
 	$(GO) test -run '^$$' -fuzz '^FuzzBinanceHeaders$$' -fuzztime 60s ./signal
+	$(GO) test -run '^$$' -fuzz '^FuzzObserve$$' -fuzztime 60s ./aimd
+	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime 60s ./retry
+	$(GO) test -run '^$$' -fuzz '^FuzzBreaker$$' -fuzztime 60s ./breaker

@@ -1,41 +1,3 @@
-// Package aimd is an adaptive rate controller: additive increase,
-// multiplicative decrease (AIMD) of a key's request rate from the outcomes
-// of its calls, as pure functions of (state, now, sample).
-//
-// The rate starts conservatively (Config.Start) and, until the first sign
-// of trouble, grows multiplicatively (slow start: Config.SlowStart per
-// second) so that an unknown limit is found in seconds, not minutes. After
-// the first decrease it grows additively: Config.Increase requests per
-// second for every second of fast successes. It decreases multiplicatively
-// (Config.Decrease) on:
-//
-//   - a throttle (429, 503, a ban, THROTTLED in a body), an overload (5xx,
-//     timeouts) or a Retry-After, once per episode: a signal about a request
-//     sent before the last decrease was already answered by it, so a burst of
-//     429s from requests in flight at the same time decreases once, not once
-//     per response;
-//   - latency: when the p95 of the last RingSize successes is above
-//     Config.LatencyFactor times the latency target, by up to half when the
-//     p95 is far above it. The target is an EWMA of fast successes' latency
-//     (weight Config.LatencyWeight per second), anchored to
-//     Config.LatencyTarget when it is set.
-//
-// Errors never raise the rate (a one-way ratchet: Failed and every
-// non-success leave it or lower it); the rate stays within
-// [Config.Floor, Config.Ceiling] and under a provider-reported rate
-// (Sample.Hint). A Retry-After pauses the key until then: Paused reports
-// it, and the caller sends nothing until it is over.
-//
-// A caller maps package signal's Report onto a Sample: Throttled when
-// Report.Throttled, Overloaded for other transient outcomes that hint at
-// load (Report.Unknown or Report.Timeout: 500, 502, 504, timeouts), Success
-// for ClassSuccess, Failed for everything else; RetryAfter from
-// Report.RetryAfter.
-//
-// Times are int64 Unix microseconds and latencies int64 microseconds, as in
-// the other pure packages; nothing here blocks, reads a clock or allocates.
-// Controller and State are plain values; Locked is the thin mutex wrapper
-// for callers that share one key between goroutines.
 package aimd
 
 import (
@@ -78,7 +40,8 @@ const (
 )
 
 // Config configures a Controller. Every zero field means its documented
-// default; rates are requests (or cost units) per second.
+// default (so the zero Config is usable); rates are requests (or cost
+// units) per second. New copies it.
 type Config struct {
 	// Start is the conservative rate before any signal. Zero means
 	// DefaultStart (1/s), clamped into [Floor, Ceiling].
@@ -200,7 +163,8 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// Outcome is what a call's result means for the rate.
+// Outcome is what a call's result means for the rate. The zero value is
+// no outcome: a Sample with it only applies its RetryAfter and Hint.
 type Outcome uint8
 
 const (
@@ -218,7 +182,7 @@ const (
 	Failed
 )
 
-// Sample is one call's outcome.
+// Sample is one call's outcome, a plain value.
 type Sample struct {
 	Outcome Outcome
 	// Latency, in microseconds, is how long the call took. The call was
@@ -310,7 +274,7 @@ type State struct {
 	N, Next int
 }
 
-// Decision is the result of an observation.
+// Decision is the result of an observation, a plain value.
 type Decision struct {
 	Rate        float64
 	Change      Change
@@ -570,4 +534,15 @@ func (l *Locked) State() State {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.s
+}
+
+// Fresh reports whether dropping s at now (an idle key's eviction) gives
+// nothing away: the key is not paused, and its rate is at least Start, so a
+// fresh key would not send faster than this one may.
+func (c *Controller) Fresh(s *State, now int64) bool {
+	if !s.Started {
+		return true
+	}
+	_, paused := s.Paused(now)
+	return !paused && s.Rate >= c.start
 }

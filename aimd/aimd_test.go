@@ -267,3 +267,17 @@ func TestLocked(t *testing.T) {
 	require.Zero(t, until, "not paused once the Retry-After is over")
 	require.Equal(t, d.Rate, l.State().Rate)
 }
+
+func TestFresh(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 10, Decrease: 0.5})
+	var s State
+	require.True(t, c.Fresh(&s, t0), "never used")
+	s = c.Init()
+	require.True(t, c.Fresh(&s, t0))
+	c.Observe(&s, t0, Sample{Outcome: Throttled, RetryAfter: s1})
+	require.False(t, c.Fresh(&s, t0+s1-1), "paused")
+	require.False(t, c.Fresh(&s, t0+s1), "below Start: a fresh key would send faster")
+	s.Rate = 12
+	require.True(t, c.Fresh(&s, t0+s1))
+}

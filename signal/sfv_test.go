@@ -54,6 +54,18 @@ func TestParseSFList(t *testing.T) {
 		{`("a"1)`, false, nil},
 		{`-`, false, nil},
 		{`#`, false, nil},
+		// Whitespace: SP or HTAB around commas, SP after a semicolon,
+		// nowhere around = or before a semicolon.
+		{"1\t,\t2", true, []m{{i(1), nil}, {i(2), nil}}},
+		{`1; a=2`, true, []m{{i(1), []sfParam{{"a", i(2)}}}}},
+		{`1 ;a=2`, false, nil},
+		{`1;a =2`, false, nil},
+		{`1;a= 2`, false, nil},
+		{`(1 2) ;a`, false, nil},
+		{"\t1", false, nil},
+		{`--1`, false, nil},
+		{`- 1`, false, nil},
+		{`1..4`, false, nil},
 	} {
 		members, params, ok := parseSFList(tc.in, nil, nil)
 		require.Equal(t, tc.ok, ok, "%q", tc.in)

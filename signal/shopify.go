@@ -23,7 +23,8 @@ func ShopifyCallLimit(v string) (used, limit int64, ok bool) {
 	return used, limit, true
 }
 
-// GraphQLCost is what a Shopify GraphQL response reports about its cost.
+// GraphQLCost is what a Shopify GraphQL response reports about its cost. It
+// is a plain value; the zero value reports nothing.
 type GraphQLCost struct {
 	// Requested and Actual are requestedQueryCost and actualQueryCost;
 	// Actual is 0 (null) when the query was throttled and not run.

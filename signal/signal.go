@@ -22,7 +22,7 @@ const DefaultMaxDelay = 24 * time.Hour
 const MaxPolicies = 8
 
 // Class is the coarse kind of an outcome, what retry and the breaker key
-// on.
+// on. The zero value is no class (an empty Report).
 type Class uint8
 
 const (
@@ -58,7 +58,8 @@ func (c Class) String() string {
 	return fmt.Sprintf("Class(%d)", uint8(c))
 }
 
-// Source is a set of dialects a Report was read from.
+// Source is a set of dialects a Report was read from; the zero value is
+// none.
 type Source uint16
 
 // The dialects.
@@ -72,7 +73,8 @@ const (
 	SourceBinance                           // X-MBX-USED-WEIGHT-* / X-MBX-ORDER-COUNT-*
 )
 
-// Field is a set of quota fields that a Policy or Report holds.
+// Field is a set of quota fields that a Policy or Report holds; the zero
+// value is none.
 type Field uint8
 
 // The fields.
@@ -85,7 +87,8 @@ const (
 )
 
 // Policy is one limit a provider reported. Only the fields in Known were
-// reported; the others are zero.
+// reported; the others are zero. It is a plain value; the zero value is a
+// policy that reported nothing.
 type Policy struct {
 	// Name is the policy's name where the dialect has one (an IETF policy
 	// name, "weight" or "orders" for Binance); it may share memory with
@@ -106,7 +109,9 @@ type Policy struct {
 }
 
 // Report is everything one response said about the provider's limits and
-// how the call went. The zero value is an empty report (no class).
+// how the call went. It is a plain value (copy it freely; do not mutate one
+// shared between goroutines); the zero value is an empty report with no
+// class.
 type Report struct {
 	// Status is the HTTP status, 0 when the call failed without one.
 	Status int
@@ -119,9 +124,9 @@ type Report struct {
 	// Timeout is set when the call failed by timing out.
 	Timeout bool
 	// Unknown is set when the call may have been processed although it
-	// did not succeed: a 500, 502 or 504, a timeout, or a network error
-	// after the request was sent. A non-idempotent call must not be
-	// retried blindly after it.
+	// did not succeed: a 500, 502 or 504, a 503 without Retry-After, a
+	// timeout, or a network error after the request was sent. A
+	// non-idempotent call must not be retried blindly after it.
 	Unknown bool
 	// RetryAfter, in microseconds, is the delay a Retry-After asked for
 	// (or a throttled GraphQL bucket needs to refill), when HasRetryAfter.
@@ -152,7 +157,8 @@ type Report struct {
 }
 
 // Response is the input to Parse: a response, or the error that stood for
-// one.
+// one. Parse only reads it. The zero value is a response with status 0 and
+// nothing else, classified permanent.
 type Response struct {
 	Status int
 	Header http.Header // keys in canonical form, as net/http produces them
@@ -163,7 +169,7 @@ type Response struct {
 	Err error
 }
 
-// Config configures a Parser. The zero value is the default.
+// Config configures a Parser. The zero value is the default; New copies it.
 type Config struct {
 	// MaxDelay clamps Retry-After, reset and refill delays. Zero means
 	// DefaultMaxDelay.
@@ -217,7 +223,6 @@ func (p *Parser) ParseTo(rep *Report, now int64, r Response) {
 		return
 	}
 	rep.Class = ClassifyStatus(r.Status)
-	rep.Unknown = r.Status == 500 || r.Status == 502 || r.Status == 504
 	switch r.Status {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		rep.Throttled = true
@@ -245,6 +250,15 @@ func (p *Parser) ParseTo(rep *Report, now int64, r Response) {
 	binance(rep, h)
 	if len(r.Body) > 0 {
 		p.graphQL(rep, r.Body)
+	}
+	// A 503 that says when to come back refused the request; one that
+	// does not may come from anywhere in the chain, after the request was
+	// handled (Binance: "the execution status is UNKNOWN").
+	switch r.Status {
+	case 500, 502, 504:
+		rep.Unknown = true
+	case 503:
+		rep.Unknown = !rep.HasRetryAfter
 	}
 }
 

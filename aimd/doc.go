@@ -1,0 +1,39 @@
+// Package aimd is an adaptive rate controller: additive increase,
+// multiplicative decrease (AIMD) of a key's request rate from the outcomes
+// of its calls, as pure functions of (state, now, sample).
+//
+// The rate starts conservatively (Config.Start) and, until the first sign
+// of trouble, grows multiplicatively (slow start: Config.SlowStart per
+// second) so that an unknown limit is found in seconds, not minutes. After
+// the first decrease it grows additively: Config.Increase requests per
+// second for every second of fast successes. It decreases multiplicatively
+// (Config.Decrease) on:
+//
+//   - a throttle (429, 503, a ban, THROTTLED in a body), an overload (5xx,
+//     timeouts) or a Retry-After, once per episode: a signal about a request
+//     sent before the last decrease was already answered by it, so a burst of
+//     429s from requests in flight at the same time decreases once, not once
+//     per response;
+//   - latency: when the p95 of the last RingSize successes is above
+//     Config.LatencyFactor times the latency target, by up to half when the
+//     p95 is far above it. The target is an EWMA of fast successes' latency
+//     (weight Config.LatencyWeight per second), anchored to
+//     Config.LatencyTarget when it is set.
+//
+// Errors never raise the rate (a one-way ratchet: Failed and every
+// non-success leave it or lower it); the rate stays within
+// [Config.Floor, Config.Ceiling] and under a provider-reported rate
+// (Sample.Hint). A Retry-After pauses the key until then: Paused reports
+// it, and the caller sends nothing until it is over.
+//
+// A caller maps package signal's Report onto a Sample: Throttled when
+// Report.Throttled, Overloaded for other transient outcomes that hint at
+// load (Report.Unknown or Report.Timeout: 500, 502, 504, timeouts), Success
+// for ClassSuccess, Failed for everything else; RetryAfter from
+// Report.RetryAfter.
+//
+// Times are int64 Unix microseconds and latencies int64 microseconds, as in
+// the other pure packages; nothing here blocks, reads a clock or allocates.
+// Controller and State are plain values; Locked is the thin mutex wrapper
+// for callers that share one key between goroutines.
+package aimd

@@ -1,0 +1,29 @@
+// Package breaker is a circuit breaker as a pure state machine: closed,
+// open and half-open, with a sliding error window in buckets, a
+// minimum-throughput guard, a consecutive-failure trip, an open timeout and
+// a half-open probe budget.
+//
+// Closed admits every call and counts outcomes in a window of
+// Config.Window split into Config.Buckets buckets. It opens when
+// Config.ConsecutiveFailures failures follow each other, or when the
+// window holds at least Config.MinRequests outcomes and at least
+// Config.FailureRate of them failed: without the minimum-throughput guard a
+// cold start's first failure would read as a 100% failure rate. Open
+// refuses every call with ErrOpen until Config.OpenTimeout has passed; the
+// next call then moves it to half-open, which admits at most
+// Config.HalfOpenProbes probes: the first failed probe opens it again,
+// HalfOpenProbes successful ones close it.
+//
+// Only provider trouble counts as a failure: 429, 5xx and network errors
+// (Classify). Other 4xx are healthy answers and count as successes; a
+// canceled call is ignored.
+//
+// Every transition is an Event (previous state, state, reason, counters,
+// time) carrying no request data, payloads or credentials, which a caller
+// may persist as evidence: the pure functions return it, and Locked passes
+// it to a callback.
+//
+// The pure core (Policy, Breaker) takes now as Unix microseconds, does not
+// allocate and reads no clock. Locked is the thin mutex wrapper, in the
+// two-step form: Allow returns a Ticket, Done reports the outcome.
+package breaker
