@@ -1,6 +1,8 @@
 package outbound_test
 
 import (
+	"io"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,3 +35,7 @@ func attempts(t *testing.T, reg *prometheus.Registry, key, outcome string) float
 	}
 	return 0
 }
+
+type ioReadCloser = io.ReadCloser
+
+func nopBody(s string) io.ReadCloser { return io.NopCloser(strings.NewReader(s)) }

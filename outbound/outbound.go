@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/sluicerl/sluice/aimd"
+	"github.com/sluicerl/sluice/breaker"
 	"github.com/sluicerl/sluice/clock"
+	"github.com/sluicerl/sluice/retry"
 	"github.com/sluicerl/sluice/signal"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
@@ -59,7 +61,9 @@ type Config struct {
 	// spell. Zero means 1: strict pacing.
 	Burst int64
 	// MaxReserve is how far ahead an attempt may book its turn; longer
-	// waits poll the store again. Zero means 1 s.
+	// waits poll the store again. A turn booked before another process
+	// synced a pause into the store is not cancelled, so this bounds how
+	// late such a turn may go out. Zero means 100 ms.
 	MaxReserve time.Duration
 	// AIMD configures each key's rate controller.
 	AIMD aimd.Config
@@ -84,6 +88,17 @@ type Config struct {
 	KeyLabels bool
 	// Signal configures the response parser (its Retry-After clamp).
 	Signal signal.Config
+	// Retry configures each key's retries and retry budget; Breaker each
+	// key's circuit breaker.
+	Retry   retry.Config
+	Breaker breaker.Config
+	// OnBreakerEvent, if set, receives every breaker transition (no
+	// payloads or credentials: see breaker.Event) with its key, to
+	// persist or show. It runs under the key's breaker lock: keep it
+	// quick and do not call the client from it.
+	OnBreakerEvent func(key string, e breaker.Event)
+	// Rand is the jitter source of retry backoff. Nil means math/rand/v2.
+	Rand retry.Rand
 }
 
 // Client is an outbound client. It is safe for concurrent use. Build it with
@@ -171,7 +186,7 @@ func New(cfg Config) (*Client, error) {
 		c.burst = 1
 	}
 	if c.maxReserve == 0 {
-		c.maxReserve = time.Second
+		c.maxReserve = 100 * time.Millisecond
 	}
 	if c.idempotent == nil {
 		c.idempotent = defaultIdempotent
@@ -247,7 +262,7 @@ func (c *Client) state(key, label string) *keyState {
 		c.evictLocked(now)
 	}
 	ks := &keyState{key: key, label: label, storeKey: c.prefix + key, rateKey: c.prefix + "rate:" + key,
-		adapt: c.ctl.Init(), lastActive: now, keyPolicy: c.policy.newKey()}
+		adapt: c.ctl.Init(), lastActive: now, keyPolicy: c.policy.newKey(key)}
 	if c.maxConc > 0 {
 		ks.sem = make(chan struct{}, c.maxConc)
 	}
@@ -376,6 +391,17 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 				})
 				return err
 			}
+			if res.Delay > 0 {
+				// A pause may have begun while this turn was booked: a
+				// turn booked before a Retry-After must not be spent
+				// during it.
+				ks.mu.Lock()
+				_, paused := ks.adapt.Paused(c.now())
+				ks.mu.Unlock()
+				if paused {
+					continue
+				}
+			}
 			return nil
 		}
 		if err := sleep(ctx, c.clk, min(res.RetryAfter, max(c.maxReserve, time.Millisecond))); err != nil {
@@ -415,7 +441,8 @@ func (c *Client) call(ctx context.Context, ks *keyState, idempotent, replayable 
 		if err := c.wait(ctx, ks); err != nil {
 			return last, err
 		}
-		// 4. circuit breaker
+		// 4. circuit breaker: an open breaker fails at once, without
+		// touching the retry budget.
 		done, err := ks.keyPolicy.allow(c.now())
 		if err != nil {
 			c.reject(ks, "breaker_open")
@@ -425,30 +452,28 @@ func (c *Client) call(ctx context.Context, ks *keyState, idempotent, replayable 
 		begin := c.clk.Now()
 		res := attempt(ctx)
 		end := c.clk.Now()
-		latency := end.Sub(begin)
 		c.parser.ParseTo(&rep, end.UnixMicro(), res.in)
-		done(&rep)
-		c.observe(ctx, ks, &rep, latency, end.UnixMicro())
-		last = res
-		if rep.Class == signal.ClassSuccess || rep.Class == signal.ClassCanceled || rep.Class == signal.ClassPermanent {
-			return res, nil
+		done(end.UnixMicro(), &rep)
+		c.observe(ctx, ks, &rep, end.Sub(begin), end.UnixMicro())
+		if last.resp != nil {
+			_ = last.resp.Body.Close()
 		}
-		// 5. retry
-		delay, err := ks.keyPolicy.retry(n, &rep, idempotent, c.now())
-		if err != nil {
-			if errors.Is(err, errBudget) {
+		last = res
+		// 5. retry: every outcome goes to the budget (successes refill
+		// it); only transient failures are retried.
+		d := ks.keyPolicy.retry(n, &rep, idempotent, c.now())
+		if !d.Retry {
+			if errors.Is(d.Stop, retry.ErrBudgetExhausted) {
 				c.reject(ks, "budget_exhausted")
+				return last, &retry.Error{Reason: d.Stop, Attempts: n, Last: lastError(res)}
 			}
-			return res, nil
+			return last, nil
 		}
 		if !replayable {
-			return res, nil
+			return last, nil
 		}
-		if err := sleep(ctx, c.clk, delay); err != nil {
-			return res, nil
-		}
-		if res.resp != nil {
-			_ = res.resp.Body.Close()
+		if err := sleep(ctx, c.clk, time.Duration(d.Delay)*time.Microsecond); err != nil {
+			return last, nil
 		}
 		c.retries.Add(1)
 		ks.mu.Lock()
@@ -458,6 +483,14 @@ func (c *Client) call(ctx context.Context, ks *keyState, idempotent, replayable 
 			c.metrics.retries.WithLabelValues(ks.label).Inc()
 		}
 	}
+}
+
+// lastError is the error that stands for an attempt's result.
+func lastError(r attemptResult) error {
+	if r.in.Err != nil {
+		return r.in.Err
+	}
+	return &StatusError{Status: r.in.Status, Header: r.in.Header}
 }
 
 func (c *Client) reject(ks *keyState, reason string) {
@@ -757,9 +790,9 @@ func (c *Client) Snapshot(max int) Snapshot {
 		ks.mu.Unlock()
 		k.Breaker = ks.keyPolicy.snapshot(now)
 		switch k.Breaker.State {
-		case "open":
+		case breaker.Open.String():
 			s.OpenBreakers++
-		case "half-open":
+		case breaker.HalfOpen.String():
 			s.HalfOpenBreakers++
 		}
 		s.Keys = append(s.Keys, k)

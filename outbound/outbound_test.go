@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicerl/sluice/clock/clocktest"
 	"github.com/sluicerl/sluice/outbound"
+	"github.com/sluicerl/sluice/retry"
 	"github.com/sluicerl/sluice/store/memstore"
 )
 
@@ -92,7 +93,9 @@ func TestRetryAfterPausesEveryProcess(t *testing.T) {
 	st := memstore.New(memstore.Config{Clock: clk})
 	a := &scripted{resps: []func() *http.Response{response(429, "", "Retry-After", "2")}}
 	b := &scripted{resps: []func() *http.Response{response(200, "ok")}}
-	ca, err := outbound.New(outbound.Config{Base: a, Store: st, Clock: clk})
+	// No retries: this process gives up on the 429; the point is the
+	// other process.
+	ca, err := outbound.New(outbound.Config{Base: a, Store: st, Clock: clk, Retry: retry.Config{MaxAttempts: 1}})
 	require.NoError(t, err)
 	cb, err := outbound.New(outbound.Config{Base: b, Store: st, Clock: clk})
 	require.NoError(t, err)
@@ -188,7 +191,7 @@ func TestGraphQLThrottleInA200(t *testing.T) {
 		`"extensions":{"cost":{"requestedQueryCost":10,"actualQueryCost":null,` +
 		`"throttleStatus":{"maximumAvailable":100,"currentlyAvailable":2,"restoreRate":50}}}}`
 	base := &scripted{resps: []func() *http.Response{response(200, body, "Content-Type", "application/json")}}
-	c, err := outbound.New(outbound.Config{Base: base})
+	c, err := outbound.New(outbound.Config{Base: base, Retry: retry.Config{MaxAttempts: 1}})
 	require.NoError(t, err)
 	resp := get(t, c, "http://shop.test/graphql")
 	got, err := io.ReadAll(resp.Body)
@@ -200,7 +203,7 @@ func TestGraphQLThrottleInA200(t *testing.T) {
 
 func TestDoClassifiesErrors(t *testing.T) {
 	t.Parallel()
-	c, err := outbound.New(outbound.Config{Burst: 100})
+	c, err := outbound.New(outbound.Config{Burst: 100, Retry: retry.Config{MaxAttempts: 1}})
 	require.NoError(t, err)
 	ctx := t.Context()
 	require.NoError(t, c.Do(ctx, "db", nil, func(context.Context) error { return nil }))
@@ -263,7 +266,7 @@ func TestMetrics(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	base := &scripted{resps: []func() *http.Response{response(200, "ok"), response(503, "")}}
-	c, err := outbound.New(outbound.Config{Base: base, Metrics: reg, Burst: 10})
+	c, err := outbound.New(outbound.Config{Base: base, Metrics: reg, Burst: 10, Retry: retry.Config{MaxAttempts: 1}})
 	require.NoError(t, err)
 	for range 2 {
 		resp := get(t, c, "http://api.test/")

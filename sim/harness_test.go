@@ -107,10 +107,12 @@ func TestSummarize(t *testing.T) {
 	s := Summarize(&Result{Seconds: secs})
 	require.Equal(t, 2, s.ConvergeS)
 	require.Equal(t, 3, s.SettleS)
-	// Steady seconds: 2..14 and 25..28.
-	want := (95 + 12*97 + 4*48.0) / (13*100 + 4*50.0)
+	// Steady seconds: 10..14 and 25..28.
+	want := (5*97 + 4*48.0) / (5*100 + 4*50.0)
 	require.InDelta(t, want, s.GoodputRatio, 1e-9)
-	require.InDelta(t, 3.0/(13*100+4*50), s.ThrottleRatio, 1e-9)
+	require.InDelta(t, 0.0, s.ThrottleRatio, 1e-9)
+	secs[12].Throttles = 7
+	require.InDelta(t, 7.0/(5*100+4*50), Summarize(&Result{Seconds: secs}).ThrottleRatio, 1e-9)
 	require.EqualValues(t, 39, s.Throttles)
 }
 

@@ -33,7 +33,8 @@ const (
 	Slowdown
 	// Ban answers 429 with Retry-After, and after BanAfter violations
 	// within BanWindow bans the client: 418 with Retry-After for BanFor,
-	// doubling with every ban.
+	// doubling with every ban. A violation is a request refused before
+	// the latest Retry-After has passed: a client that fails to back off.
 	Ban
 	// CostBucket is a Shopify-like GraphQL cost bucket: every query
 	// reserves RequestedCost points, is charged ActualCost (the difference
@@ -126,7 +127,8 @@ type ProviderConfig struct {
 	// Latency is every response's base service time. Zero means none;
 	// Slowdown adds its queueing delay on top.
 	Latency time.Duration `json:"latency,omitempty" yaml:"latency"`
-	// BanAfter is how many violations within BanWindow earn a ban (Ban and
+	// BanAfter is how many violations (requests refused before the latest
+	// Retry-After passed) within BanWindow earn a ban (Ban and
 	// WeightWindow). Zero means 5.
 	BanAfter int `json:"ban_after,omitempty" yaml:"ban_after"`
 	// BanWindow: zero means 10 s.
@@ -237,9 +239,10 @@ type Provider struct {
 	winStart time.Time
 	used     int
 	// bans
-	violations []time.Time
-	bannedTill time.Time
-	banFor     time.Duration
+	violations  []time.Time
+	backoffTill time.Time // the latest Retry-After sent ends then
+	bannedTill  time.Time
+	banFor      time.Duration
 
 	requests, admitted, throttled, banned, bans atomic.Int64
 }
@@ -360,21 +363,30 @@ func (p *Provider) decide(now time.Time) outcome {
 	}
 }
 
-// violate records a violation and answers 429, or 418 when it earns a ban.
+// violate answers a refused request: 429 with Retry-After. A request
+// refused before an earlier Retry-After has passed is a violation (the
+// client failed to back off); BanAfter violations within BanWindow earn a
+// ban: 418 with Retry-After.
 func (p *Provider) violate(now time.Time, wait time.Duration) outcome {
-	cut := now.Add(-p.cfg.BanWindow)
-	i := 0
-	for i < len(p.violations) && !p.violations[i].After(cut) {
-		i++
+	if now.Before(p.backoffTill) {
+		cut := now.Add(-p.cfg.BanWindow)
+		i := 0
+		for i < len(p.violations) && !p.violations[i].After(cut) {
+			i++
+		}
+		p.violations = append(p.violations[i:], now)
+		if len(p.violations) >= p.cfg.BanAfter {
+			p.violations = p.violations[:0]
+			p.bannedTill = now.Add(p.banFor)
+			d := p.banFor
+			p.banFor *= 2
+			p.bans.Add(1)
+			return outcome{status: http.StatusTeapot, retryAfter: d, banned: true}
+		}
 	}
-	p.violations = append(p.violations[i:], now)
-	if len(p.violations) >= p.cfg.BanAfter {
-		p.violations = p.violations[:0]
-		p.bannedTill = now.Add(p.banFor)
-		d := p.banFor
-		p.banFor *= 2
-		p.bans.Add(1)
-		return outcome{status: http.StatusTeapot, retryAfter: d, banned: true}
+	// Retry-After is sent in whole seconds, rounded up.
+	if till := now.Add(time.Duration(math.Ceil(wait.Seconds())) * time.Second); till.After(p.backoffTill) {
+		p.backoffTill = till
 	}
 	return outcome{status: http.StatusTooManyRequests, retryAfter: wait, throttled: true}
 }

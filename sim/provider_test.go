@@ -155,14 +155,27 @@ func TestBanEscalates(t *testing.T) {
 	for range 6 {
 		codes = append(codes, serve(p).StatusCode)
 	}
-	// One burst token, two violations, then the ban; 418 while banned.
-	require.Equal(t, []int{200, 429, 429, 418, 418, 418}, codes)
+	// One burst token; a 429 with Retry-After; three requests that did not
+	// back off, the third earning the ban; 418 while banned.
+	require.Equal(t, []int{200, 429, 429, 429, 418, 418}, codes)
 	r := serve(p)
 	require.Equal(t, "1", r.Header.Get("Retry-After"))
 	clk.Advance(time.Second)
 	require.Equal(t, 200, serve(p).StatusCode)
-	serve(p)
-	serve(p)
+	// A client that honours every Retry-After is never banned.
+	for range 5 {
+		r := serve(p)
+		require.Equal(t, http.StatusTooManyRequests, r.StatusCode)
+		ra, err := strconv.Atoi(r.Header.Get("Retry-After"))
+		require.NoError(t, err)
+		clk.Advance(time.Duration(ra) * time.Second)
+		require.Equal(t, 200, serve(p).StatusCode)
+	}
+	require.EqualValues(t, 1, p.Stats().Bans)
+	// One that does not is banned again, for twice as long.
+	for range 3 {
+		serve(p)
+	}
 	r = serve(p)
 	require.Equal(t, http.StatusTeapot, r.StatusCode)
 	require.Equal(t, "2", r.Header.Get("Retry-After"), "the second ban lasts twice as long")

@@ -5,9 +5,10 @@ import "math"
 func floatBits(f float64) uint64 { return math.Float64bits(f) }
 func floatFrom(b uint64) float64 { return math.Float64frombits(b) }
 
-// SettleAllowance is how long after a limit change the figures leave to the
-// client to adapt: those seconds count for SettleS, not for the steady
-// ratios.
+// SettleAllowance is how long, in seconds, the figures leave a client to
+// converge after the start and to settle after a limit change (issue 5:
+// 10 s each): those seconds count for ConvergeS and SettleS, not for the
+// steady ratios.
 const SettleAllowance = 10
 
 // Summary is a run's figures (issue 5). Seconds are whole seconds since the
@@ -17,8 +18,9 @@ type Summary struct {
 	// is within 5% of the limit (at least 0.95 of it).
 	ConvergeS int `json:"converge_s"`
 	// GoodputRatio is goodput over the limit across the steady seconds:
-	// from convergence on, leaving out the last (partial) second and the
-	// SettleAllowance seconds after every limit change.
+	// every second except the SettleAllowance seconds after the start and
+	// after each limit change, and the last (partial) second. A client
+	// that has not converged within the allowance pays for it here.
 	GoodputRatio float64 `json:"goodput_ratio"`
 	// ThrottleRatio is throttle responses over attempts in the steady
 	// seconds.
@@ -76,10 +78,10 @@ func Summarize(r *Result) Summary {
 			break
 		}
 	}
-	if s.ConvergeS >= 0 {
+	{
 		var good, limit float64
 		var thr, off int64
-		for i := s.ConvergeS; i < n-1; i++ {
+		for i := SettleAllowance; i < n-1; i++ {
 			if settling(i, changes) {
 				continue
 			}

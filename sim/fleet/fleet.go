@@ -45,6 +45,9 @@ func (o Options) store() (store.RateStore, error) {
 // alone.
 func Sluice(name string, shared bool, o Options) sim.Contender {
 	return sim.Contender{Name: name, NewRun: func(sc sim.Scenario) (func(int, http.RoundTripper) (sim.Client, error), error) {
+		if err := sc.Fill(); err != nil {
+			return nil, err
+		}
 		var st store.RateStore
 		if shared {
 			s, err := o.store()
