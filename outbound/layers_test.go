@@ -16,6 +16,7 @@ import (
 	"github.com/sluicerl/sluice/breaker"
 	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/retry"
+	"github.com/sluicerl/sluice/store/memstore"
 )
 
 // fast is a config whose pacing and backoff do not slow a test down.
@@ -172,4 +173,33 @@ func TestLayerConfigErrors(t *testing.T) {
 	_, err = outbound.New(outbound.Config{Breaker: breaker.Config{FailureRate: 2}})
 	require.ErrorIs(t, err, outbound.ErrInvalidConfig)
 	require.True(t, errors.Is(err, breaker.ErrInvalidConfig))
+}
+
+// With SharedRate, a decrease seen by one process is the fleet's rate.
+func TestSharedRate(t *testing.T) {
+	t.Parallel()
+	st := memstore.New(memstore.Config{})
+	a := &scripted{resps: []func() *http.Response{response(200, "ok"), response(429, "")}}
+	b := &scripted{resps: []func() *http.Response{response(200, "ok")}}
+	cfgA, cfgB := fast(a), fast(b)
+	for _, c := range []*outbound.Config{&cfgA, &cfgB} {
+		c.Store, c.SharedRate = st, true
+		c.Retry.MaxAttempts = 1
+	}
+	ca, err := outbound.New(cfgA)
+	require.NoError(t, err)
+	cb, err := outbound.New(cfgB)
+	require.NoError(t, err)
+	for _, c := range []http.RoundTripper{ca, cb, ca} { // A: 200, B: 200, A: 429
+		resp := get(t, c, "http://api.test/")
+		_ = resp.Body.Close()
+	}
+	ra, _ := ca.Rate("api.test")
+	rb, _ := cb.Rate("api.test")
+	require.Less(t, ra, 1e4, "A decreased")
+	require.Greater(t, rb, ra, "B has not heard yet")
+	resp := get(t, cb, "http://api.test/")
+	_ = resp.Body.Close()
+	rb, _ = cb.Rate("api.test")
+	require.InDelta(t, ra, rb, ra*0.05, "B adapts from the fleet's rate")
 }

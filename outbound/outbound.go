@@ -523,7 +523,16 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 	if rep.HasRetryAfter && (rep.Throttled || rep.Class != signal.ClassSuccess) {
 		s.RetryAfter = rep.RetryAfter
 	}
+	shared, haveShared := 0.0, false
+	if c.shared {
+		// Read the fleet's rate just before adapting it, so that this
+		// process's change applies to the latest value.
+		shared, haveShared = c.readShared(ctx, ks)
+	}
 	ks.mu.Lock()
+	if haveShared && ks.adapt.Started {
+		ks.adapt.Rate = shared
+	}
 	s.Hint = c.hint(ks, rep)
 	ks.lastActive = now
 	switch s.Outcome {

@@ -166,7 +166,7 @@ func (f *simFlags) scenarioFrom(cmd *cobra.Command) (sim.Scenario, error) {
 }
 
 func (f *simFlags) contender() (sim.Contender, error) {
-	o := fleet.Options{}
+	o := fleet.FigureOptions()
 	o.Outbound.SharedRate = f.sharedRate
 	switch f.client {
 	case "sluice":
@@ -300,7 +300,7 @@ func runSimReport(cmd *cobra.Command, opts *Options, f *simFlags) error {
 			return usageError{err}
 		}
 	}
-	o := fleet.Options{}
+	o := fleet.FigureOptions()
 	o.Outbound.SharedRate = f.sharedRate
 	fmt.Fprintf(opts.Stderr, "running %d dialects x 5 clients for %v...\n", len(scenarios), f.duration)
 	rows, err := sim.RunTable(cmd.Context(), scenarios, fleet.Standard(o), nil)

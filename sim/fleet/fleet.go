@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sluicerl/sluice/aimd"
 	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/sim"
 	"github.com/sluicerl/sluice/store"
@@ -152,6 +153,21 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// FigureOptions is the configuration the figures run Sluice with (README,
+// `sluice sim --report`, bench/cmd/simtable): outbound's defaults except
+// for the AIMD settings below, chosen for providers whose Retry-After
+// rounds up to whole seconds, where every throttle pauses the fleet.
+func FigureOptions() Options {
+	var o Options
+	o.Outbound.AIMD = aimd.Config{
+		SlowStart:     2,                      // find an unknown limit fast
+		Decrease:      0.8,                    // fewer, deeper cuts: each one costs a pause
+		Cooldown:      500 * time.Millisecond, // one cut per burst of throttles
+		LatencyFactor: 3,                      // scheduler noise is not a slowdown
+	}
+	return o
 }
 
 // Standard returns the contenders of `sluice sim --report`: Sluice shared
