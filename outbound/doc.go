@@ -8,8 +8,10 @@
 //  1. bulkhead: at most Config.MaxConcurrent calls in flight per key;
 //  2. timeout: Config.Timeout bounds the whole call, retries included;
 //  3. rate limiter: every attempt takes its turn from a GCRA limit at the
-//     key's adapted rate, kept in a store.RateStore, so processes sharing
-//     the store share the pace and every pause;
+//     key's adapted rate and passes the key's fleet-wide pause, both in
+//     one all-or-nothing call to a store.RateStore. Each process paces its
+//     own share by default; with Config.SharedRate the processes sharing
+//     the store pace on one GCRA at one adapted rate;
 //  4. circuit breaker: an open breaker fails the call at once, without
 //     consulting the retry budget (breaker.ErrOpen);
 //  5. retry: full-jitter backoff with Retry-After as its floor, bounded by

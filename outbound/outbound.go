@@ -3,6 +3,8 @@ package outbound
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -67,9 +69,15 @@ type Config struct {
 	MaxReserve time.Duration
 	// AIMD configures each key's rate controller.
 	AIMD aimd.Config
-	// SharedRate keeps each key's adapted rate in Store, so that every
-	// process sharing the store adapts one rate.
+	// SharedRate keeps each key's adapted rate in Store and paces every
+	// process sharing the store on one GCRA at that rate, so that the
+	// fleet adapts as one. Without it each process adapts and paces its
+	// own share (a pacing key of its own, see Instance); pauses are
+	// shared either way.
 	SharedRate bool
+	// Instance names this client among those sharing Store, for its own
+	// pacing keys. Empty means a random name.
+	Instance string
 	// Idempotent says whether a request may be retried after an outcome
 	// that leaves it unknown (a 5xx, a timeout after sending). Nil means
 	// GET, HEAD, OPTIONS, TRACE, PUT and DELETE are, and requests carrying
@@ -119,6 +127,7 @@ type Client struct {
 	idleTTL    time.Duration
 	maxKeys    int
 	keyLabels  bool
+	instance   string
 	parser     *signal.Parser
 	metrics    *metrics
 	policy     policy
@@ -165,7 +174,12 @@ func New(cfg Config) (*Client, error) {
 		maxConc: cfg.MaxConcurrent, timeout: cfg.Timeout, burst: cfg.Burst, maxReserve: cfg.MaxReserve,
 		ctl: ctl, shared: cfg.SharedRate, idempotent: cfg.Idempotent, idleTTL: cfg.IdleTTL,
 		maxKeys: cfg.MaxKeys, keyLabels: cfg.KeyLabels, parser: parser, policy: pol,
-		keys: make(map[string]*keyState),
+		keys: make(map[string]*keyState), instance: cfg.Instance,
+	}
+	if c.instance == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		c.instance = hex.EncodeToString(b[:])
 	}
 	if c.base == nil {
 		c.base = http.DefaultTransport
@@ -218,7 +232,8 @@ func defaultIdempotent(r *http.Request) bool {
 // keyState is one key's local state.
 type keyState struct {
 	key, label string
-	storeKey   string
+	paceKey    string // the pacing GCRA: this client's own, or the fleet's with SharedRate
+	pauseKey   string // the fleet's pause, shared by every client of the store
 	rateKey    string
 	sem        chan struct{} // the bulkhead; nil without MaxConcurrent
 	inFlight   atomic.Int64
@@ -261,7 +276,11 @@ func (c *Client) state(key, label string) *keyState {
 	if len(c.keys) >= c.maxKeys {
 		c.evictLocked(now)
 	}
-	ks := &keyState{key: key, label: label, storeKey: c.prefix + key, rateKey: c.prefix + "rate:" + key,
+	pace := c.prefix + key + "#" + c.instance
+	if c.shared {
+		pace = c.prefix + key
+	}
+	ks := &keyState{key: key, label: label, paceKey: pace, pauseKey: c.prefix + "pause:" + key, rateKey: c.prefix + "rate:" + key,
 		adapt: c.ctl.Init(), lastActive: now, keyPolicy: c.policy.newKey(key)}
 	if c.maxConc > 0 {
 		ks.sem = make(chan struct{}, c.maxConc)
@@ -308,6 +327,13 @@ func (c *Client) pacing(r float64) store.Limit {
 	r = min(max(r, 1e-3), 1e6)
 	return store.Limit{Name: "outbound", Rate: 1, Period: time.Duration(float64(time.Second) / r), Burst: c.burst}
 }
+
+// pauseLimit is the fleet-wide pause of a key: so fast (a million a
+// second, a millisecond's burst) that it never holds anything back, until a
+// Sync with nothing remaining pushes it into the future until a
+// Retry-After, a ban or an exhausted quota has passed. Every attempt takes
+// it together with its pacing limit, all or nothing, in one store call.
+var pauseLimit = store.Limit{Name: "outbound-pause", Rate: 1, Period: time.Microsecond, Burst: 1000}
 
 // sharedRateLimit encodes a rate (in thousandths of a request per second)
 // as the remaining units of a long fixed window: Sync writes it, a peek
@@ -380,18 +406,26 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 			maxDelay = min(maxDelay, max(dl.Sub(c.clk.Now()), 0))
 		}
 		lim := c.pacing(rate)
-		res, err := c.store.Take(ctx, store.TakeParams{Key: ks.storeKey, Limit: lim, Cost: 1, MaxDelay: maxDelay})
+		items := [2]store.Item{
+			{Key: ks.paceKey, Limit: lim, Cost: 1},
+			{Key: ks.pauseKey, Limit: pauseLimit, Cost: 1},
+		}
+		all, err := c.store.TakeAll(ctx, store.TakeAllParams{Items: items[:], MaxDelay: maxDelay})
 		if err != nil {
 			return fmt.Errorf("outbound: key %q: rate store: %w", ks.key, err)
 		}
-		if res.Allowed {
-			if err := sleep(ctx, c.clk, res.Delay); err != nil {
+		if len(all.Results) != len(items) {
+			return fmt.Errorf("outbound: key %q: rate store answered %d results for %d items", ks.key, len(all.Results), len(items))
+		}
+		if all.Allowed {
+			delay := max(all.Results[0].Delay, all.Results[1].Delay)
+			if err := sleep(ctx, c.clk, delay); err != nil {
 				_, _ = c.store.Settle(context.WithoutCancel(ctx), store.SettleParams{
-					Key: ks.storeKey, Limit: lim, Reserved: 1, Actual: 0, ReservedAt: res.At,
+					Key: ks.paceKey, Limit: lim, Reserved: 1, Actual: 0, ReservedAt: all.Results[0].At,
 				})
 				return err
 			}
-			if res.Delay > 0 {
+			if delay > 0 {
 				// A pause may have begun while this turn was booked: a
 				// turn booked before a Retry-After must not be spent
 				// during it.
@@ -404,7 +438,13 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 			}
 			return nil
 		}
-		if err := sleep(ctx, c.clk, min(res.RetryAfter, max(c.maxReserve, time.Millisecond))); err != nil {
+		var wait time.Duration
+		for _, r := range all.Results {
+			if !r.Allowed {
+				wait = max(wait, r.RetryAfter)
+			}
+		}
+		if err := sleep(ctx, c.clk, min(wait, max(c.maxReserve, time.Millisecond))); err != nil {
 			return err
 		}
 	}
@@ -568,7 +608,7 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 	}
 	if pause > 0 {
 		_, _ = c.store.Sync(ctx, store.SyncParams{
-			Key: ks.storeKey, Limit: c.pacing(rate), Remaining: 0, ResetAfter: time.Duration(pause) * time.Microsecond,
+			Key: ks.pauseKey, Limit: pauseLimit, Remaining: 0, ResetAfter: time.Duration(pause) * time.Microsecond,
 		})
 	}
 	if c.shared && d.Change != aimd.Unchanged {

@@ -302,8 +302,9 @@ func runSimReport(cmd *cobra.Command, opts *Options, f *simFlags) error {
 	}
 	o := fleet.FigureOptions()
 	o.Outbound.SharedRate = f.sharedRate
-	fmt.Fprintf(opts.Stderr, "running %d dialects x 5 clients for %v...\n", len(scenarios), f.duration)
-	rows, err := sim.RunTable(cmd.Context(), scenarios, fleet.Standard(o), nil)
+	contenders := fleet.Standard(o)
+	fmt.Fprintf(opts.Stderr, "running %d dialects x %d clients for %v...\n", len(scenarios), len(contenders), f.duration)
+	rows, err := sim.RunTable(cmd.Context(), scenarios, contenders, nil)
 	if err != nil {
 		return err
 	}

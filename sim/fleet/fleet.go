@@ -40,10 +40,10 @@ func (o Options) store() (store.RateStore, error) {
 }
 
 // Sluice is Sluice's outbound client. With shared, every process of a run
-// uses one store: they share the key's pace, its pauses, and (with
-// Outbound.SharedRate) its adapted rate; each process reports its share of
-// the key's rate. Without, each process has its own store and adapts
-// alone.
+// uses one store: they share the key's pauses and, with
+// Outbound.SharedRate, one pace at one adapted rate (each process then
+// reports its share of it). Without, each process has its own store and
+// adapts alone.
 func Sluice(name string, shared bool, o Options) sim.Contender {
 	return sim.Contender{Name: name, NewRun: func(sc sim.Scenario) (func(int, http.RoundTripper) (sim.Client, error), error) {
 		if err := sc.Fill(); err != nil {
@@ -78,7 +78,7 @@ func Sluice(name string, shared bool, o Options) sim.Contender {
 				for _, k := range c.Snapshot(0).Keys {
 					sum += k.Rate
 				}
-				if shared {
+				if shared && cfg.SharedRate {
 					return sum / procs
 				}
 				return sum
@@ -170,11 +170,17 @@ func FigureOptions() Options {
 	return o
 }
 
-// Standard returns the contenders of `sluice sim --report`: Sluice shared
-// and not, AutoThrottle, and a fixed GCRA pace at half and twice the limit.
+// Standard returns the contenders of `sluice sim --report`: Sluice with
+// one store for the fleet (pauses shared, each process adapting its share;
+// and with SharedRate, one rate for the fleet) and with a store per
+// process, AutoThrottle, and a fixed GCRA pace at half and twice the
+// limit.
 func Standard(o Options) []sim.Contender {
+	sr := o
+	sr.Outbound.SharedRate = true
 	return []sim.Contender{
 		Sluice("sluice", true, o),
+		Sluice("sluice-shared-rate", true, sr),
 		Sluice("sluice-local", false, o),
 		AutoThrottle("autothrottle", sim.AutoThrottleConfig{}),
 		FixedGCRA("fixed-0.5x", 0.5),

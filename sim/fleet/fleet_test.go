@@ -22,7 +22,7 @@ func TestContenders(t *testing.T) {
 	for _, r := range rows {
 		got[r.Contender] = r.Summary
 	}
-	require.Len(t, got, 6)
+	require.Len(t, got, 7)
 	// Half the limit, exactly: 10/s for 2 s (one more at each start).
 	require.InDelta(t, 20, got["fixed-0.5x"].Offered, 3)
 	require.Zero(t, got["fixed-0.5x"].Throttles)

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"strings"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -67,8 +68,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-only %q matches no dialect", *only)
 	}
 	o := fleet.FigureOptions()
+	sr := o
+	sr.Outbound.SharedRate = true
 	contenders := []sim.Contender{
 		fleet.Sluice("sluice", true, o),
+		fleet.Sluice("sluice shared-rate", true, sr),
 		fleet.Sluice("sluice-local", false, o),
 		fleet.AutoThrottle("autothrottle", sim.AutoThrottleConfig{}),
 		xrate("x/time/rate 0.5x", 0.5),
@@ -85,10 +89,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout)
 	fmt.Fprintln(stdout, "targets (issue 5): goodput/limit >= 0.95, throttles <= 1%, bans 0, converge <= 10 s, settle <= 10 s, retries within the budget (0.2 x ops + 1/s)")
 	for _, r := range rows {
-		if r.Contender != "sluice" {
+		if !strings.HasPrefix(r.Contender, "sluice") {
 			continue
 		}
-		fmt.Fprintf(stdout, "%-20s %s\n", r.Scenario, verdict(r.Summary, *duration))
+		fmt.Fprintf(stdout, "%-20s %-20s %s\n", r.Scenario, r.Contender, verdict(r.Summary, *duration))
 	}
 	if *out != "" {
 		b, err := json.MarshalIndent(rows, "", "  ")
