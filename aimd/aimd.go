@@ -33,6 +33,7 @@ const (
 	DefaultDecrease      = 0.9
 	DefaultLatencyFactor = 2.0
 	DefaultLatencyWeight = 0.2
+	DefaultUsageMultiple = 4.0
 	// DefaultIncreaseFraction is Increase when Config.Increase is zero, as
 	// a fraction of the Peak (the rate where the last decreases began), per
 	// second.
@@ -82,6 +83,14 @@ type Config struct {
 	LatencyWeight float64
 	// IgnoreLatency turns the latency signal off: every success is fast.
 	IgnoreLatency bool
+	// UsageMultiple stops growth while the rate is at or above
+	// UsageMultiple times the calls this State has seen complete per
+	// second (over the last full second), so that a lightly used key
+	// does not bank a rate it never tried, to be spent in one burst
+	// later. Zero means DefaultUsageMultiple (4); negative disables it.
+	// When N processes share one rate, each sees about 1/N of the calls:
+	// use more than 2N.
+	UsageMultiple float64
 }
 
 // Controller holds a validated Config. It is immutable and safe for
@@ -94,6 +103,7 @@ type Controller struct {
 	target                float64
 	factor, weight        float64
 	ignoreLatency         bool
+	usage                 float64 // 0: no usage cap
 }
 
 func positive(name string, v float64) error {
@@ -124,7 +134,15 @@ func New(cfg Config) (*Controller, error) {
 		start: cfg.Start, floor: cfg.Floor, ceiling: cfg.Ceiling, slowStart: cfg.SlowStart,
 		increase: cfg.Increase, decrease: cfg.Decrease, cooldown: cfg.Cooldown.Microseconds(),
 		target: float64(cfg.LatencyTarget.Microseconds()), factor: cfg.LatencyFactor,
-		weight: cfg.LatencyWeight, ignoreLatency: cfg.IgnoreLatency,
+		weight: cfg.LatencyWeight, ignoreLatency: cfg.IgnoreLatency, usage: cfg.UsageMultiple,
+	}
+	switch {
+	case math.IsNaN(c.usage) || math.IsInf(c.usage, 0):
+		return nil, fmt.Errorf("%w: UsageMultiple must be finite, got %v", ErrInvalidConfig, c.usage)
+	case c.usage == 0:
+		c.usage = DefaultUsageMultiple
+	case c.usage < 0:
+		c.usage = 0
 	}
 	if c.floor == 0 {
 		c.floor = DefaultFloor
@@ -272,6 +290,13 @@ type State struct {
 	// for the next one.
 	Ring    [RingSize]int64
 	N, Next int
+	// UseCount calls have completed since UseStart (Unix µs); UseRate is
+	// the completions per second over the last full second, valid when
+	// UseKnown.
+	UseCount int
+	UseStart int64
+	UseRate  float64
+	UseKnown bool
 }
 
 // Decision is the result of an observation, a plain value.
@@ -319,6 +344,9 @@ func (c *Controller) ceilingFor(s *State) float64 {
 func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	c.start0(s)
 	d := Decision{}
+	if in.Outcome != 0 {
+		s.count(now)
+	}
 	latency := max(in.Latency, 0)
 	sent := now - latency
 	if in.RetryAfter > 0 {
@@ -476,6 +504,9 @@ func (c *Controller) grow(s *State, now int64) bool {
 	if s.Rate >= ceil {
 		return false
 	}
+	if c.usage > 0 && s.UseKnown && s.Rate >= c.usage*s.UseRate {
+		return false // application-limited: the rate is not what binds
+	}
 	switch goal := c.decrease * s.Peak; {
 	case s.Probing:
 		s.Rate += s.Rate * c.slowStart * dt
@@ -545,4 +576,17 @@ func (c *Controller) Fresh(s *State, now int64) bool {
 	}
 	_, paused := s.Paused(now)
 	return !paused && s.Rate >= c.start
+}
+
+// count records one completed call at now for the usage estimate.
+func (s *State) count(now int64) {
+	if s.UseStart == 0 || now < s.UseStart {
+		s.UseStart, s.UseCount = now, 0
+	}
+	if el := now - s.UseStart; el >= int64(sec) {
+		s.UseRate = float64(s.UseCount) / (float64(el) / sec)
+		s.UseKnown = true
+		s.UseStart, s.UseCount = now, 0
+	}
+	s.UseCount++
 }

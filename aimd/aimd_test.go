@@ -86,7 +86,7 @@ func TestSteps(t *testing.T) {
 	}{
 		{
 			name: "slow start doubles-ish, then additive after a throttle",
-			cfg:  Config{Start: 10, SlowStart: 1, Increase: 2, Decrease: 0.5},
+			cfg:  Config{Start: 10, SlowStart: 1, Increase: 2, Decrease: 0.5, UsageMultiple: -1},
 			steps: []step{
 				{at: 0, in: ok(lat), rate: 10},                              // first success: the clock starts
 				{at: 500 * ms, in: ok(lat), change: Increased, rate: 15},    // +10*1*0.5
@@ -130,7 +130,7 @@ func TestSteps(t *testing.T) {
 		},
 		{
 			name: "errors never raise the rate, fast or not",
-			cfg:  Config{Start: 10, SlowStart: -1, Increase: 5},
+			cfg:  Config{Start: 10, SlowStart: -1, Increase: 5, UsageMultiple: -1},
 			steps: []step{
 				{at: 0, in: ok(lat), rate: 10},
 				{at: s1, in: Sample{Outcome: Failed, Latency: 1 * ms}, rate: 10},
@@ -142,7 +142,7 @@ func TestSteps(t *testing.T) {
 		},
 		{
 			name: "floor and ceiling",
-			cfg:  Config{Start: 1, Floor: 0.8, Ceiling: 1.5, SlowStart: -1, Increase: 1, Decrease: 0.5},
+			cfg:  Config{Start: 1, Floor: 0.8, Ceiling: 1.5, SlowStart: -1, Increase: 1, Decrease: 0.5, UsageMultiple: -1},
 			steps: []step{
 				{at: 0, in: ok(lat), rate: 1},
 				{at: s1, in: ok(lat), change: Increased, rate: 1.5},
@@ -153,7 +153,7 @@ func TestSteps(t *testing.T) {
 		},
 		{
 			name: "a provider-reported rate caps but never raises",
-			cfg:  Config{Start: 10, SlowStart: -1, Increase: 10},
+			cfg:  Config{Start: 10, SlowStart: -1, Increase: 10, UsageMultiple: -1},
 			steps: []step{
 				{at: 0, in: Sample{Outcome: Success, Latency: lat, Hint: 100}, rate: 10},
 				{at: s1, in: Sample{Outcome: Success, Latency: lat, Hint: 12}, change: Increased, rate: 12},
@@ -168,6 +168,36 @@ func TestSteps(t *testing.T) {
 			runSteps(t, c, &s, tc.steps)
 		})
 	}
+}
+
+func TestUsageCapsGrowth(t *testing.T) {
+	t.Parallel()
+	// Steps use one sample a second at a rate of 10: far below the rate,
+	// so with the usage cap on, the rate stops growing at 4 x 1/s.
+	c := mustNew(t, Config{Start: 2, SlowStart: -1, Increase: 1})
+	s := c.Init()
+	for i := range 30 {
+		c.Observe(&s, t0+int64(i)*s1, ok(10*ms))
+	}
+	require.True(t, s.UseKnown)
+	require.InDelta(t, 1.0, s.UseRate, 1e-9)
+	require.InDelta(t, 4.0, s.Rate, 1e-9, "grows to 4 x the 1/s it is used at, no further")
+	// Used at 10/s it grows on.
+	at := t0 + 30*s1
+	for range 30 {
+		at += 100 * ms
+		c.Observe(&s, at, ok(10*ms))
+	}
+	require.Greater(t, s.Rate, 5.5)
+	// Disabled, it grows regardless.
+	c = mustNew(t, Config{Start: 2, SlowStart: -1, Increase: 1, UsageMultiple: -1})
+	s = c.Init()
+	for i := range 30 {
+		c.Observe(&s, t0+int64(i)*s1, ok(10*ms))
+	}
+	require.InDelta(t, 31.0, s.Rate, 1e-9)
+	_, err := New(Config{UsageMultiple: math.Inf(1)})
+	require.ErrorIs(t, err, ErrInvalidConfig)
 }
 
 func TestLatency(t *testing.T) {

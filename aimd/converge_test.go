@@ -57,26 +57,43 @@ func (p *slowProvider) serve(now int64) (bool, int64) {
 type response struct {
 	at, latency int64
 	throttled   bool
+	client      int
 }
 
-// simulate sends requests paced at the controller's rate (as a GCRA
-// limiter would) for seconds, feeding every response back, and returns per
-// second: requests sent, successes, throttles and the rate at the end of
-// the second. change, if not nil, runs at the start of every second.
-func simulate(t *testing.T, c *Controller, p provider, seconds int, change func(sec int)) (sent, good, throttled []int, rates []float64) {
+// simulate runs clients independent senders (processes that share no
+// state), each pacing requests at its own controller's rate (as a GCRA
+// limiter would) for seconds and feeding its responses back, against one
+// provider. It returns per second: requests sent, successes, throttles and
+// the sum of the rates at the end of the second. change, if not nil, runs
+// at the start of every second.
+func simulate(t *testing.T, c *Controller, p provider, seconds int, change func(sec int), clients ...int) (sent, good, throttled []int, rates []float64) {
 	t.Helper()
-	s := c.Init()
+	n := 1
+	if len(clients) > 0 {
+		n = clients[0]
+	}
+	states := make([]State, n)
+	next := make([]int64, n) // each client's next send
+	for i := range states {
+		states[i] = c.Init()
+		next[i] = t0 + int64(i)*s1/int64(10*n) // not all at once
+	}
 	var (
 		now      = t0
-		next     = t0 // next send
 		inflight []response
 		end      = t0 + int64(seconds)*s1
 		second   = -1
 	)
 	sent, good, throttled, rates = make([]int, seconds), make([]int, seconds), make([]int, seconds), make([]float64, seconds)
 	for now < end {
-		// The next event: a response or a send.
-		if len(inflight) > 0 && inflight[0].at <= next {
+		// The next event: a response or a client's send.
+		ci := 0
+		for i := range next {
+			if next[i] < next[ci] {
+				ci = i
+			}
+		}
+		if len(inflight) > 0 && inflight[0].at <= next[ci] {
 			r := inflight[0]
 			inflight = inflight[1:]
 			now = r.at
@@ -84,9 +101,9 @@ func simulate(t *testing.T, c *Controller, p provider, seconds int, change func(
 			if r.throttled {
 				in.Outcome = Throttled
 			}
-			c.Observe(&s, now, in)
+			c.Observe(&states[r.client], now, in)
 		} else {
-			now = next
+			now = next[ci]
 			if now >= end {
 				break
 			}
@@ -98,8 +115,9 @@ func simulate(t *testing.T, c *Controller, p provider, seconds int, change func(
 					}
 				}
 			}
+			s := &states[ci]
 			if until, paused := s.Paused(now); paused {
-				next = until
+				next[ci] = until
 				continue
 			}
 			thr, lat := p.serve(now)
@@ -110,17 +128,20 @@ func simulate(t *testing.T, c *Controller, p provider, seconds int, change func(
 			} else {
 				good[sec]++
 			}
-			r := response{at: now + lat, latency: lat, throttled: thr}
+			r := response{at: now + lat, latency: lat, throttled: thr, client: ci}
 			k, _ := slices.BinarySearchFunc(inflight, r.at, func(a response, at int64) int { return cmp.Compare(a.at, at+1) })
 			inflight = slices.Insert(inflight, k, r)
-			rate := c.Rate(&s)
+			rate := c.Rate(s)
 			if rate > 1e5 {
 				t.Fatalf("rate ran away to %v at second %d", rate, sec)
 			}
-			next = now + int64(float64(s1)/rate)
+			next[ci] = now + int64(float64(s1)/rate)
 		}
 		if sec := int((now - t0) / s1); sec < seconds {
-			rates[sec] = c.Rate(&s)
+			rates[sec] = 0
+			for i := range states {
+				rates[sec] += c.Rate(&states[i])
+			}
 		}
 	}
 	return sent, good, throttled, rates
@@ -182,4 +203,28 @@ func TestWithoutDecreaseItWouldNotConverge(t *testing.T) {
 	c := mustNew(t, Config{Start: 1, Ceiling: 1000, Decrease: 0.999999, Cooldown: 1 << 40})
 	sent, _, thr, _ := simulate(t, c, p, 20, nil)
 	require.Greater(t, float64(sum(thr[10:20])), 0.02*float64(sum(sent[10:20])))
+}
+
+// TestTwoProcessesWithoutSharedState is the "AIMD without shared state"
+// contender: two processes, each adapting on its own, against one hidden
+// limit. Each sees only its own throttles, and still the pair settles near
+// the limit.
+func TestTwoProcessesWithoutSharedState(t *testing.T) {
+	t.Parallel()
+	const limit = 200.0
+	p := &bucketProvider{limit: limit}
+	c := mustNew(t, Config{Start: 1})
+	sent, good, thr, rates := simulate(t, c, p, 60, func(sec int) {
+		if sec == 30 {
+			p.limit = limit / 2
+		}
+	}, 2)
+	g1, g2 := float64(sum(good[10:30]))/20/limit, float64(sum(good[40:60]))/20/(limit/2)
+	t1 := float64(sum(thr[10:30])) / float64(sum(sent[10:30]))
+	t2 := float64(sum(thr[40:60])) / float64(sum(sent[40:60]))
+	t.Logf("goodput %.3f then %.3f of the limit, throttles %.2f%% then %.2f%%, rates %.0f", g1, g2, 100*t1, 100*t2, rates)
+	require.GreaterOrEqual(t, g1, 0.9)
+	require.GreaterOrEqual(t, g2, 0.9)
+	require.LessOrEqual(t, t1, 0.02)
+	require.LessOrEqual(t, t2, 0.02)
 }

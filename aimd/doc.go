@@ -20,6 +20,11 @@
 //     (weight Config.LatencyWeight per second), anchored to
 //     Config.LatencyTarget when it is set.
 //
+// The rate grows only while it is below Config.UsageMultiple times the
+// calls the key completes per second: a lightly used key does not bank a
+// rate it never tried and spend it in one burst later (the rate-based
+// counterpart of TCP's congestion window validation, RFC 7661).
+//
 // Errors never raise the rate (a one-way ratchet: Failed and every
 // non-success leave it or lower it); the rate stays within
 // [Config.Floor, Config.Ceiling] and under a provider-reported rate

@@ -352,3 +352,49 @@ func TestFresh(t *testing.T) {
 	require.Equal(t, Open, b.State())
 	require.False(t, p.Fresh(&b, t0+time.Hour.Microseconds()), "open (or half-open) is never fresh")
 }
+
+// TestSeedOverloadOpensWithinFiveSeconds is seed 001's success metric with
+// the default Config: at 10 calls a second, an overload opens the breaker
+// within 5 s, whether it fails every call or 60% of them in a pattern that
+// never reaches 10 in a row; once the provider is well again, it closes by
+// itself.
+func TestSeedOverloadOpensWithinFiveSeconds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		fail func(i int) bool
+	}{
+		{"every call fails", func(int) bool { return true }},
+		{"60% fail, never 10 in a row", func(i int) bool { return i%5 < 3 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := mustNew(t, Config{})
+			var b Breaker
+			var opened int64
+			now := t0
+			for i := 0; opened == 0 && now < t0+5*sec; i++ {
+				now += 100 * ms
+				tk, _, err := p.Allow(&b, now)
+				require.NoError(t, err)
+				o := Success
+				if tc.fail(i) {
+					o = Failure
+				}
+				if ev := p.Record(&b, now, tk, o); ev.To == Open {
+					opened = now
+				}
+			}
+			require.NotZero(t, opened, "still %v after 5 s of overload", b.State())
+			// Well again: after the open timeout the probes succeed.
+			for now < opened+30*sec && b.State() != Closed {
+				now += 100 * ms
+				if tk, _, err := p.Allow(&b, now); err == nil {
+					p.Record(&b, now, tk, Success)
+				}
+			}
+			require.Equal(t, Closed, b.State())
+			require.LessOrEqual(t, now-opened, DefaultOpenTimeout.Microseconds()+sec)
+		})
+	}
+}
