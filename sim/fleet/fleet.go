@@ -170,14 +170,22 @@ func FigureOptions() Options {
 	return o
 }
 
+// SharedRateOptions returns o with the adapted rate in the shared store.
+// Each of the 2 processes of the figures sees about half of the calls, so
+// the AIMD usage guard is set above twice that (aimd.Config.UsageMultiple).
+func SharedRateOptions(o Options) Options {
+	o.Outbound.SharedRate = true
+	o.Outbound.AIMD.UsageMultiple = 6
+	return o
+}
+
 // Standard returns the contenders of `sluice sim --report`: Sluice with
 // one store for the fleet (pauses shared, each process adapting its share;
 // and with SharedRate, one rate for the fleet) and with a store per
 // process, AutoThrottle, and a fixed GCRA pace at half and twice the
 // limit.
 func Standard(o Options) []sim.Contender {
-	sr := o
-	sr.Outbound.SharedRate = true
+	sr := SharedRateOptions(o)
 	return []sim.Contender{
 		Sluice("sluice", true, o),
 		Sluice("sluice-shared-rate", true, sr),

@@ -68,8 +68,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-only %q matches no dialect", *only)
 	}
 	o := fleet.FigureOptions()
-	sr := o
-	sr.Outbound.SharedRate = true
+	sr := fleet.SharedRateOptions(o)
 	contenders := []sim.Contender{
 		fleet.Sluice("sluice", true, o),
 		fleet.Sluice("sluice shared-rate", true, sr),
