@@ -29,7 +29,9 @@
 // errors never raise the rate, a conservative start) and syncs the key's
 // quota in the store: a Retry-After, a ban or an exhausted quota pauses
 // the key for every process that shares the store, not just the worker
-// that saw it. A sustainable rate the provider reports (a quota over its
+// that saw it, and every process that finds the key paused slows its own
+// rate down once for the episode, so the fleet backs off as one. A
+// sustainable rate the provider reports (a quota over its
 // window, a cost bucket's restore rate) caps the adapted rate.
 // Config.SharedRate also keeps the adapted rate itself in the store, so
 // that a fleet adapts as one.

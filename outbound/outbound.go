@@ -444,9 +444,32 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 				wait = max(wait, r.RetryAfter)
 			}
 		}
+		if p := all.Results[1]; !p.Allowed && p.RetryAfter > 0 {
+			c.notePause(ks, p.RetryAfter)
+		}
 		if err := sleep(ctx, c.clk, min(wait, max(c.maxReserve, time.Millisecond))); err != nil {
 			return err
 		}
+	}
+}
+
+// notePause tells the key's controller about a pause another process
+// synced into the store, as if this process had been told the Retry-After
+// itself: the key pauses and its rate decreases once for the episode, so
+// that the whole fleet slows down, not only the process that was
+// throttled.
+func (c *Client) notePause(ks *keyState, d time.Duration) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	now := c.now()
+	until := now + d.Microseconds()
+	// Ours already (or one we have heard of): nothing new.
+	if ks.adapt.PausedUntil >= until-int64(time.Millisecond/time.Microsecond) {
+		return
+	}
+	c.ctl.Observe(&ks.adapt, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d.Microseconds()})
+	if until > ks.syncedUntil {
+		ks.syncedUntil = until
 	}
 }
 
