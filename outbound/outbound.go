@@ -233,6 +233,7 @@ func defaultIdempotent(r *http.Request) bool {
 type keyState struct {
 	key, label string
 	paceKey    string // the pacing GCRA: this client's own, or the fleet's with SharedRate
+	fleetKey   string // the fleet's pacing GCRA
 	pauseKey   string // the fleet's pause, shared by every client of the store
 	rateKey    string
 	sem        chan struct{} // the bulkhead; nil without MaxConcurrent
@@ -280,7 +281,7 @@ func (c *Client) state(key, label string) *keyState {
 	if c.shared {
 		pace = c.prefix + key
 	}
-	ks := &keyState{key: key, label: label, paceKey: pace, pauseKey: c.prefix + "pause:" + key, rateKey: c.prefix + "rate:" + key,
+	ks := &keyState{key: key, label: label, paceKey: pace, fleetKey: c.prefix + key, pauseKey: c.prefix + "pause:" + key, rateKey: c.prefix + "rate:" + key,
 		adapt: c.ctl.Init(), lastActive: now, keyPolicy: c.policy.newKey(key)}
 	if c.maxConc > 0 {
 		ks.sem = make(chan struct{}, c.maxConc)
@@ -394,6 +395,12 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 		now := c.now()
 		until, paused := ks.adapt.Paused(now)
 		rate := c.effectiveRate(ks)
+		paceKey := ks.paceKey
+		if ks.adapt.Hint > 0 {
+			// The provider stated its rate: that is the fleet's rate,
+			// so every process paces on the fleet's GCRA.
+			paceKey = ks.fleetKey
+		}
 		ks.mu.Unlock()
 		if paused {
 			if err := sleep(ctx, c.clk, time.Duration(until-now)*time.Microsecond); err != nil {
@@ -407,7 +414,7 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 		}
 		lim := c.pacing(rate)
 		items := [2]store.Item{
-			{Key: ks.paceKey, Limit: lim, Cost: 1},
+			{Key: paceKey, Limit: lim, Cost: 1},
 			{Key: ks.pauseKey, Limit: pauseLimit, Cost: 1},
 		}
 		all, err := c.store.TakeAll(ctx, store.TakeAllParams{Items: items[:], MaxDelay: maxDelay})
@@ -421,18 +428,26 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 			delay := max(all.Results[0].Delay, all.Results[1].Delay)
 			if err := sleep(ctx, c.clk, delay); err != nil {
 				_, _ = c.store.Settle(context.WithoutCancel(ctx), store.SettleParams{
-					Key: ks.paceKey, Limit: lim, Reserved: 1, Actual: 0, ReservedAt: all.Results[0].At,
+					Key: paceKey, Limit: lim, Reserved: 1, Actual: 0, ReservedAt: all.Results[0].At,
 				})
 				return err
 			}
 			if delay > 0 {
-				// A pause may have begun while this turn was booked: a
-				// turn booked before a Retry-After must not be spent
-				// during it.
+				// A pause may have begun, here or in another process,
+				// while this turn was booked: a turn booked before a
+				// Retry-After must not be spent during it.
 				ks.mu.Lock()
 				_, paused := ks.adapt.Paused(c.now())
 				ks.mu.Unlock()
 				if paused {
+					continue
+				}
+				p, err := c.store.Take(ctx, store.TakeParams{Key: ks.pauseKey, Limit: pauseLimit, Cost: 0})
+				if err != nil {
+					return fmt.Errorf("outbound: key %q: rate store: %w", ks.key, err)
+				}
+				if !p.Allowed && p.RetryAfter > 0 {
+					c.notePause(ks, p.RetryAfter)
 					continue
 				}
 			}
