@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicerl/sluice/aimd"
 	"github.com/sluicerl/sluice/clock/clocktest"
 	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/retry"
@@ -315,3 +316,46 @@ func TestConfigErrors(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A rate the provider states is the fleet's: every process paces on one
+// GCRA at it, not each at the whole of it.
+func TestProviderRatePacesTheFleet(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	st := memstore.New(memstore.Config{Clock: clk})
+	body := `{"data":{},"extensions":{"cost":{"requestedQueryCost":1,"actualQueryCost":1,` +
+		`"throttleStatus":{"maximumAvailable":100,"currentlyAvailable":90,"restoreRate":10}}}}`
+	a := &scripted{resps: []func() *http.Response{response(200, body, "Content-Type", "application/json")}}
+	b := &scripted{resps: []func() *http.Response{response(200, body, "Content-Type", "application/json")}}
+	cfg := func(base http.RoundTripper) outbound.Config {
+		return outbound.Config{Base: base, Store: st, Clock: clk, AIMD: aimd.Config{Start: 1e4, IgnoreLatency: true},
+			Retry: retry.Config{MaxAttempts: 1}}
+	}
+	ca, err := outbound.New(cfg(a))
+	require.NoError(t, err)
+	cb, err := outbound.New(cfg(b))
+	require.NoError(t, err)
+	for _, c := range []http.RoundTripper{ca, cb} { // both learn the rate: 10/s
+		resp := get(t, c, "http://shop.test/graphql")
+		require.NoError(t, resp.Body.Close())
+	}
+	rate, _ := ca.Rate("shop.test")
+	require.InDelta(t, 10, rate, 1e-9)
+	clk.Advance(time.Second)
+
+	resp := get(t, ca, "http://shop.test/graphql")
+	require.NoError(t, resp.Body.Close())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp := get(t, cb, "http://shop.test/graphql")
+		_ = resp.Body.Close()
+	}()
+	for clk.Timers() == 0 && b.calls.Load() == 1 {
+		time.Sleep(time.Millisecond)
+	}
+	require.EqualValues(t, 1, b.calls.Load(), "B went at once: the processes paced apart")
+	clk.Advance(100 * time.Millisecond)
+	<-done
+	require.EqualValues(t, 2, b.calls.Load())
+}
