@@ -246,6 +246,8 @@ type keyState struct {
 	costPerCall float64 // latest actual cost of a call, for cost-bucket hints
 	lastActive  int64   // µs
 	latency     float64 // EWMA of attempt latency, µs
+	// minLatency is the fastest success since minLatencyAt (µs).
+	minLatency, minLatencyAt int64
 
 	requests, successes, throttles, errors, retries, rejected int64
 }
@@ -627,6 +629,17 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 	} else {
 		ks.latency += 0.2 * (lat - ks.latency)
 	}
+	if s.Outcome == aimd.Success {
+		// Anchor the latency target to the fastest recent success (the
+		// provider's base latency, as TCP Vegas and BBR do) so that a
+		// latency growing slowly with load cannot drag the target along.
+		if ks.minLatency == 0 || s.Latency < ks.minLatency || now-ks.minLatencyAt > minLatencyWindow {
+			ks.minLatency, ks.minLatencyAt = max(s.Latency, 1), now
+		}
+		if anchor := float64(ks.minLatency) * targetOverMin; ks.adapt.Target > anchor {
+			ks.adapt.Target = anchor
+		}
+	}
 	d := c.ctl.Observe(&ks.adapt, now, s)
 	rate := c.effectiveRate(ks)
 	// A pause (Retry-After, a ban, an exhausted quota) goes to the store
@@ -656,6 +669,13 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 		c.metrics.observe(ks.label, s.Outcome, rate)
 	}
 }
+
+// The latency target never exceeds targetOverMin times the fastest success
+// of the last minLatencyWindow.
+const (
+	targetOverMin    = 2
+	minLatencyWindow = int64(30 * time.Second / time.Microsecond)
+)
 
 // hint returns the sustainable rate the provider reported, in calls per
 // second, or 0: a quota over a window, or a cost bucket's restore rate

@@ -359,3 +359,42 @@ func TestProviderRatePacesTheFleet(t *testing.T) {
 	<-done
 	require.EqualValues(t, 2, b.calls.Load())
 }
+
+// advancing answers 200 after the next latency of a script, on a fake clock.
+type advancing struct {
+	clk       *clocktest.Clock
+	latencies []time.Duration
+	n         int
+}
+
+func (a *advancing) RoundTrip(*http.Request) (*http.Response, error) {
+	a.clk.Advance(a.latencies[min(a.n, len(a.latencies)-1)])
+	a.n++
+	return response(200, "ok")(), nil
+}
+
+// A latency that grows slowly with load is caught: the target is anchored
+// to the fastest recent success and cannot drift up with it.
+func TestSlowlyGrowingLatencyDecreases(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	var lat []time.Duration
+	for range 20 {
+		lat = append(lat, 10*time.Millisecond)
+	}
+	for ms := 10; ms <= 60; ms++ { // slowly: 20 calls per millisecond more
+		for range 20 {
+			lat = append(lat, time.Duration(ms)*time.Millisecond)
+		}
+	}
+	base := &advancing{clk: clk, latencies: lat}
+	c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk}),
+		Burst: 1000, AIMD: aimd.Config{Start: 1e4}, Retry: retry.Config{MaxAttempts: 1}})
+	require.NoError(t, err)
+	for range len(lat) {
+		resp := get(t, c, "http://api.test/")
+		_ = resp.Body.Close()
+	}
+	rate, _ := c.Rate("api.test")
+	require.Less(t, rate, 1e4, "latency grew from 10 to 60 ms and the rate never decreased")
+}
