@@ -1,13 +1,17 @@
 package sim
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicerl/sluice/clock"
 )
@@ -187,4 +191,20 @@ func seconds(s int) string {
 		return "never"
 	}
 	return fmt.Sprint(s)
+}
+
+// ParseScenario reads a scenario from YAML (JSON is YAML too), rejecting
+// unknown fields, and fills and validates it. Durations are Go durations
+// ("15s", "20ms").
+func ParseScenario(b []byte) (Scenario, error) {
+	var sc Scenario
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&sc); err != nil && !errors.Is(err, io.EOF) {
+		return sc, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := sc.Fill(); err != nil {
+		return sc, err
+	}
+	return sc, nil
 }

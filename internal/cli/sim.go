@@ -3,7 +3,6 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicerl/sluice/sim"
 	"github.com/sluicerl/sluice/sim/fleet"
@@ -110,9 +108,7 @@ func (f *simFlags) scenarioFrom(cmd *cobra.Command) (sim.Scenario, error) {
 		if err != nil {
 			return sc, err
 		}
-		dec := yaml.NewDecoder(strings.NewReader(string(b)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&sc); err != nil && err != io.EOF {
+		if sc, err = sim.ParseScenario(b); err != nil {
 			return sc, fmt.Errorf("scenario %s: %w", f.scenario, err)
 		}
 	}
