@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/sluicerl/sluice/sim"
 	"github.com/sluicerl/sluice/sim/fleet"
+	"github.com/sluicerl/sluice/store"
 )
 
 type simFlags struct {
@@ -34,6 +37,7 @@ type simFlags struct {
 	target     string
 	report     bool
 	sharedRate bool
+	state      string
 }
 
 // simClients are the --client names.
@@ -89,7 +93,27 @@ and prints one table; --out FILE.json then writes its rows.`,
 	fs.StringVar(&f.out, "out", "", "write a chart (FILE.png or FILE.svg) and FILE.json; with --report, FILE.json only")
 	fs.StringVar(&f.target, "target", "", "drive the workers against this URL instead of a simulator")
 	fs.BoolVar(&f.report, "report", false, "run every dialect against every client and print the table")
+	fs.StringVar(&f.state, "state", "memory:", "store the sluice clients' processes share: memory:, redis://..., postgres://..., sqlite:PATH (as serve --state)")
 	return cmd
+}
+
+// options returns the figures' options over the --state store. Every run
+// keys its state under a prefix of its own, so runs never meet in a shared
+// store.
+func (f *simFlags) options(cmd *cobra.Command) (fleet.Options, func(), error) {
+	o := fleet.FigureOptions()
+	if f.state == "" || f.state == DefaultState {
+		return o, func() {}, nil
+	}
+	st, err := openState(cmd.Context(), "--state", f.state, nil, 0, nil)
+	if err != nil {
+		return o, nil, err
+	}
+	o.NewStore = func() (store.RateStore, error) { return st.store, nil }
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	o.Outbound.Prefix = "sluice-sim:" + hex.EncodeToString(b[:]) + ":"
+	return o, st.close, nil
 }
 
 func dialectNames() []string {
@@ -161,8 +185,7 @@ func (f *simFlags) scenarioFrom(cmd *cobra.Command) (sim.Scenario, error) {
 	return sc, nil
 }
 
-func (f *simFlags) contender() (sim.Contender, error) {
-	o := fleet.FigureOptions()
+func (f *simFlags) contender(o fleet.Options) (sim.Contender, error) {
 	o.Outbound.SharedRate = f.sharedRate
 	switch f.client {
 	case "sluice":
@@ -202,7 +225,12 @@ func runSim(cmd *cobra.Command, opts *Options, f *simFlags) error {
 	if err != nil {
 		return err
 	}
-	c, err := f.contender()
+	o, closeState, err := f.options(cmd)
+	if err != nil {
+		return err
+	}
+	defer closeState()
+	c, err := f.contender(o)
 	if err != nil {
 		return err
 	}
@@ -296,7 +324,11 @@ func runSimReport(cmd *cobra.Command, opts *Options, f *simFlags) error {
 			return usageError{err}
 		}
 	}
-	o := fleet.FigureOptions()
+	o, closeState, err := f.options(cmd)
+	if err != nil {
+		return err
+	}
+	defer closeState()
 	o.Outbound.SharedRate = f.sharedRate
 	contenders := fleet.Standard(o)
 	fmt.Fprintf(opts.Stderr, "running %d dialects x %d clients for %v...\n", len(scenarios), len(contenders), f.duration)

@@ -10,9 +10,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/internal/cli"
+	"github.com/sluicerl/sluice/internal/testenv"
 	"github.com/sluicerl/sluice/sim"
 )
 
@@ -120,4 +122,42 @@ func TestSimUsageErrors(t *testing.T) {
 		require.NotEqual(t, cli.ExitOK, r.code, "%v", tt.args)
 		require.Contains(t, r.stderr, tt.want, "%v", tt.args)
 	}
+}
+
+// --state puts the sluice clients' shared state in Redis: with Redis
+// unreachable nothing goes out, with Redis it runs.
+func TestSimStateRedis(t *testing.T) {
+	t.Parallel()
+	raw := testenv.RedisURL()
+	c := redis.NewClient(mustRedisOptions(t, raw))
+	defer c.Close()
+	if err := c.Ping(t.Context()).Err(); err != nil {
+		testenv.Unreachable(t, "Redis at "+raw, err)
+	}
+	out := filepath.Join(t.TempDir(), "run.svg")
+	r := run(t, nil, "sim", "--state", raw, "--dialect", "503", "--duration", "2s", "--workers", "2", "--out", out)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	var sum struct{ Summary sim.Summary }
+	b, err := os.ReadFile(strings.TrimSuffix(out, ".svg") + ".json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &sum))
+	require.Positive(t, sum.Summary.Offered)
+
+	r = run(t, nil, "sim", "--state", "redis://127.0.0.1:1/0", "--dialect", "503", "--duration", "1s", "--workers", "2", "--out", out)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	b, err = os.ReadFile(strings.TrimSuffix(out, ".svg") + ".json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &sum))
+	require.Zero(t, sum.Summary.Offered, "a store that cannot answer lets nothing through (fail closed)")
+
+	r = run(t, nil, "sim", "--state", "nope:x")
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.stderr, `invalid --state "nope:x"`)
+}
+
+func mustRedisOptions(t *testing.T, raw string) *redis.Options {
+	t.Helper()
+	o, err := redis.ParseURL(raw)
+	require.NoError(t, err)
+	return o
 }

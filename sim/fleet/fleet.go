@@ -8,6 +8,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -27,8 +28,9 @@ type Options struct {
 	// and Store are set per process.
 	Outbound outbound.Config
 	// NewStore returns the store a run's processes share (Sluice) or each
-	// process's own store (Sluice without shared state). Nil means a new
-	// in-memory store.
+	// process's own store (Sluice without shared state; when it returns
+	// the same store every time, each process keys its state apart). Nil
+	// means a new in-memory store.
 	NewStore func() (store.RateStore, error)
 }
 
@@ -58,7 +60,7 @@ func Sluice(name string, shared bool, o Options) sim.Contender {
 			st = s
 		}
 		procs := float64(max(sc.Processes, 1))
-		return func(_ int, base http.RoundTripper) (sim.Client, error) {
+		return func(process int, base http.RoundTripper) (sim.Client, error) {
 			cfg := o.Outbound
 			cfg.Base = base
 			cfg.Store = st
@@ -67,7 +69,10 @@ func Sluice(name string, shared bool, o Options) sim.Contender {
 				if err != nil {
 					return sim.Client{}, err
 				}
+				// A store of its own, even when NewStore hands every
+				// process the same one.
 				cfg.Store = s
+				cfg.Prefix = fmt.Sprintf("%sp%d:", cmp.Or(cfg.Prefix, "outbound:"), process)
 			}
 			c, err := outbound.New(cfg)
 			if err != nil {
