@@ -36,8 +36,9 @@ var ErrEmptyKey = errors.New("outbound: empty key")
 // (a body without GetBody) when the only way on was a retry.
 var ErrNotRetryable = errors.New("outbound: request body cannot be replayed")
 
-// Config configures a Client. Every zero field means its documented
-// default.
+// Config configures a Client: a plain value that New copies. Every zero
+// field means its documented default, so the zero Config is a client over
+// http.DefaultTransport with an in-memory store.
 type Config struct {
 	// Base sends the requests. Nil means http.DefaultTransport.
 	Base http.RoundTripper
@@ -775,7 +776,8 @@ func peekJSON(resp *http.Response) []byte {
 }
 
 // StatusError lets a Do function report a response it got: the status and
-// headers are read like an HTTP response's.
+// headers are read like an HTTP response's. It is a plain value; the zero
+// value is a response without a status, read as a failed call.
 type StatusError struct {
 	Status int
 	Header http.Header
@@ -830,7 +832,8 @@ func (c *Client) Do(ctx context.Context, key string, opts *DoOpts, fn func(conte
 	return last
 }
 
-// KeySnapshot is one key's state (seed 001 section 11).
+// KeySnapshot is one key's state (seed 001 section 11): a plain value, a
+// copy taken under the key's lock.
 type KeySnapshot struct {
 	Key      string `json:"key"`
 	Label    string `json:"label"`
@@ -856,7 +859,7 @@ type KeySnapshot struct {
 	LastActive time.Time       `json:"last_active"`
 }
 
-// Snapshot is the client's state at one time.
+// Snapshot is the client's state at one time: a plain value.
 type Snapshot struct {
 	At        time.Time `json:"at"`
 	Requests  int64     `json:"requests"`

@@ -88,7 +88,8 @@ func (k *keyPolicy) retry(n int, rep *signal.Report, idempotent bool, now int64)
 	return k.retrier.Decide(now, a)
 }
 
-// BreakerSnapshot is a key's circuit breaker state.
+// BreakerSnapshot is a key's circuit breaker and retry budget state: a
+// plain value, a copy.
 type BreakerSnapshot struct {
 	State string `json:"state"`
 	// Requests and Failures are the outcomes in the breaker's window;

@@ -13,7 +13,10 @@ import (
 	"github.com/sluicerl/sluice/clock"
 )
 
-// Client is what one simulated process calls the provider through.
+// Client is what one simulated process calls the provider through: a
+// plain value. Its Transport and Rate are called from many workers at once
+// and must be safe for concurrent use. The zero value has no transport and
+// is rejected by Run.
 type Client struct {
 	// Transport sends a request: the outbound client under test, or a
 	// baseline wrapping the base transport.
@@ -23,8 +26,8 @@ type Client struct {
 	Rate func() float64
 }
 
-// Config configures Run. Base is required; every other zero value means the
-// documented default.
+// Config configures Run, a plain value. Base is required; every other zero
+// value means the documented default.
 type Config struct {
 	// Workers is the total number of concurrent workers. Zero means 8.
 	Workers int
@@ -57,7 +60,7 @@ type Config struct {
 	OnSecond func(Second)
 }
 
-// Second is what happened during one second of a run.
+// Second is what happened during one second of a run: a plain value.
 type Second struct {
 	T     int     `json:"t"`               // seconds since the start
 	Limit float64 `json:"limit,omitempty"` // the true limit, requests/s (0: unknown)
@@ -83,7 +86,8 @@ type Second struct {
 	Rate float64 `json:"rate"`
 }
 
-// Result is a run's second-by-second record.
+// Result is a run's second-by-second record: a plain value, not safe to
+// modify concurrently. The zero value is an empty run.
 type Result struct {
 	Seconds []Second `json:"seconds"`
 }
@@ -157,7 +161,8 @@ func (c countingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	return resp, nil
 }
 
-// Outcome is how the harness counts a response.
+// Outcome is how the harness counts a response. The zero value is
+// OutcomeOK.
 type Outcome uint8
 
 const (

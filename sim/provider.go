@@ -16,7 +16,8 @@ import (
 	"github.com/sluicerl/sluice/clock"
 )
 
-// Dialect is how a simulated provider enforces and signals its limit.
+// Dialect is how a simulated provider enforces and signals its limit. The
+// zero value is RetryAfterSeconds.
 type Dialect uint8
 
 const (
@@ -101,7 +102,7 @@ func (d *Dialect) UnmarshalText(b []byte) error {
 }
 
 // Change sets the hidden limit to Limit requests per second from At after
-// the provider started.
+// the provider started. A plain value.
 type Change struct {
 	At    time.Duration `json:"at" yaml:"at"`
 	Limit float64       `json:"limit" yaml:"limit"`
@@ -212,7 +213,7 @@ func (c *ProviderConfig) defaults() error {
 	return nil
 }
 
-// ProviderStats counts what a Provider answered.
+// ProviderStats counts what a Provider answered: a plain value, a copy.
 type ProviderStats struct {
 	Requests  int64 // every request
 	Admitted  int64 // served within the limit

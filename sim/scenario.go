@@ -16,7 +16,9 @@ import (
 	"github.com/sluicerl/sluice/clock"
 )
 
-// Scenario is one simulated provider and the fleet that calls it.
+// Scenario is one simulated provider and the fleet that calls it: a plain
+// value whose zero value, once filled (Fill), is the default provider with 8
+// workers in 2 processes for 30 s.
 type Scenario struct {
 	Name     string         `json:"name" yaml:"name"`
 	Provider ProviderConfig `json:"provider" yaml:"provider"`
@@ -84,13 +86,14 @@ func StandardScenarios(d time.Duration) []Scenario {
 
 // Contender is a client under test in a table: NewRun is called once per
 // scenario run and returns the NewClient for that run's processes, so
-// that processes of one run can share state (a store) and runs cannot.
+// that processes of one run can share state (a store) and runs cannot. A
+// plain value; NewRun may be called from several goroutines at once.
 type Contender struct {
 	Name   string
 	NewRun func(sc Scenario) (func(process int, base http.RoundTripper) (Client, error), error)
 }
 
-// Row is one contender's run of one scenario.
+// Row is one contender's run of one scenario: a plain value.
 type Row struct {
 	Scenario  string  `json:"scenario"`
 	Contender string  `json:"contender"`

@@ -11,8 +11,8 @@ func floatFrom(b uint64) float64 { return math.Float64frombits(b) }
 // steady ratios.
 const SettleAllowance = 10
 
-// Summary is a run's figures (issue 5). Seconds are whole seconds since the
-// start; -1 means "never" or "not applicable".
+// Summary is a run's figures (issue 5), a plain value. Seconds are whole
+// seconds since the start; -1 means "never" or "not applicable".
 type Summary struct {
 	// ConvergeS is the first second from which goodput over two seconds
 	// is within 5% of the limit (at least 0.95 of it).
