@@ -316,7 +316,27 @@ func (c *Controller) Init() State {
 func (c *Controller) start0(s *State) {
 	if !s.Started {
 		*s = c.Init()
+		return
 	}
+	// A State that comes back from elsewhere (a store, a peer) may be
+	// damaged: bring it into range rather than panic or spread a NaN.
+	s.Rate = c.clampRate(s.Rate)
+	if s.Next < 0 || s.Next >= RingSize || s.N < 0 || s.N > RingSize {
+		s.Next, s.N = 0, 0
+	}
+	for _, f := range []*float64{&s.Peak, &s.CutTo, &s.Hint, &s.Target, &s.UseRate} {
+		if !(*f >= 0) || math.IsInf(*f, 0) {
+			*f = 0
+		}
+	}
+}
+
+// clampRate brings a rate into [Floor, Ceiling]; NaN is Start.
+func (c *Controller) clampRate(r float64) float64 {
+	if math.IsNaN(r) {
+		return c.start
+	}
+	return min(max(r, c.floor), c.ceiling)
 }
 
 // Rate returns the key's current rate.
@@ -324,7 +344,7 @@ func (c *Controller) Rate(s *State) float64 {
 	if !s.Started {
 		return c.start
 	}
-	return s.Rate
+	return c.clampRate(s.Rate)
 }
 
 // Paused reports whether the key is paused by a Retry-After at now, and
@@ -350,7 +370,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	latency := max(in.Latency, 0)
 	sent := now - latency
 	if in.RetryAfter > 0 {
-		s.PausedUntil = max(s.PausedUntil, now+in.RetryAfter)
+		s.PausedUntil = max(s.PausedUntil, addSat(now, in.RetryAfter))
 	}
 	if in.Hint > 0 && !math.IsInf(in.Hint, 0) {
 		s.Hint = in.Hint
@@ -391,9 +411,22 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		} else if c.grow(s, now) {
 			d.Change = Increased
 		}
+	} else if in.Outcome == Failed {
+		// Nor does time spent failing: a success after a run of errors
+		// earns only the time since the last of them (one-way ratchet).
+		s.LastIncrease = now
 	}
 	d.Rate, d.PausedUntil = s.Rate, s.PausedUntil
 	return d
+}
+
+// addSat returns now + d for d > 0, saturating at math.MaxInt64 so that a
+// huge Retry-After pauses the key for ever rather than not at all.
+func addSat(now, d int64) int64 {
+	if now > 0 && d > math.MaxInt64-now {
+		return math.MaxInt64
+	}
+	return now + d
 }
 
 // newEpisode reports whether a bad signal about a request sent at sent is

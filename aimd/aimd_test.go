@@ -138,6 +138,18 @@ func TestSteps(t *testing.T) {
 				// The failed time did not count: the increase is for the
 				// last second only.
 				{at: 3 * s1, in: ok(lat), change: Increased, rate: 15},
+				// Within the second too: a success right after a failure
+				// earns only the time since that failure.
+				{at: 3*s1 + 900*ms, in: Sample{Outcome: Failed, Latency: 1 * ms}, rate: 15},
+				{at: 4 * s1, in: ok(lat), change: Increased, rate: 15.5},
+			},
+		},
+		{
+			name: "a huge retry-after pauses for ever instead of overflowing",
+			cfg:  Config{Start: 100, Decrease: 0.5},
+			steps: []step{
+				{at: 0, in: Sample{Outcome: Throttled, Latency: lat, RetryAfter: math.MaxInt64}, change: Decreased, reason: ReasonThrottled, rate: 50, paused: math.MaxInt64 - t0},
+				{at: s1, in: Sample{RetryAfter: math.MaxInt64 - 5}, change: Decreased, reason: ReasonRetryAfter, rate: 25, paused: math.MaxInt64 - t0},
 			},
 		},
 		{
@@ -166,6 +178,44 @@ func TestSteps(t *testing.T) {
 			c := mustNew(t, tc.cfg)
 			s := c.Init()
 			runSteps(t, c, &s, tc.steps)
+		})
+	}
+}
+
+func TestDamagedStateIsRepaired(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Floor: 0.5, Ceiling: 100})
+	nan := math.NaN()
+	for _, tc := range []struct {
+		name string
+		s    State
+	}{
+		{"nan rate", State{Started: true, Rate: nan}},
+		{"negative rate", State{Started: true, Rate: -4}},
+		{"infinite rate", State{Started: true, Rate: math.Inf(1)}},
+		{"ring cursor below", State{Started: true, Rate: 5, Next: -3, N: 4}},
+		{"ring cursor above", State{Started: true, Rate: 5, Next: RingSize, N: 4}},
+		{"nan fields", State{Started: true, Rate: 5, Peak: nan, CutTo: nan, Hint: nan, Target: nan, UseRate: nan, UseKnown: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := tc.s
+			r := c.Rate(&s)
+			require.True(t, r >= 0.5 && r <= 100, "Rate %v", r)
+			at := t0
+			for i := range 3 * RingSize {
+				at += 50 * ms
+				in := ok(int64(10+i%7) * ms)
+				if i%10 == 9 {
+					in = ok(200 * ms) // slow: the p95 is consulted
+				}
+				if i%20 == 19 {
+					in = Sample{Outcome: Throttled, Latency: 10 * ms}
+				}
+				require.NotPanics(t, func() { c.Observe(&s, at, in) })
+				require.True(t, s.Rate >= 0.5 && s.Rate <= 100, "rate %v after sample %d", s.Rate, i)
+			}
+			require.True(t, s.Target > 0 && !math.IsInf(s.Target, 0), "latency target %v", s.Target)
 		})
 	}
 }

@@ -242,6 +242,7 @@ type Breaker struct {
 	consec     int
 	probes     int // half-open: admitted probes still counting
 	probeOK    int
+	lost       int // half-open: probes taken as lost whose slots were reused
 	lastProbe  int64
 }
 
@@ -286,6 +287,7 @@ func (p *Policy) Allow(b *Breaker, now int64) (Ticket, Event, error) {
 	// Half-open: admit while the probe budget lasts. A probe that never
 	// reported for an open timeout is taken as lost, and its slot reused.
 	if b.probes >= p.probes && now-b.lastProbe >= p.openTimeout {
+		b.lost += b.probes - b.probeOK
 		b.probes = b.probeOK
 	}
 	if b.probes >= p.probes {
@@ -313,16 +315,29 @@ func (p *Policy) Record(b *Breaker, now int64, t Ticket, o Outcome) Event {
 		if !t.Probe {
 			return Event{}
 		}
+		// A report may come from a probe taken as lost, whose slot was
+		// reused: which one cannot be told, so while any are lost a
+		// report settles a lost one first, and the budget never admits
+		// more probes at once than it allows.
+		late := b.lost > 0
+		if late {
+			b.lost--
+		}
 		switch o {
 		case Failure:
 			return p.transition(b, now, Open, ReasonProbeFailed)
 		case Success:
+			if late {
+				b.probes++ // it counts as an admitted probe again
+			}
 			b.probeOK++
 			if b.probeOK >= p.probes {
 				return p.transition(b, now, Closed, ReasonProbesSucceeded)
 			}
 		default:
-			b.probes-- // the slot goes back to the budget
+			if !late {
+				b.probes-- // the slot goes back to the budget
+			}
 		}
 	}
 	return Event{}
@@ -384,7 +399,7 @@ func (p *Policy) transition(b *Breaker, now int64, to State, why Reason) Event {
 	b.state, b.since = to, now
 	b.generation++
 	ev.Generation = b.generation
-	b.probes, b.probeOK, b.lastProbe = 0, 0, now
+	b.probes, b.probeOK, b.lost, b.lastProbe = 0, 0, 0, now
 	if to == Closed || to == Open {
 		// A fresh window: what led to the last transition is evidence
 		// already acted on.

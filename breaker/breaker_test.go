@@ -285,6 +285,43 @@ func TestLostProbeIsReplaced(t *testing.T) {
 	require.Equal(t, Closed, func() State { p.Record(&b, t0+2*sec, tk, Success); return b.State() }())
 }
 
+func TestLateReportOfALostProbeFreesNoSlot(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{ConsecutiveFailures: 1, OpenTimeout: time.Second, HalfOpenProbes: 1})
+	var b Breaker
+	tk, _, _ := p.Allow(&b, t0)
+	p.Record(&b, t0, tk, Failure)
+	lost, _, err := p.Allow(&b, t0+sec)
+	require.NoError(t, err)
+	probe, _, err := p.Allow(&b, t0+2*sec) // the lost probe's slot, reused
+	require.NoError(t, err)
+	// The lost probe turns up after all, canceled: its slot was already
+	// given away, so the probe still out keeps the budget full.
+	p.Record(&b, t0+2*sec, lost, Ignored)
+	_, _, err = p.Allow(&b, t0+2*sec)
+	require.ErrorIs(t, err, ErrProbeLimit, "one probe is out, the budget is one")
+	// The probe still out reports: its slot returns.
+	p.Record(&b, t0+2*sec, probe, Ignored)
+	probe, _, err = p.Allow(&b, t0+2*sec)
+	require.NoError(t, err)
+	require.Equal(t, Closed, func() State { p.Record(&b, t0+2*sec, probe, Success); return b.State() }())
+
+	// A lost probe that reports a success late still counts as one.
+	p = mustNew(t, Config{ConsecutiveFailures: 1, OpenTimeout: time.Second, HalfOpenProbes: 2})
+	b = Breaker{}
+	tk, _, _ = p.Allow(&b, t0)
+	p.Record(&b, t0, tk, Failure)
+	l1, _, _ := p.Allow(&b, t0+sec)
+	_, _, _ = p.Allow(&b, t0+sec)
+	p1, _, err := p.Allow(&b, t0+2*sec)
+	require.NoError(t, err)
+	p.Record(&b, t0+2*sec, l1, Success)
+	_, _, err = p.Allow(&b, t0+2*sec)
+	require.ErrorIs(t, err, ErrProbeLimit, "p1 is out and l1 used the other slot")
+	p.Record(&b, t0+2*sec, p1, Success)
+	require.Equal(t, Closed, b.State())
+}
+
 func TestLocked(t *testing.T) {
 	t.Parallel()
 	var (

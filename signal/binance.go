@@ -45,7 +45,11 @@ const (
 // unknown length. Binance does not send the limits themselves (they are in
 // exchangeInfo), so these policies have Used but no Limit or Remaining.
 func binance(rep *Report, h http.Header) {
-	first := rep.NPolicies
+	// Map order is random: keep the first MaxPolicies by name, then
+	// window, so that the same headers always give the same Report,
+	// however many there are.
+	var kept [MaxPolicies]Policy
+	n := 0
 	for k, v := range h {
 		if len(v) == 0 || len(k) < len(binanceWeight) || (k[:len(binanceWeight)] != binanceWeight && k[:len(binanceOrders)] != binanceOrders) {
 			continue
@@ -73,15 +77,21 @@ func binance(rep *Report, h http.Header) {
 		}
 		pol.Used, pol.Known = used, pol.Known|FieldUsed
 		rep.Sources |= SourceBinance
-		rep.addPolicy(pol)
-	}
-	// Map order is random: sort what was kept by name, then window, so
-	// that the same headers always give the same Report.
-	ps := rep.Policies[first:rep.NPolicies]
-	for i := 1; i < len(ps); i++ {
-		for j := i; j > 0 && binanceLess(ps[j], ps[j-1]); j-- {
-			ps[j], ps[j-1] = ps[j-1], ps[j]
+		if n == len(kept) {
+			if !binanceLess(pol, kept[n-1]) {
+				continue
+			}
+			n--
 		}
+		j := n
+		for ; j > 0 && binanceLess(pol, kept[j-1]); j-- {
+			kept[j] = kept[j-1]
+		}
+		kept[j] = pol
+		n++
+	}
+	for _, pol := range kept[:n] {
+		rep.addPolicy(pol)
 	}
 }
 
@@ -89,5 +99,8 @@ func binanceLess(a, b Policy) bool {
 	if a.Name != b.Name {
 		return a.Name > b.Name // "weight" before "orders"
 	}
-	return a.Window < b.Window
+	if a.Window != b.Window {
+		return a.Window < b.Window
+	}
+	return a.Used > b.Used // "1m" and "1M" both sent: the busier first
 }

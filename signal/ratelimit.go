@@ -70,23 +70,42 @@ func RetryAfter(v string, now, maxDelay int64) (delay int64, ok bool) {
 	if n, ok := digits(v); ok {
 		return clampDelay(secondsToMicros(n), maxDelay), true
 	}
-	t, ok := httpDate(v)
+	t, ok := httpDate(v, now)
 	if !ok {
 		return 0, false
 	}
 	return clampDelay(untilMicros(t, now), maxDelay), true
 }
 
-// httpDate parses the three HTTP-date forms; it does not allocate on
-// success.
-func httpDate(v string) (time.Time, bool) {
+// rfc850 is the RFC 850 date form with its zone fixed to GMT, the only
+// one RFC 9110 allows.
+const rfc850 = "Monday, 02-Jan-06 15:04:05 GMT"
+
+// httpDate parses the three HTTP-date forms at now (Unix microseconds); it
+// does not allocate on success. An RFC 850 date's two-digit year is read as
+// RFC 9110 section 5.6.7 requires: the year with those last two digits at
+// most 50 years after now's (and less than 50 before), not by a fixed
+// pivot.
+func httpDate(v string, now int64) (time.Time, bool) {
 	if len(v) < 20 || len(v) > 40 {
 		return time.Time{}, false
 	}
-	for _, layout := range [...]string{http.TimeFormat, time.RFC850, time.ANSIC} {
-		if t, err := time.Parse(layout, v); err == nil {
-			return t, true
+	if t, err := time.Parse(http.TimeFormat, v); err == nil {
+		return t, true
+	}
+	if t, err := time.Parse(rfc850, v); err == nil {
+		nowYear := time.UnixMicro(now).UTC().Year()
+		year := nowYear - nowYear%100 + t.Year()%100
+		switch {
+		case year > nowYear+50:
+			year -= 100
+		case year <= nowYear-50:
+			year += 100
 		}
+		return time.Date(year, t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC), true
+	}
+	if t, err := time.Parse(time.ANSIC, v); err == nil {
+		return t, true
 	}
 	return time.Time{}, false
 }
@@ -129,7 +148,7 @@ func ResetDelay(v string, now, maxDelay int64) (int64, bool) {
 	whole, frac, hasFrac := strings.Cut(v, ".")
 	n, ok := digits(whole)
 	if !ok {
-		if t, ok := httpDate(v); ok {
+		if t, ok := httpDate(v, now); ok {
 			return clampDelay(untilMicros(t, now), maxDelay), true
 		}
 		return 0, false

@@ -53,11 +53,26 @@ func TestRetryAfter(t *testing.T) {
 		{"5s", 0, false},
 		{"soon", 0, false},
 		{"Tue, 01 Jan 2030 00:01:30 PST", 0, false},
+		{"Tuesday, 01-Jan-30 00:01:30 PST", 0, false},
+		// RFC 850's two-digit year is at most 50 years ahead of now
+		// (2030): 79 is 2079 (clamped), 81 is 1981 (past), 94 is 1994.
+		{"Sunday, 01-Jan-79 00:00:00 GMT", maxD, true},
+		{"Wednesday, 01-Jan-81 00:00:00 GMT", 0, true},
+		{"Sunday, 06-Nov-94 08:49:37 GMT", 0, true},
+		{"Monday, 31-Dec-29 23:59:59 GMT", 0, true},
 		{"2030-01-01T00:01:30Z", 0, false},
 	} {
 		d, ok := RetryAfter(tc.v, t0, maxD)
 		require.Equal(t, tc.ok, ok, "%q", tc.v)
 		require.Equal(t, tc.delay, d, "%q", tc.v)
+	}
+	// Late in a century the window wraps: in 2095, 45 is 2145 (ahead,
+	// clamped) and 46 is 2046 (past).
+	late := time.Date(2095, 6, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	for v, want := range map[string]int64{"Sunday, 01-Jan-45 00:00:00 GMT": maxD, "Monday, 01-Jan-46 00:00:00 GMT": 0} {
+		d, ok := RetryAfter(v, late, maxD)
+		require.True(t, ok, v)
+		require.Equal(t, want, d, v)
 	}
 }
 
@@ -425,6 +440,20 @@ func TestParseBinance(t *testing.T) {
 	require.True(t, ban.Throttled)
 	require.Equal(t, ClassTransient, ban.Class)
 	require.Equal(t, 600*sec, ban.RetryAfter)
+
+	// More headers than a Report keeps: always the same ones, whatever
+	// the header map's order.
+	h = hdr("X-MBX-USED-WEIGHT", "1", "X-MBX-USED-WEIGHT-1S", "2", "X-MBX-USED-WEIGHT-10S", "3", "X-MBX-USED-WEIGHT-1M", "4",
+		"X-MBX-USED-WEIGHT-5M", "5", "X-MBX-USED-WEIGHT-1H", "6", "X-MBX-USED-WEIGHT-1D", "7", "X-MBX-ORDER-COUNT-10S", "8",
+		"X-MBX-ORDER-COUNT-1M", "9", "X-MBX-ORDER-COUNT-1H", "10", "X-MBX-ORDER-COUNT-1D", "11")
+	want := Parse(t0, Response{Status: 200, Header: h})
+	require.Equal(t, MaxPolicies, want.NPolicies)
+	for i, p := range policies(want) {
+		require.Equal(t, int64(i+1), p.Used, "policy %d: %+v", i, p)
+	}
+	for range 50 {
+		require.Equal(t, want, Parse(t0, Response{Status: 200, Header: h}))
+	}
 }
 
 func TestParseMergesDialects(t *testing.T) {
