@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -280,11 +281,14 @@ func (c *Client) state(key, label string) *keyState {
 	if len(c.keys) >= c.maxKeys {
 		c.evictLocked(now)
 	}
-	pace := c.prefix + key + "#" + c.instance
+	// Every store key of one key carries the same hash tag, so that a
+	// TakeAll over them runs on one Redis Cluster slot.
+	tagged := c.prefix + "{" + braces.Replace(key) + "}"
+	pace := tagged + "#" + c.instance
 	if c.shared {
-		pace = c.prefix + key
+		pace = tagged
 	}
-	ks := &keyState{key: key, label: label, paceKey: pace, fleetKey: c.prefix + key, pauseKey: c.prefix + "pause:" + key, rateKey: c.prefix + "rate:" + key,
+	ks := &keyState{key: key, label: label, paceKey: pace, fleetKey: tagged, pauseKey: tagged + ":pause", rateKey: tagged + ":rate",
 		adapt: c.ctl.Init(), lastActive: now, keyPolicy: c.policy.newKey(key)}
 	if c.maxConc > 0 {
 		ks.sem = make(chan struct{}, c.maxConc)
@@ -292,6 +296,10 @@ func (c *Client) state(key, label string) *keyState {
 	c.keys[key] = ks
 	return ks
 }
+
+// braces escapes a key's braces, so that the hash tag is always the whole
+// key.
+var braces = strings.NewReplacer("{", "%7B", "}", "%7D", "%", "%25")
 
 // evictLocked drops keys idle for IdleTTL with nothing in flight. Their
 // pacing state lives on in the store, so nothing is given away.

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -38,6 +39,8 @@ type simFlags struct {
 	report     bool
 	sharedRate bool
 	state      string
+	prefix     string
+	serve      string
 }
 
 // simClients are the --client names.
@@ -64,10 +67,17 @@ Dialects: ` + strings.Join(dialectNames(), ", ") + `.
 endpoint instead (GET URL); --limit then states the endpoint's true limit,
 if known, for the figures.
 
+--serve ADDR serves the simulated provider over HTTP instead, so that
+separate sluice sim --target processes can share it, and a store:
+  sluice sim --serve 127.0.0.1:9000 --dialect ban --duration 40s &
+  sluice sim --target http://127.0.0.1:9000/ --processes 1 --workers 4 \
+      --state redis://127.0.0.1:6379 --state-prefix fleet1: &   # twice
+
 --out FILE.png or FILE.svg writes a chart, and FILE.json the summary and
-every second. --report runs every dialect against every client
-(` + strings.Join(simClients[:4], ", ") + ` at half and twice the limit) at once
-and prints one table; --out FILE.json then writes its rows.`,
+every second. --report runs every dialect against every client (sluice,
+sluice with --shared-rate, sluice-local, autothrottle, fixed at half and
+twice the limit) at once and prints one table; --out FILE.json then writes
+its rows.`,
 		Example: `  sluice sim --dialect bare-429 --limit 50 --change 15s=25 --duration 30s
   sluice sim --scenario scenario.yaml --out run.svg
   sluice sim --target http://127.0.0.1:9000/api --limit 20 --duration 20s
@@ -93,6 +103,8 @@ and prints one table; --out FILE.json then writes its rows.`,
 	fs.StringVar(&f.out, "out", "", "write a chart (FILE.png or FILE.svg) and FILE.json; with --report, FILE.json only")
 	fs.StringVar(&f.target, "target", "", "drive the workers against this URL instead of a simulator")
 	fs.BoolVar(&f.report, "report", false, "run every dialect against every client and print the table")
+	fs.StringVar(&f.prefix, "state-prefix", "", "key prefix in the --state store; processes given the same one share the key (empty: one of this run's own)")
+	fs.StringVar(&f.serve, "serve", "", "serve the simulated provider over HTTP on this address for --duration, for other processes' --target")
 	fs.StringVar(&f.state, "state", "memory:", "store the sluice clients' processes share: memory:, redis://..., postgres://..., sqlite:PATH (as serve --state)")
 	return cmd
 }
@@ -110,9 +122,13 @@ func (f *simFlags) options(cmd *cobra.Command) (fleet.Options, func(), error) {
 		return o, nil, err
 	}
 	o.NewStore = func() (store.RateStore, error) { return st.store, nil }
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	o.Outbound.Prefix = "sluice-sim:" + hex.EncodeToString(b[:]) + ":"
+	if f.prefix != "" {
+		o.Outbound.Prefix = f.prefix
+	} else {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		o.Outbound.Prefix = "sluice-sim:" + hex.EncodeToString(b[:]) + ":"
+	}
 	return o, st.close, nil
 }
 
@@ -216,14 +232,20 @@ func runSim(cmd *cobra.Command, opts *Options, f *simFlags) error {
 		}
 	}
 	if f.report {
-		if f.target != "" {
-			return usagef("--report and --target cannot be combined")
+		if f.target != "" || f.serve != "" {
+			return usagef("--report cannot be combined with --target or --serve")
 		}
 		return runSimReport(cmd, opts, f)
 	}
 	sc, err := f.scenarioFrom(cmd)
 	if err != nil {
 		return err
+	}
+	if f.serve != "" {
+		if f.target != "" {
+			return usagef("--serve and --target cannot be combined")
+		}
+		return serveSim(cmd, opts, f.serve, sc)
 	}
 	o, closeState, err := f.options(cmd)
 	if err != nil {
@@ -354,4 +376,36 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// serveSim serves sc's provider over HTTP on addr for sc.Duration (or until
+// the command's context ends), then prints what it answered.
+func serveSim(cmd *cobra.Command, opts *Options, addr string, sc sim.Scenario) error {
+	p, err := sim.NewProvider(sc.Provider)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--serve: %w", err)
+	}
+	hs := &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	fmt.Fprintf(opts.Stdout, "simulated %s provider (limit %g/s) on http://%s for %v\n", sc.Provider.Dialect, sc.Provider.Limit, ln.Addr(), sc.Duration)
+	if opts.Ready != nil {
+		opts.Ready(ln.Addr())
+	}
+	t := time.NewTimer(sc.Duration)
+	defer t.Stop()
+	select {
+	case err := <-served:
+		return fmt.Errorf("--serve: %w", err)
+	case <-t.C:
+	case <-cmd.Context().Done():
+	}
+	_ = hs.Close()
+	st := p.Stats()
+	fmt.Fprintf(opts.Stdout, "requests %d, admitted %d, throttled %d, banned %d (bans %d)\n", st.Requests, st.Admitted, st.Throttled, st.Banned, st.Bans)
+	return nil
 }

@@ -1,14 +1,19 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -160,4 +165,59 @@ func mustRedisOptions(t *testing.T, raw string) *redis.Options {
 	o, err := redis.ParseURL(raw)
 	require.NoError(t, err)
 	return o
+}
+
+// Two sluice sim runs (each with its own clients, as two processes would
+// be) drive one simulator served over HTTP and keep their state in Redis
+// under one shared prefix.
+func TestSimServeAndTargetsShareRedis(t *testing.T) {
+	t.Parallel()
+	raw := testenv.RedisURL()
+	rc := redis.NewClient(mustRedisOptions(t, raw))
+	defer rc.Close()
+	if err := rc.Ping(t.Context()).Err(); err != nil {
+		testenv.Unreachable(t, "Redis at "+raw, err)
+	}
+	addrc := make(chan net.Addr, 1)
+	var serveOut syncBuffer
+	served := make(chan int, 1)
+	go func() {
+		served <- cli.Run(t.Context(), []string{"sim", "--serve", "127.0.0.1:0", "--dialect", "ban", "--limit", "20", "--duration", "3s"},
+			cli.Options{Stdout: &serveOut, Stderr: &serveOut, Getenv: func(string) string { return "" }, Ready: func(a net.Addr) { addrc <- a }})
+	}()
+	addr := <-addrc
+	prefix := fmt.Sprintf("sluice-sim-test-%d:", time.Now().UnixNano())
+	// Watch Redis while they run: their state lives under the prefix.
+	seen := make(chan bool, 1)
+	watchCtx, stopWatch := context.WithCancel(t.Context())
+	go func() {
+		for watchCtx.Err() == nil {
+			if keys, _ := rc.Keys(watchCtx, "*"+prefix+"*").Result(); len(keys) > 0 {
+				seen <- true
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		seen <- false
+	}()
+	var wg sync.WaitGroup
+	codes := make([]int, 2)
+	for i := range codes {
+		wg.Go(func() {
+			r := run(t, nil, "sim", "--target", "http://"+addr.String()+"/", "--processes", "1", "--workers", "4",
+				"--duration", "2s", "--state", raw, "--state-prefix", prefix)
+			codes[i] = r.code
+		})
+	}
+	wg.Wait()
+	require.Equal(t, []int{cli.ExitOK, cli.ExitOK}, codes)
+	require.Equal(t, cli.ExitOK, <-served, serveOut.String())
+	require.Contains(t, serveOut.String(), "requests ")
+	stopWatch()
+	require.True(t, <-seen, "nothing under the shared prefix in Redis")
+	keys, err := rc.Keys(t.Context(), "*"+prefix+"*").Result()
+	require.NoError(t, err)
+	if len(keys) > 0 {
+		require.NoError(t, rc.Del(context.WithoutCancel(t.Context()), keys...).Err())
+	}
 }
