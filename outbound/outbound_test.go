@@ -398,3 +398,33 @@ func TestSlowlyGrowingLatencyDecreases(t *testing.T) {
 	rate, _ := c.Rate("api.test")
 	require.Less(t, rate, 1e4, "latency grew from 10 to 60 ms and the rate never decreased")
 }
+
+// Idle keys are dropped once MaxKeys are held; their pacing lives on in the
+// store, so nothing is given away.
+func TestIdleKeysAreEvicted(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	base := &scripted{resps: []func() *http.Response{response(200, "ok")}}
+	c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk}),
+		MaxKeys: 2, IdleTTL: time.Minute, Retry: retry.Config{MaxAttempts: 1}})
+	require.NoError(t, err)
+	keys := func() []string {
+		var out []string
+		for _, k := range c.Snapshot(0).Keys {
+			out = append(out, k.Key)
+		}
+		return out
+	}
+	for _, h := range []string{"a.test", "b.test"} {
+		resp := get(t, c, "http://"+h+"/")
+		_ = resp.Body.Close()
+	}
+	clk.Advance(30 * time.Second)
+	resp := get(t, c, "http://c.test/")
+	_ = resp.Body.Close()
+	require.ElementsMatch(t, []string{"a.test", "b.test", "c.test"}, keys(), "nothing idle long enough yet")
+	clk.Advance(45 * time.Second) // a and b idle 75 s, c 45 s
+	resp = get(t, c, "http://d.test/")
+	_ = resp.Body.Close()
+	require.ElementsMatch(t, []string{"c.test", "d.test"}, keys())
+}
