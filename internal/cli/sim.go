@@ -180,6 +180,14 @@ func (f *simFlags) scenarioFrom(cmd *cobra.Command) (sim.Scenario, error) {
 		}
 		slices.SortStableFunc(sc.Provider.Changes, func(a, b sim.Change) int { return int(a.At - b.At) })
 	}
+	for _, n := range []struct {
+		name string
+		bad  bool
+	}{{"duration", f.duration <= 0}, {"workers", f.workers <= 0}, {"processes", f.processes <= 0}} {
+		if fs.Changed(n.name) && n.bad {
+			return sc, usagef("--%s must be positive, got %s", n.name, fs.Lookup(n.name).Value)
+		}
+	}
 	if set("duration") {
 		sc.Duration = f.duration
 	}

@@ -120,6 +120,11 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"--client", "magic"}, `--client "magic"`},
 		{[]string{"--workers", "1", "--processes", "2"}, "need 0 < processes <= workers"},
 		{[]string{"--duration", "10ms"}, "duration must be at least 1s"},
+		{[]string{"--workers", "0"}, "--workers must be positive, got 0"},
+		{[]string{"--processes", "-1"}, "--processes must be positive, got -1"},
+		{[]string{"--duration", "0s"}, "--duration must be positive"},
+		{[]string{"--latency", "-1ms"}, "latency must be >= 0"},
+		{[]string{"--change", "5s=-2"}, "changes[0]: limit must be positive"},
 		{[]string{"--target", "ftp://x.test/"}, "want an http or https URL"},
 		{[]string{"--scenario", bad}, "field limt not found"},
 	} {
