@@ -69,8 +69,9 @@ type Config struct {
 	// Cooldown is the least time between two decreases, on top of the
 	// per-episode rule. Zero means none.
 	Cooldown time.Duration
-	// LatencyTarget anchors the latency target; zero means the first
-	// success's latency.
+	// LatencyTarget anchors the latency target; zero means it is learned:
+	// the median latency of the first successes (up to 8, before any
+	// decrease), then moved by LatencyWeight.
 	LatencyTarget time.Duration
 	// LatencyFactor: a p95 above LatencyFactor x target is a slowdown, a
 	// success at or below it is fast. Zero means DefaultLatencyFactor
@@ -320,15 +321,22 @@ func (c *Controller) start0(s *State) {
 	}
 	// A State that comes back from elsewhere (a store, a peer) may be
 	// damaged: bring it into range rather than panic or spread a NaN.
-	s.Rate = c.clampRate(s.Rate)
-	if s.Next < 0 || s.Next >= RingSize || s.N < 0 || s.N > RingSize {
+	if !(s.Rate >= c.floor && s.Rate <= c.ceiling) {
+		s.Rate = c.clampRate(s.Rate)
+	}
+	if uint(s.Next) >= RingSize || uint(s.N) > RingSize {
 		s.Next, s.N = 0, 0
 	}
-	for _, f := range []*float64{&s.Peak, &s.CutTo, &s.Hint, &s.Target, &s.UseRate} {
-		if !(*f >= 0) || math.IsInf(*f, 0) {
-			*f = 0
-		}
+	s.Peak, s.CutTo, s.Hint = sane(s.Peak), sane(s.CutTo), sane(s.Hint)
+	s.Target, s.UseRate = sane(s.Target), sane(s.UseRate)
+}
+
+// sane returns f when it is finite and >= 0, else 0.
+func sane(f float64) float64 {
+	if f >= 0 && f <= math.MaxFloat64 {
+		return f
 	}
+	return 0
 }
 
 // clampRate brings a rate into [Floor, Ceiling]; NaN is Start.
@@ -461,6 +469,15 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 	s.Ring[s.Next] = latency
 	s.Next = (s.Next + 1) % RingSize
 	s.N = min(s.N+1, RingSize)
+	if c.target == 0 && s.LastDecrease == 0 && s.N <= minP95Samples {
+		// Learning the target: one early latency (a cached answer, a
+		// warm connection) is no baseline for a provider whose usual
+		// latency is several times it, so take the median of the first
+		// few, and judge none of them slow.
+		s.TargetAt = now
+		s.Target = max(float64(median(s)), 1)
+		return ReasonNone
+	}
 	if s.Target == 0 {
 		s.TargetAt = now
 		if c.target > 0 {
@@ -540,13 +557,19 @@ func (c *Controller) grow(s *State, now int64) bool {
 	if c.usage > 0 && s.UseKnown && s.Rate >= c.usage*s.UseRate {
 		return false // application-limited: the rate is not what binds
 	}
+	old := s.Rate
 	switch goal := c.decrease * s.Peak; {
 	case s.Probing:
 		s.Rate += s.Rate * c.slowStart * dt
 	case s.Rate < goal:
 		// Fast recovery: close the gap to the last good level by
-		// 1-1/e a second, but never faster than slow start would.
+		// 1-1/e a second, but never faster than slow start would. The
+		// approach is asymptotic, so within 1% it arrives, and the
+		// additive increase takes over instead of creeping ever closer.
 		s.Rate += min(goal-s.Rate, s.Rate*max(c.slowStart, 1)) * dt
+		if goal-s.Rate <= goal/100 {
+			s.Rate = goal
+		}
 	default:
 		inc := c.increase
 		if inc == 0 {
@@ -558,7 +581,7 @@ func (c *Controller) grow(s *State, now int64) bool {
 		s.Rate = ceil
 		s.Probing = false
 	}
-	return true
+	return s.Rate > old
 }
 
 // Locked is a Controller and one key's State behind a mutex. It is safe for

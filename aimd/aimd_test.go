@@ -278,8 +278,61 @@ func TestLatency(t *testing.T) {
 	}
 	require.Equal(t, 1, decreased, "decreases once, then needs fresh evidence")
 	require.InDelta(t, r/2, s.Rate, 1e-9)
+	// A slow call sent after the decrease is a new episode, but the ring's
+	// old slow latencies are not evidence about the new rate: the p95
+	// waits for minP95Samples fresh ones.
+	at += 400 * ms
+	for i := range 3 {
+		at += 10 * ms
+		require.Equal(t, Unchanged, c.Observe(&s, at, ok(300*ms)).Change, "fresh slow sample %d", i)
+	}
 	// The target learns only from fast successes.
 	require.Less(t, s.Target, float64(150*ms))
+}
+
+func TestFastRecoveryArrives(t *testing.T) {
+	t.Parallel()
+	// Two decreases in a row leave 81 below the last good level (90 of
+	// a Peak of 100). On a busy key (a success every 10 ms) recovery
+	// must reach 90 and hand over to the additive increase, not creep
+	// towards 90 for ever.
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true})
+	s := c.Init()
+	at := t0
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	at += 20 * ms
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	require.InDelta(t, 81.0, s.Rate, 1e-9)
+	for range 1000 {
+		at += 10 * ms
+		d := c.Observe(&s, at, ok(10*ms))
+		require.Equal(t, Increased, d.Change)
+	}
+	require.Greater(t, s.Rate, 95.0, "recovered to 90 within seconds, then +2/s")
+}
+
+func TestOneFastFirstAnswerIsNoBaseline(t *testing.T) {
+	t.Parallel()
+	// The first answer is quick (cached), every later one takes a steady
+	// 50 ms: nothing slowed down, so nothing may be cut.
+	c := mustNew(t, Config{Start: 10, UsageMultiple: -1})
+	s := c.Init()
+	at := t0
+	c.Observe(&s, at, ok(5*ms))
+	for i := range 200 {
+		at += 50 * ms
+		d := c.Observe(&s, at, ok(50*ms))
+		require.NotEqual(t, Decreased, d.Change, "sample %d: %v", i, d.Reason)
+	}
+	require.Greater(t, s.Rate, 10.0)
+	require.InDelta(t, float64(50*ms), s.Target, float64(5*ms))
+	// A real slowdown after that is still one.
+	cut := false
+	for range 40 {
+		at += 50 * ms
+		cut = cut || c.Observe(&s, at, ok(250*ms)).Reason == ReasonLatency
+	}
+	require.True(t, cut, "a 5x slowdown decreases the rate")
 }
 
 func TestLatencyAtTheFloorBecomesTheNorm(t *testing.T) {

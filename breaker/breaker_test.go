@@ -322,6 +322,54 @@ func TestLateReportOfALostProbeFreesNoSlot(t *testing.T) {
 	require.Equal(t, Closed, b.State())
 }
 
+func TestClockBackwardsCountsAsNow(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{Window: 10 * time.Second, Buckets: 5, MinRequests: 4, FailureRate: 0.5, ConsecutiveFailures: -1})
+	var b Breaker
+	at := t0 + 60*sec
+	for range 3 {
+		tk, _, _ := p.Allow(&b, at)
+		p.Record(&b, at, tk, Success)
+	}
+	// The clock steps back 9 s: the failure still lands in the current
+	// bucket, next to the successes, instead of wiping one of them.
+	back := at - 9*sec
+	tk, _, _ := p.Allow(&b, back)
+	p.Record(&b, back, tk, Failure)
+	c := p.Counts(&b)
+	require.Equal(t, 4, c.Requests)
+	require.Equal(t, 1, c.Failures)
+	// Two more failures, still "in the past", trip on 3 of 6.
+	tk, _, _ = p.Allow(&b, back)
+	require.False(t, p.Record(&b, back, tk, Failure).Changed())
+	tk, _, _ = p.Allow(&b, back-sec)
+	ev := p.Record(&b, back-sec, tk, Failure)
+	require.Equal(t, Closed, ev.From)
+	require.Equal(t, Open, ev.To)
+	require.Equal(t, Counts{Requests: 6, Failures: 3, Consecutive: 3}, ev.Counts)
+}
+
+func TestOutcomesOfAnEarlierGenerationAreIgnored(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{ConsecutiveFailures: 2, OpenTimeout: time.Second, HalfOpenProbes: 1})
+	var b Breaker
+	var old [4]Ticket
+	for i := range old {
+		old[i], _, _ = p.Allow(&b, t0)
+	}
+	p.Record(&b, t0, old[0], Failure)
+	require.Equal(t, Open, p.Record(&b, t0, old[1], Failure).To)
+	probe, _, err := p.Allow(&b, t0+sec)
+	require.NoError(t, err)
+	require.Equal(t, Closed, p.Record(&b, t0+sec, probe, Success).To)
+	// Calls sent before the breaker opened report late: that trouble was
+	// acted on already and must not trip the fresh closed breaker.
+	require.False(t, p.Record(&b, t0+sec, old[2], Failure).Changed())
+	require.False(t, p.Record(&b, t0+sec, old[3], Failure).Changed())
+	require.Equal(t, Closed, b.State())
+	require.Zero(t, p.Counts(&b).Consecutive)
+}
+
 func TestLocked(t *testing.T) {
 	t.Parallel()
 	var (

@@ -12,7 +12,9 @@
 // refuses every call with ErrOpen until Config.OpenTimeout has passed; the
 // next call then moves it to half-open, which admits at most
 // Config.HalfOpenProbes probes: the first failed probe opens it again,
-// HalfOpenProbes successful ones close it.
+// HalfOpenProbes successful ones close it. A probe that has not reported
+// for an open timeout is taken as lost and its slot reused; if it reports
+// after all, that frees no second slot.
 //
 // Only provider trouble counts as a failure: 429, 5xx and network errors
 // (Classify). Other 4xx are healthy answers and count as successes; a

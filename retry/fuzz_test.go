@@ -9,7 +9,8 @@ import (
 // flags, attempt number, retry-after) through one budget and checks: only
 // transient outcomes are retried, never an unknown outcome of a
 // non-idempotent call, never past MaxAttempts; the delay is under the
-// backoff ceiling or exactly the Retry-After, which is at most MaxDelay;
+// backoff ceiling and at least the Retry-After, or exactly the Retry-After
+// when that is above the ceiling, at most MaxDelay;
 // and retries stay within capacity + ratio x successes + floor x time.
 func FuzzDecide(f *testing.F) {
 	f.Add([]byte("\x01\x02\x01\x00\x01\x01\x01\x00\x01\x06\x02\x20\x01\x0e\x01\xff"))
@@ -61,8 +62,8 @@ func FuzzDecide(f *testing.F) {
 				if d.Delay != a.RetryAfter || d.Delay > 10*sec {
 					t.Fatalf("attempt %d: delay %d, retry-after %d", i/4, d.Delay, a.RetryAfter)
 				}
-			} else if d.Delay < 0 || d.Delay >= ceil {
-				t.Fatalf("attempt %d: delay %d outside [0, %d)", i/4, d.Delay, ceil)
+			} else if d.Delay < 0 || d.Delay >= ceil || a.HasRetryAfter && d.Delay < a.RetryAfter {
+				t.Fatalf("attempt %d: delay %d outside [0, %d) or below the retry-after %d", i/4, d.Delay, ceil, a.RetryAfter)
 			}
 			if bound := capa + ratio*float64(successes) + floor*float64(now-t0)/1e6; float64(retries) > bound+1e-9 {
 				t.Fatalf("attempt %d: %d retries, budget allows %v", i/4, retries, bound)

@@ -5,9 +5,11 @@
 // Providers signal throttling in many dialects. Parse reads all of them from
 // one response and merges what it finds:
 //
-//   - Retry-After (RFC 9110 section 10.2.3) as delay-seconds or as an
-//     HTTP-date in any of its three forms (IMF-fixdate, RFC 850, asctime),
-//     clamped to [0, Config.MaxDelay]; a value that is neither is ignored.
+//   - Retry-After (RFC 9110 section 10.2.3) as delay-seconds (decimal
+//     seconds such as Shopify's "2.0" too) or as an HTTP-date in any of
+//     its three forms (IMF-fixdate, RFC 850 with its two-digit year read
+//     around now, asctime), clamped to [0, Config.MaxDelay]; a value that
+//     is neither is ignored.
 //   - The IETF RateLimit and RateLimit-Policy fields
 //     (draft-ietf-httpapi-ratelimit-headers), parsed as RFC 9651 structured
 //     field Lists, one member per policy: `RateLimit-Policy: "day";q=1000;w=86400,

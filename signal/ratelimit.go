@@ -61,20 +61,52 @@ func trimOWS(s string) string {
 // delay-seconds (1*DIGIT) or an HTTP-date in any of the three forms RFC 9110
 // section 5.6.7 requires recipients to accept: IMF-fixdate ("Sun, 06 Nov
 // 1994 08:49:37 GMT"), RFC 850 ("Sunday, 06-Nov-94 08:49:37 GMT") and ANSI C
-// asctime ("Sun Nov  6 08:49:37 1994"). It returns the delay in
-// microseconds clamped to [0, maxDelay] (a date in the past is a delay of
-// 0) and ok; anything else (a sign, a fraction, a unit, garbage) is ignored
-// with ok false.
+// asctime ("Sun Nov  6 08:49:37 1994"). Seconds with a decimal fraction
+// ("2.0", as Shopify sends) are accepted too, although RFC 9110 has none:
+// ignoring a provider's explicit wait would be worse. It returns the delay
+// in microseconds clamped to [0, maxDelay] (a date in the past is a delay
+// of 0) and ok; anything else (a sign, an exponent, a unit, garbage) is
+// ignored with ok false.
 func RetryAfter(v string, now, maxDelay int64) (delay int64, ok bool) {
 	v = trimOWS(v)
 	if n, ok := digits(v); ok {
 		return clampDelay(secondsToMicros(n), maxDelay), true
+	}
+	if d, ok := decimalSeconds(v); ok {
+		return clampDelay(d, maxDelay), true
 	}
 	t, ok := httpDate(v, now)
 	if !ok {
 		return 0, false
 	}
 	return clampDelay(untilMicros(t, now), maxDelay), true
+}
+
+// decimalSeconds parses 1*DIGIT "." 1*DIGIT seconds into microseconds,
+// truncating the fraction and saturating like secondsToMicros.
+func decimalSeconds(v string) (int64, bool) {
+	whole, frac, ok := strings.Cut(v, ".")
+	if !ok || frac == "" {
+		return 0, false
+	}
+	n, ok := digits(whole)
+	if !ok {
+		return 0, false
+	}
+	var f int64
+	for i := 0; i < len(frac); i++ {
+		c := frac[i]
+		if !isDigit(c) {
+			return 0, false
+		}
+		if i < 6 {
+			f = f*10 + int64(c-'0')
+		}
+	}
+	for i := len(frac); i < 6; i++ {
+		f *= 10
+	}
+	return secondsToMicros(n) + f, true
 }
 
 // rfc850 is the RFC 850 date form with its zone fixed to GMT, the only

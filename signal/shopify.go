@@ -34,7 +34,8 @@ type GraphQLCost struct {
 	// second); HasStatus says throttleStatus was present.
 	Maximum, Available, RestoreRate float64
 	HasStatus                       bool
-	// Throttled is set when errors[] holds extensions.code THROTTLED.
+	// Throttled is set when errors[] holds extensions.code THROTTLED, or
+	// an error without a code whose message is "Throttled".
 	Throttled bool
 	// TooCostly is set when errors[] holds MAX_COST_EXCEEDED: the query
 	// costs more than the bucket can ever hold and must be made smaller.
@@ -43,6 +44,7 @@ type GraphQLCost struct {
 
 type graphQLBody struct {
 	Errors []struct {
+		Message    string `json:"message"`
 		Extensions struct {
 			Code string `json:"code"`
 		} `json:"extensions"`
@@ -61,7 +63,8 @@ type graphQLBody struct {
 }
 
 // ShopifyGraphQL reads the cost report of a Shopify GraphQL JSON body:
-// extensions.cost and any THROTTLED or MAX_COST_EXCEEDED error. ok is false
+// extensions.cost and any THROTTLED or MAX_COST_EXCEEDED error (an error
+// without a code whose message is "Throttled" is THROTTLED too). ok is false
 // when the body is not a JSON object or holds neither; negative, NaN or
 // infinite numbers are treated as absent.
 func ShopifyGraphQL(body []byte) (c GraphQLCost, ok bool) {
@@ -79,6 +82,12 @@ func ShopifyGraphQL(body []byte) (c GraphQLCost, ok bool) {
 			c.Throttled, ok = true, true
 		case "MAX_COST_EXCEEDED":
 			c.TooCostly, ok = true, true
+		case "":
+			// Shopify's documented throttle error, as older API
+			// versions send it: {"errors":[{"message":"Throttled"}]}.
+			if e.Message == "Throttled" {
+				c.Throttled, ok = true, true
+			}
 		}
 	}
 	cost := b.Extensions.Cost

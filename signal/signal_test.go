@@ -49,7 +49,16 @@ func TestRetryAfter(t *testing.T) {
 		{"", 0, false},
 		{"-5", 0, false},
 		{"+5", 0, false},
-		{"1.5", 0, false},
+		// A decimal fraction is not RFC 9110, but Shopify sends "2.0".
+		{"1.5", 1500 * ms, true},
+		{"2.0", 2 * sec, true},
+		{"0.0000019", 1, true},
+		{"99999999999999999999.5", maxD, true},
+		{"1.", 0, false},
+		{".5", 0, false},
+		{"1.5.0", 0, false},
+		{"1,5", 0, false},
+		{"1e3", 0, false},
 		{"5s", 0, false},
 		{"soon", 0, false},
 		{"Tue, 01 Jan 2030 00:01:30 PST", 0, false},
@@ -396,8 +405,9 @@ func TestParseShopify(t *testing.T) {
 			want: []Policy{{Source: SourceShopifyREST, Known: FieldLimit | FieldRemaining | FieldUsed, Limit: 40, Remaining: 1, Used: 39}},
 			src:  SourceShopifyREST, headlineLeft: 1},
 		{name: "rest 429", status: 429, h: hdr("X-Shopify-Shop-Api-Call-Limit", "40/40", "Retry-After", "2.0"), class: ClassTransient, throttled: true,
+			retry: 2 * sec, hasRetry: true,
 			want: []Policy{{Source: SourceShopifyREST, Known: FieldLimit | FieldRemaining | FieldUsed, Limit: 40, Remaining: 0, Used: 40}},
-			src:  SourceShopifyREST},
+			src:  SourceShopifyREST | SourceRetryAfter},
 		{name: "not json", status: 200, body: `<html>`, class: ClassSuccess},
 		{name: "json without cost", status: 200, body: `{"data":{}}`, class: ClassSuccess},
 		{name: "broken json", status: 200, body: `{"extensions":{"cost":`, class: ClassSuccess},
@@ -512,4 +522,42 @@ func TestReportPause(t *testing.T) {
 		rep := Parse(t0, Response{Status: tc.status, Header: tc.h})
 		require.Equal(t, tc.pause, rep.Pause(), tc.name)
 	}
+}
+
+func TestHeadlineTies(t *testing.T) {
+	t.Parallel()
+	// Both policies are exhausted: the one that stays exhausted longer is
+	// the headline, whichever comes first.
+	for _, order := range [][2]string{{`"min";r=0;t=10`, `"hour";r=0;t=600`}, {`"hour";r=0;t=600`, `"min";r=0;t=10`}} {
+		h := hdr("RateLimit-Policy", `"min";q=100;w=60, "hour";q=1000;w=3600`, "RateLimit", order[0]+", "+order[1])
+		rep := Parse(t0, Response{Status: 429, Header: h})
+		require.Equal(t, int64(0), rep.Remaining, order)
+		require.Equal(t, 600*sec, rep.ResetAfter, order)
+		require.Equal(t, 600*sec, rep.Pause(), order)
+	}
+}
+
+func TestGraphQLThrottledByMessage(t *testing.T) {
+	t.Parallel()
+	// The throttle error as Shopify documents it, without a code.
+	body := `{"errors":[{"message":"Throttled"}],"extensions":{"cost":{"requestedQueryCost":202,"actualQueryCost":null,"throttleStatus":{"maximumAvailable":1000.0,"currentlyAvailable":2,"restoreRate":50.0}}}}`
+	rep := Parse(t0, Response{Status: 200, Body: []byte(body)})
+	require.True(t, rep.Throttled)
+	require.Equal(t, ClassTransient, rep.Class)
+	require.Equal(t, 4*sec, rep.RetryAfter)
+	// Other messages without a code are not throttling.
+	rep = Parse(t0, Response{Status: 200, Body: []byte(`{"errors":[{"message":"Field 'x' doesn't exist"}]}`)})
+	require.False(t, rep.Throttled)
+	require.Equal(t, ClassSuccess, rep.Class)
+}
+
+func TestGraphQLThrottledWithRoomLeft(t *testing.T) {
+	t.Parallel()
+	// THROTTLED although the bucket holds the requested cost (another
+	// limit refused it): no made-up wait from the bucket.
+	body := `{"errors":[{"extensions":{"code":"THROTTLED"}}],"extensions":{"cost":{"requestedQueryCost":10,"actualQueryCost":null,"throttleStatus":{"maximumAvailable":1000.0,"currentlyAvailable":500,"restoreRate":50.0}}}}`
+	rep := Parse(t0, Response{Status: 200, Body: []byte(body)})
+	require.True(t, rep.Throttled)
+	require.False(t, rep.HasRetryAfter)
+	require.Zero(t, rep.RetryAfter)
 }
