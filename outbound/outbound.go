@@ -130,6 +130,7 @@ type Client struct {
 	maxKeys    int
 	keyLabels  bool
 	instance   string
+	decrease   float64
 	parser     *signal.Parser
 	metrics    *metrics
 	policy     policy
@@ -176,7 +177,10 @@ func New(cfg Config) (*Client, error) {
 		maxConc: cfg.MaxConcurrent, timeout: cfg.Timeout, burst: cfg.Burst, maxReserve: cfg.MaxReserve,
 		ctl: ctl, shared: cfg.SharedRate, idempotent: cfg.Idempotent, idleTTL: cfg.IdleTTL,
 		maxKeys: cfg.MaxKeys, keyLabels: cfg.KeyLabels, parser: parser, policy: pol,
-		keys: make(map[string]*keyState), instance: cfg.Instance,
+		keys: make(map[string]*keyState), instance: cfg.Instance, decrease: cfg.AIMD.Decrease,
+	}
+	if c.decrease == 0 {
+		c.decrease = aimd.DefaultDecrease
 	}
 	if c.instance == "" {
 		var b [8]byte
@@ -650,6 +654,13 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 		}
 	}
 	d := c.ctl.Observe(&ks.adapt, now, s)
+	if d.Change == aimd.Decreased && s.RetryAfter > 0 {
+		// Every throttle with a Retry-After costs a pause: do not recover
+		// quickly towards a peak a run of such cuts already disproved
+		// (after a slow start overshoot, the peak is the overshoot). The
+		// last rate cut from is the best known bound.
+		ks.adapt.Peak = min(ks.adapt.Peak, ks.adapt.Rate/c.decrease)
+	}
 	rate := c.effectiveRate(ks)
 	// A pause (Retry-After, a ban, an exhausted quota) goes to the store
 	// once per episode, so every process sharing the key waits too.

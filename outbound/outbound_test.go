@@ -428,3 +428,38 @@ func TestIdleKeysAreEvicted(t *testing.T) {
 	_ = resp.Body.Close()
 	require.ElementsMatch(t, []string{"c.test", "d.test"}, keys())
 }
+
+// After a run of throttles that each carried a Retry-After (a pause each),
+// the rate does not rush back towards the peak the run began at: it grows
+// additively from the last cut.
+func TestNoFastRecoveryTowardsADisprovedPeak(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	ok := response(200, "ok")
+	throttled := response(429, "", "Retry-After", "1")
+	base := &scripted{resps: []func() *http.Response{ok, throttled, throttled, ok}}
+	c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk}),
+		Burst: 1000, AIMD: aimd.Config{Start: 100, SlowStart: -1, Decrease: 0.5, IgnoreLatency: true},
+		Retry: retry.Config{MaxAttempts: 1}})
+	require.NoError(t, err)
+	call := func() {
+		resp := get(t, c, "http://api.test/")
+		_ = resp.Body.Close()
+	}
+	call() // 200 at 100/s
+	clk.Advance(10 * time.Millisecond)
+	call() // 429: 50/s, paused 1 s
+	clk.Advance(1100 * time.Millisecond)
+	call() // 429 again: 25/s
+	rate, _ := c.Rate("api.test")
+	require.InDelta(t, 25, rate, 1e-9)
+	clk.Advance(1100 * time.Millisecond)
+	for range 300 { // three seconds of successes
+		call()
+		clk.Advance(10 * time.Millisecond)
+	}
+	rate, _ = c.Rate("api.test")
+	t.Logf("rate after recovery: %v", rate)
+	require.Less(t, rate, 30.0, "rushed back towards the 100/s the run of throttles began at")
+	require.Greater(t, rate, 25.0, "never grew again")
+}
