@@ -118,10 +118,16 @@ func TestBreakerOpensAndReportsTransitions(t *testing.T) {
 	}
 	c, err := outbound.New(cfg)
 	require.NoError(t, err)
-	for range 3 {
+	for i := range 3 {
 		resp := get(t, c, "http://api.test/")
 		require.Equal(t, 500, resp.StatusCode)
 		_ = resp.Body.Close()
+		if i == 1 {
+			b := c.Snapshot(0).Keys[0].Breaker
+			require.Equal(t, "closed", b.State)
+			require.Equal(t, 1.0, b.ErrorRate)
+			require.Equal(t, 2, b.Consecutive)
+		}
 	}
 	req := httptest.NewRequest(http.MethodGet, "http://api.test/", nil)
 	req.RequestURI = ""

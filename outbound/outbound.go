@@ -851,6 +851,21 @@ func (c *Client) Do(ctx context.Context, key string, opts *DoOpts, fn func(conte
 	return last
 }
 
+// p95 is the nearest-rank 95th percentile of the latencies (µs) in the
+// controller's ring, 0 when it holds none.
+func p95(s *aimd.State) int64 {
+	n := min(max(s.N, 0), aimd.RingSize)
+	if n == 0 {
+		return 0
+	}
+	buf := make([]int64, 0, aimd.RingSize)
+	for i := range n {
+		buf = append(buf, s.Ring[((s.Next-1-i)%aimd.RingSize+aimd.RingSize)%aimd.RingSize])
+	}
+	slices.Sort(buf)
+	return buf[(95*n+99)/100-1]
+}
+
 // KeySnapshot is one key's state (seed 001 section 11): a plain value, a
 // copy taken under the key's lock.
 type KeySnapshot struct {
@@ -866,8 +881,10 @@ type KeySnapshot struct {
 	// PausedFor is how long the key is paused by a Retry-After (0: not
 	// paused); nextEarliest - now in seed 001's terms.
 	PausedFor time.Duration `json:"paused_for"`
-	// AvgLatency is an EWMA of attempt latency.
+	// AvgLatency is an EWMA of attempt latency; P95Latency the 95th
+	// percentile of the controller's recent successes (0 before any).
 	AvgLatency time.Duration   `json:"avg_latency"`
+	P95Latency time.Duration   `json:"p95_latency"`
 	Requests   int64           `json:"requests"`
 	Successes  int64           `json:"successes"`
 	Throttles  int64           `json:"throttles"`
@@ -916,6 +933,7 @@ func (c *Client) Snapshot(max int) Snapshot {
 		if until, ok := ks.adapt.Paused(now); ok {
 			k.PausedFor = time.Duration(until-now) * time.Microsecond
 		}
+		k.P95Latency = time.Duration(p95(&ks.adapt)) * time.Microsecond
 		ks.mu.Unlock()
 		k.Breaker = ks.keyPolicy.snapshot(now)
 		switch k.Breaker.State {

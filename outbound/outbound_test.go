@@ -397,6 +397,9 @@ func TestSlowlyGrowingLatencyDecreases(t *testing.T) {
 	}
 	rate, _ := c.Rate("api.test")
 	require.Less(t, rate, 1e4, "latency grew from 10 to 60 ms and the rate never decreased")
+	k := c.Snapshot(0).Keys[0]
+	require.Greater(t, k.P95Latency, 10*time.Millisecond)
+	require.LessOrEqual(t, k.P95Latency, 60*time.Millisecond)
 }
 
 // Idle keys are dropped once MaxKeys are held; their pacing lives on in the

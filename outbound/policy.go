@@ -93,10 +93,12 @@ func (k *keyPolicy) retry(n int, rep *signal.Report, idempotent bool, now int64)
 type BreakerSnapshot struct {
 	State string `json:"state"`
 	// Requests and Failures are the outcomes in the breaker's window;
-	// Consecutive the current run of failures.
-	Requests    int `json:"requests"`
-	Failures    int `json:"failures"`
-	Consecutive int `json:"consecutive_failures"`
+	// Consecutive the current run of failures; ErrorRate is Failures over
+	// Requests (0 without requests).
+	Requests    int     `json:"requests"`
+	Failures    int     `json:"failures"`
+	Consecutive int     `json:"consecutive_failures"`
+	ErrorRate   float64 `json:"error_rate"`
 	// OpenFor is how long an open breaker stays open.
 	OpenFor time.Duration `json:"open_for"`
 	// RetryTokens is the retry budget's balance.
@@ -107,6 +109,9 @@ func (k *keyPolicy) snapshot(now int64) BreakerSnapshot {
 	st, c := k.brk.State()
 	s := BreakerSnapshot{State: st.String(), Requests: c.Requests, Failures: c.Failures, Consecutive: c.Consecutive,
 		RetryTokens: k.retrier.Tokens(now)}
+	if c.Requests > 0 {
+		s.ErrorRate = float64(c.Failures) / float64(c.Requests)
+	}
 	if until, ok := k.brk.OpenUntil(); ok && until > now {
 		s.OpenFor = time.Duration(until-now) * time.Microsecond
 	}
