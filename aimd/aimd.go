@@ -548,7 +548,15 @@ func (c *Controller) grow(s *State, now int64) bool {
 		s.LastIncrease = max(s.LastIncrease, now)
 		return false
 	}
-	dt := min(float64(now-s.LastIncrease)/sec, 1)
+	// Time paused by a Retry-After does not count either: a success then
+	// is a call sent before the throttle, and the first one after the
+	// pause earns only the time since it ended.
+	from := max(s.LastIncrease, min(s.PausedUntil, now))
+	if now <= from {
+		s.LastIncrease = now
+		return false
+	}
+	dt := min(float64(now-from)/sec, 1)
 	s.LastIncrease = now
 	ceil := c.ceilingFor(s)
 	if s.Rate >= ceil {

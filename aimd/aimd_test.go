@@ -145,6 +145,18 @@ func TestSteps(t *testing.T) {
 			},
 		},
 		{
+			name: "a retry-after pause earns no increase",
+			cfg:  Config{Start: 10, SlowStart: -1, Increase: 5, UsageMultiple: -1, IgnoreLatency: true},
+			steps: []step{
+				{at: 0, in: ok(lat), rate: 10},
+				{at: 500 * ms, in: Sample{Outcome: Throttled, Latency: lat, RetryAfter: 10 * s1}, change: Decreased, reason: ReasonThrottled, rate: 9, paused: 10*s1 + 500*ms},
+				// A straggler sent before the throttle, answered during the pause.
+				{at: 5 * s1, in: ok(lat), rate: 9},
+				// The first success after the pause: half a second's worth.
+				{at: 11 * s1, in: ok(lat), change: Increased, rate: 11.5},
+			},
+		},
+		{
 			name: "a huge retry-after pauses for ever instead of overflowing",
 			cfg:  Config{Start: 100, Decrease: 0.5},
 			steps: []step{
