@@ -65,3 +65,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzObserve$$' -fuzztime 60s ./aimd
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime 60s ./retry
 	$(GO) test -run '^$$' -fuzz '^FuzzBreaker$$' -fuzztime 60s ./breaker
+	$(GO) test -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime 60s ./sim

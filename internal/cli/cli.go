@@ -121,6 +121,7 @@ that shares a credential. 'sluice serve' runs its HTTP API.`,
 	root.AddCommand(newServeCmd(opts), newPoliciesCmd(opts), newMigrateCmd(opts), newVersionCmd(opts))
 	root.AddCommand(newLeaseCmd(opts))
 	root.AddCommand(newSlotsCmd(opts))
+	root.AddCommand(newSimCmd(opts))
 	return root
 }
 

@@ -1,0 +1,160 @@
+// Command simtable prints the figures of issue 5: 8 workers in 2 processes
+// sharing one key, against every simulated dialect of package sim (a
+// hidden limit of 50/s that halves half way), from a conservative start,
+// with Sluice's outbound client side by side with, in the same run and
+// with the same workers: golang.org/x/time/rate fixed at half and twice
+// the true limit, Scrapy's AutoThrottle per process, and Sluice's AIMD
+// without shared state. Every run has its own simulator, served in
+// process; all runs go at once.
+//
+//	go run ./cmd/simtable                    # 30 s runs
+//	go run ./cmd/simtable -duration 20s -only 'bare|503'
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/sluicerl/sluice/sim"
+	"github.com/sluicerl/sluice/sim/fleet"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "simtable:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("simtable", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	duration := fs.Duration("duration", 30*time.Second, "length of every run; the hidden limit halves half way")
+	only := fs.String("only", "", "run only dialects matching this regexp")
+	out := fs.String("out", "", "also write the rows, every second included, as JSON to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *duration < 2*time.Second {
+		return fmt.Errorf("-duration must be at least 2s, got %v", *duration)
+	}
+	re, err := regexp.Compile(*only)
+	if err != nil {
+		return fmt.Errorf("-only: %w", err)
+	}
+	var scenarios []sim.Scenario
+	for _, sc := range sim.StandardScenarios(*duration) {
+		if re.MatchString(sc.Name) {
+			scenarios = append(scenarios, sc)
+		}
+	}
+	if len(scenarios) == 0 {
+		return fmt.Errorf("-only %q matches no dialect", *only)
+	}
+	o := fleet.FigureOptions()
+	sr := fleet.SharedRateOptions(o)
+	contenders := []sim.Contender{
+		fleet.Sluice("sluice", true, o),
+		fleet.Sluice("sluice shared-rate", true, sr),
+		fleet.Sluice("sluice-local", false, o),
+		fleet.AutoThrottle("autothrottle", sim.AutoThrottleConfig{}),
+		xrate("x/time/rate 0.5x", 0.5),
+		xrate("x/time/rate 2x", 2),
+	}
+	fmt.Fprintf(stderr, "%d dialects x %d clients, %v each, all at once...\n", len(scenarios), len(contenders), *duration)
+	rows, err := sim.RunTable(ctx, scenarios, contenders, nil)
+	if err != nil {
+		return err
+	}
+	if err := sim.WriteTable(stdout, rows); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	fmt.Fprintln(stdout, "targets (issue 5): goodput/limit >= 0.95, throttles <= 1%, bans 0, converge <= 10 s, settle <= 10 s, retries within the budget (0.2 x ops + 1/s)")
+	for _, r := range rows {
+		if !strings.HasPrefix(r.Contender, "sluice") {
+			continue
+		}
+		fmt.Fprintf(stdout, "%-20s %-20s %s\n", r.Scenario, r.Contender, verdict(r.Summary, *duration))
+	}
+	if *out != "" {
+		b, err := json.MarshalIndent(rows, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// verdict lists the targets a run missed.
+func verdict(s sim.Summary, d time.Duration) string {
+	var miss []string
+	if s.GoodputRatio < 0.95 {
+		miss = append(miss, fmt.Sprintf("goodput %.3f", s.GoodputRatio))
+	}
+	if s.ThrottleRatio < 0 || s.ThrottleRatio > 0.01 {
+		miss = append(miss, fmt.Sprintf("throttles %.2f%%", 100*s.ThrottleRatio))
+	}
+	if s.Bans > 0 {
+		miss = append(miss, fmt.Sprintf("%d bans", s.Bans))
+	}
+	if s.ConvergeS < 0 || s.ConvergeS > 10 {
+		miss = append(miss, fmt.Sprintf("converge %ds", s.ConvergeS))
+	}
+	if s.SettleS < 0 || s.SettleS > 10 {
+		miss = append(miss, fmt.Sprintf("settle %ds", s.SettleS))
+	}
+	if budget := 0.2*float64(s.Ops) + d.Seconds(); float64(s.Retries) > budget+10 {
+		miss = append(miss, fmt.Sprintf("retries %d over budget %.0f", s.Retries, budget))
+	}
+	if len(miss) == 0 {
+		return "meets every target"
+	}
+	return fmt.Sprintf("misses: %v", miss)
+}
+
+// xrate paces every process with golang.org/x/time/rate at factor times
+// the scenario's starting limit over the number of processes (burst 1).
+func xrate(name string, factor float64) sim.Contender {
+	return sim.Contender{Name: name, NewRun: func(sc sim.Scenario) (func(int, http.RoundTripper) (sim.Client, error), error) {
+		if err := sc.Fill(); err != nil {
+			return nil, err
+		}
+		r := factor * sc.Provider.Limit / float64(sc.Processes)
+		return func(_ int, base http.RoundTripper) (sim.Client, error) {
+			l := rate.NewLimiter(rate.Limit(r), 1)
+			return sim.Client{Transport: limited{l, base}, Rate: func() float64 { return r }}, nil
+		}, nil
+	}}
+}
+
+type limited struct {
+	l    *rate.Limiter
+	base http.RoundTripper
+}
+
+func (t limited) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := t.l.Wait(req.Context()); err != nil {
+		return nil, err
+	}
+	return t.base.RoundTrip(req)
+}

@@ -1,0 +1,44 @@
+// Package outbound keeps a program's calls to third-party APIs inside
+// limits it does not know: an http.RoundTripper (and a Do form for calls
+// that are not HTTP) that paces, adapts, breaks and retries per upstream
+// key.
+//
+// Every call goes through the layers of seed 002 (D6), outermost first:
+//
+//  1. bulkhead: at most Config.MaxConcurrent calls in flight per key;
+//  2. timeout: Config.Timeout bounds the whole call, retries included;
+//  3. rate limiter: every attempt takes its turn from a GCRA limit at the
+//     key's adapted rate and passes the key's fleet-wide pause, both in
+//     one all-or-nothing call to a store.RateStore. Each process paces its
+//     own share by default; with Config.SharedRate the processes sharing
+//     the store pace on one GCRA at one adapted rate;
+//  4. circuit breaker: an open breaker fails the call at once, without
+//     consulting the retry budget (breaker.ErrOpen);
+//  5. retry: full-jitter backoff with Retry-After as its floor, bounded by
+//     a ratio retry budget (retry.ErrBudgetExhausted, never mistaken for a
+//     provider's throttle);
+//  6. the request.
+//
+// Retries are inside the breaker, as D6 says, but each retry takes its turn
+// from the rate limiter again: a retry is an attempt the provider counts,
+// so it is paced like one.
+//
+// Every response is read by package signal into one report. The report
+// drives the key's AIMD controller (package aimd: additive increase on fast
+// successes, multiplicative decrease on throttles and slow responses,
+// errors never raise the rate, a conservative start) and syncs the key's
+// quota in the store: a Retry-After, a ban or an exhausted quota pauses
+// the key for every process that shares the store, not just the worker
+// that saw it, and every process that finds the key paused slows its own
+// rate down once for the episode, so the fleet backs off as one. A
+// sustainable rate the provider reports (a quota over its
+// window, a cost bucket's restore rate) caps the adapted rate.
+// Config.SharedRate also keeps the adapted rate itself in the store, so
+// that a fleet adapts as one.
+//
+// Keys are per host (HostKey: lowercased, default ports dropped), or per
+// provider profile (Config.Profiles maps hosts to a profile name). Snapshot
+// returns every key's state (seed 001 section 11) and Config.Metrics
+// registers Prometheus metrics labelled by profile or host, never by a
+// caller's raw key unless Config.KeyLabels opts in.
+package outbound

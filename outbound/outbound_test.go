@@ -1,0 +1,468 @@
+package outbound_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/aimd"
+	"github.com/sluicerl/sluice/clock/clocktest"
+	"github.com/sluicerl/sluice/outbound"
+	"github.com/sluicerl/sluice/retry"
+	"github.com/sluicerl/sluice/store/memstore"
+)
+
+var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+
+// scripted answers with the next response of a script (the last one
+// repeats) and counts calls.
+type scripted struct {
+	mu    sync.Mutex
+	resps []func() *http.Response
+	calls atomic.Int64
+}
+
+func (s *scripted) RoundTrip(req *http.Request) (*http.Response, error) {
+	s.calls.Add(1)
+	s.mu.Lock()
+	f := s.resps[0]
+	if len(s.resps) > 1 {
+		s.resps = s.resps[1:]
+	}
+	s.mu.Unlock()
+	r := f()
+	r.Request = req
+	return r, nil
+}
+
+func response(status int, body string, header ...string) func() *http.Response {
+	return func() *http.Response {
+		rec := httptest.NewRecorder()
+		for i := 0; i+1 < len(header); i += 2 {
+			rec.Header().Set(header[i], header[i+1])
+		}
+		rec.WriteHeader(status)
+		_, _ = rec.WriteString(body)
+		return rec.Result()
+	}
+}
+
+func get(t *testing.T, c http.RoundTripper, u string) *http.Response {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, u, nil).WithContext(t.Context())
+	req.RequestURI = ""
+	resp, err := c.RoundTrip(req)
+	require.NoError(t, err)
+	return resp
+}
+
+func TestHostKey(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ in, want string }{
+		{"http://API.Example.com/x", "api.example.com"},
+		{"http://api.example.com:80/x", "api.example.com"},
+		{"https://api.example.com:443/", "api.example.com"},
+		{"https://api.example.com:80/", "api.example.com:80"},
+		{"http://api.example.com:8080/", "api.example.com:8080"},
+		{"https://[2001:DB8::1]:443/", "[2001:db8::1]"},
+		{"http://[2001:db8::1]:8080/", "[2001:db8::1]:8080"},
+		{"wss://stream.example.com:443/ws", "stream.example.com"},
+		{"http://example.com:/", "example.com"},
+		{"/relative", ""},
+	} {
+		u, err := url.Parse(tt.in)
+		require.NoError(t, err)
+		require.Equal(t, tt.want, outbound.HostKey(u), tt.in)
+	}
+}
+
+// A Retry-After seen by one process pauses every process sharing the store.
+func TestRetryAfterPausesEveryProcess(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	st := memstore.New(memstore.Config{Clock: clk})
+	a := &scripted{resps: []func() *http.Response{response(429, "", "Retry-After", "2")}}
+	b := &scripted{resps: []func() *http.Response{response(200, "ok")}}
+	// No retries: this process gives up on the 429; the point is the
+	// other process.
+	ca, err := outbound.New(outbound.Config{Base: a, Store: st, Clock: clk, Retry: retry.Config{MaxAttempts: 1}})
+	require.NoError(t, err)
+	cb, err := outbound.New(outbound.Config{Base: b, Store: st, Clock: clk})
+	require.NoError(t, err)
+
+	// B has called the key once, at its conservative start.
+	resp := get(t, cb, "http://api.example.com/x")
+	require.NoError(t, resp.Body.Close())
+	rateBefore, _ := cb.Rate("api.example.com")
+
+	resp = get(t, ca, "http://api.example.com/x")
+	require.Equal(t, 429, resp.StatusCode)
+	require.NoError(t, resp.Body.Close())
+	k := ca.Snapshot(0).Keys[0]
+	require.Equal(t, 2*time.Second, k.PausedFor)
+
+	done := make(chan int)
+	go func() {
+		resp := get(t, cb, "http://API.example.com:80/y")
+		_ = resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	for elapsed := time.Duration(0); elapsed < 2*time.Second; {
+		for clk.Timers() == 0 && b.calls.Load() == 1 {
+			time.Sleep(time.Millisecond) // until the other process waits, or sends
+		}
+		require.EqualValues(t, 1, b.calls.Load(), "the other process sent during the pause (at +%v)", elapsed)
+		step := 500 * time.Millisecond
+		clk.Advance(step)
+		elapsed += step
+	}
+	select {
+	case code := <-done:
+		require.Equal(t, 200, code)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the paused call never went out")
+	}
+	require.EqualValues(t, 2, b.calls.Load())
+	// B slowed down too, having heard of the pause through the store.
+	rateAfter, _ := cb.Rate("api.example.com")
+	require.Less(t, rateAfter, rateBefore)
+	snap := ca.Snapshot(0)
+	require.Len(t, snap.Keys, 1)
+	require.Equal(t, "api.example.com", snap.Keys[0].Key)
+	require.EqualValues(t, 1, snap.Keys[0].Throttles)
+	require.Zero(t, snap.Keys[0].PausedFor)
+}
+
+// Before any signal the key is paced at the controller's conservative start.
+func TestConservativeStart(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	base := &scripted{resps: []func() *http.Response{response(200, "ok")}}
+	c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk})})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			resp := get(t, c, "http://api.example.com/")
+			_ = resp.Body.Close()
+		})
+	}
+	// One goes at once (burst 1); the others wait for their turn.
+	clk.BlockUntilTimers(2)
+	require.EqualValues(t, 1, base.calls.Load())
+	rate, ok := c.Rate("api.example.com")
+	require.True(t, ok)
+	require.LessOrEqual(t, rate, 2.0, "a conservative start")
+	for base.calls.Load() < 3 {
+		clk.Advance(100 * time.Millisecond)
+		time.Sleep(time.Millisecond) // let the woken waiter book its turn
+	}
+	wg.Wait()
+	// Three calls at the start rate took at least two intervals.
+	require.GreaterOrEqual(t, clk.Now().Sub(t0), time.Duration(float64(2*time.Second)/max(rate, 1))-200*time.Millisecond)
+}
+
+func TestProfilesShareAKey(t *testing.T) {
+	t.Parallel()
+	base := &scripted{resps: []func() *http.Response{response(200, "ok")}}
+	c, err := outbound.New(outbound.Config{Base: base, Burst: 10,
+		Profiles: map[string]string{"a.shop.test": "shopify", "b.shop.test": "shopify"}})
+	require.NoError(t, err)
+	for _, u := range []string{"http://a.shop.test/", "http://B.shop.test:80/", "http://other.test/"} {
+		resp := get(t, c, u)
+		_ = resp.Body.Close()
+	}
+	snap := c.Snapshot(0)
+	keys := map[string]int64{}
+	for _, k := range snap.Keys {
+		keys[k.Key] = k.Requests
+	}
+	require.Equal(t, map[string]int64{"shopify": 2, "other.test": 1}, keys)
+	require.EqualValues(t, 3, snap.Requests)
+}
+
+// The response body survives the peek the GraphQL parser takes, and a
+// THROTTLED inside a 200 counts as a throttle.
+func TestGraphQLThrottleInA200(t *testing.T) {
+	t.Parallel()
+	body := `{"errors":[{"message":"Throttled","extensions":{"code":"THROTTLED"}}],` +
+		`"extensions":{"cost":{"requestedQueryCost":10,"actualQueryCost":null,` +
+		`"throttleStatus":{"maximumAvailable":100,"currentlyAvailable":2,"restoreRate":50}}}}`
+	base := &scripted{resps: []func() *http.Response{response(200, body, "Content-Type", "application/json")}}
+	c, err := outbound.New(outbound.Config{Base: base, Retry: retry.Config{MaxAttempts: 1}})
+	require.NoError(t, err)
+	resp := get(t, c, "http://shop.test/graphql")
+	got, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, body, string(got))
+	require.EqualValues(t, 1, c.Snapshot(0).Throttles)
+}
+
+func TestDoClassifiesErrors(t *testing.T) {
+	t.Parallel()
+	c, err := outbound.New(outbound.Config{Burst: 100, Retry: retry.Config{MaxAttempts: 1}})
+	require.NoError(t, err)
+	ctx := t.Context()
+	require.NoError(t, c.Do(ctx, "db", nil, func(context.Context) error { return nil }))
+	se := &outbound.StatusError{Status: 429, Header: http.Header{"Retry-After": {"1"}}}
+	require.ErrorIs(t, c.Do(ctx, "db", nil, func(context.Context) error { return se }), se)
+	boom := errors.New("boom")
+	require.ErrorIs(t, c.Do(ctx, "db", nil, func(context.Context) error { return boom }), boom)
+	require.ErrorIs(t, c.Do(ctx, "", nil, func(context.Context) error { return nil }), outbound.ErrEmptyKey)
+	k := c.Snapshot(0).Keys[0]
+	require.Equal(t, "other", k.Label, "Do keys are not metric labels unless opted in")
+	require.EqualValues(t, 3, k.Requests)
+	require.EqualValues(t, 1, k.Successes)
+	require.EqualValues(t, 1, k.Throttles)
+	require.EqualValues(t, 1, k.Errors)
+}
+
+func TestBulkhead(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var inFlight, peak atomic.Int64
+	base := roundTripFunc(func(*http.Request) (*http.Response, error) {
+		n := inFlight.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		<-release
+		inFlight.Add(-1)
+		return response(200, "ok")(), nil
+	})
+	c, err := outbound.New(outbound.Config{Base: base, MaxConcurrent: 2, Burst: 100,
+		AIMD: aimdStart(1000)})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Go(func() {
+			resp := get(t, c, "http://api.test/")
+			_ = resp.Body.Close()
+		})
+	}
+	require.Eventually(t, func() bool { return inFlight.Load() == 2 }, 5*time.Second, time.Millisecond)
+	close(release)
+	wg.Wait()
+	require.EqualValues(t, 2, peak.Load())
+}
+
+func TestTimeoutBoundsTheCall(t *testing.T) {
+	t.Parallel()
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		<-r.Context().Done()
+		return nil, r.Context().Err()
+	})
+	c, err := outbound.New(outbound.Config{Base: base, Timeout: 20 * time.Millisecond})
+	require.NoError(t, err)
+	req := httptest.NewRequest(http.MethodGet, "http://slow.test/", nil)
+	req.RequestURI = ""
+	_, err = c.RoundTrip(req)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	base := &scripted{resps: []func() *http.Response{response(200, "ok"), response(503, "")}}
+	c, err := outbound.New(outbound.Config{Base: base, Metrics: reg, Burst: 10, Retry: retry.Config{MaxAttempts: 1}})
+	require.NoError(t, err)
+	for range 2 {
+		resp := get(t, c, "http://api.test/")
+		_ = resp.Body.Close()
+	}
+	require.NoError(t, c.Do(t.Context(), "secret-customer-key", nil, func(context.Context) error { return nil }))
+	out, err := reg.Gather()
+	require.NoError(t, err)
+	var text strings.Builder
+	for _, mf := range out {
+		text.WriteString(mf.String())
+	}
+	require.NotContains(t, text.String(), "secret-customer-key")
+	require.Equal(t, 1.0, attempts(t, reg, "api.test", "success"))
+	require.Equal(t, 1.0, attempts(t, reg, "api.test", "throttled"))
+	require.Equal(t, 1.0, attempts(t, reg, "other", "success"))
+
+	_, err = outbound.New(outbound.Config{Metrics: reg})
+	require.Error(t, err, "registering twice")
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []outbound.Config{
+		{MaxConcurrent: -1},
+		{Timeout: -1},
+		{Burst: -1},
+		{MaxReserve: -1},
+		{IdleTTL: -1},
+		{Profiles: map[string]string{"a.test": ""}},
+		{AIMD: aimdDecrease(2)},
+	} {
+		_, err := outbound.New(cfg)
+		require.ErrorIs(t, err, outbound.ErrInvalidConfig, "%+v", cfg)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A rate the provider states is the fleet's: every process paces on one
+// GCRA at it, not each at the whole of it.
+func TestProviderRatePacesTheFleet(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	st := memstore.New(memstore.Config{Clock: clk})
+	body := `{"data":{},"extensions":{"cost":{"requestedQueryCost":1,"actualQueryCost":1,` +
+		`"throttleStatus":{"maximumAvailable":100,"currentlyAvailable":90,"restoreRate":10}}}}`
+	a := &scripted{resps: []func() *http.Response{response(200, body, "Content-Type", "application/json")}}
+	b := &scripted{resps: []func() *http.Response{response(200, body, "Content-Type", "application/json")}}
+	cfg := func(base http.RoundTripper) outbound.Config {
+		return outbound.Config{Base: base, Store: st, Clock: clk, AIMD: aimd.Config{Start: 1e4, IgnoreLatency: true},
+			Retry: retry.Config{MaxAttempts: 1}}
+	}
+	ca, err := outbound.New(cfg(a))
+	require.NoError(t, err)
+	cb, err := outbound.New(cfg(b))
+	require.NoError(t, err)
+	for _, c := range []http.RoundTripper{ca, cb} { // both learn the rate: 10/s
+		resp := get(t, c, "http://shop.test/graphql")
+		require.NoError(t, resp.Body.Close())
+	}
+	rate, _ := ca.Rate("shop.test")
+	require.InDelta(t, 10, rate, 1e-9)
+	clk.Advance(time.Second)
+
+	resp := get(t, ca, "http://shop.test/graphql")
+	require.NoError(t, resp.Body.Close())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp := get(t, cb, "http://shop.test/graphql")
+		_ = resp.Body.Close()
+	}()
+	for clk.Timers() == 0 && b.calls.Load() == 1 {
+		time.Sleep(time.Millisecond)
+	}
+	require.EqualValues(t, 1, b.calls.Load(), "B went at once: the processes paced apart")
+	clk.Advance(100 * time.Millisecond)
+	<-done
+	require.EqualValues(t, 2, b.calls.Load())
+}
+
+// advancing answers 200 after the next latency of a script, on a fake clock.
+type advancing struct {
+	clk       *clocktest.Clock
+	latencies []time.Duration
+	n         int
+}
+
+func (a *advancing) RoundTrip(*http.Request) (*http.Response, error) {
+	a.clk.Advance(a.latencies[min(a.n, len(a.latencies)-1)])
+	a.n++
+	return response(200, "ok")(), nil
+}
+
+// A latency that grows slowly with load is caught: the target is anchored
+// to the fastest recent success and cannot drift up with it.
+func TestSlowlyGrowingLatencyDecreases(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	var lat []time.Duration
+	for range 20 {
+		lat = append(lat, 10*time.Millisecond)
+	}
+	for ms := 10; ms <= 60; ms++ { // slowly: 20 calls per millisecond more
+		for range 20 {
+			lat = append(lat, time.Duration(ms)*time.Millisecond)
+		}
+	}
+	base := &advancing{clk: clk, latencies: lat}
+	c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk}),
+		Burst: 1000, AIMD: aimd.Config{Start: 1e4}, Retry: retry.Config{MaxAttempts: 1}})
+	require.NoError(t, err)
+	for range len(lat) {
+		resp := get(t, c, "http://api.test/")
+		_ = resp.Body.Close()
+	}
+	rate, _ := c.Rate("api.test")
+	require.Less(t, rate, 1e4, "latency grew from 10 to 60 ms and the rate never decreased")
+	k := c.Snapshot(0).Keys[0]
+	require.Greater(t, k.P95Latency, 10*time.Millisecond)
+	require.LessOrEqual(t, k.P95Latency, 60*time.Millisecond)
+}
+
+// Idle keys are dropped once MaxKeys are held; their pacing lives on in the
+// store, so nothing is given away.
+func TestIdleKeysAreEvicted(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	base := &scripted{resps: []func() *http.Response{response(200, "ok")}}
+	c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk}),
+		MaxKeys: 2, IdleTTL: time.Minute, Retry: retry.Config{MaxAttempts: 1}})
+	require.NoError(t, err)
+	keys := func() []string {
+		var out []string
+		for _, k := range c.Snapshot(0).Keys {
+			out = append(out, k.Key)
+		}
+		return out
+	}
+	for _, h := range []string{"a.test", "b.test"} {
+		resp := get(t, c, "http://"+h+"/")
+		_ = resp.Body.Close()
+	}
+	clk.Advance(30 * time.Second)
+	resp := get(t, c, "http://c.test/")
+	_ = resp.Body.Close()
+	require.ElementsMatch(t, []string{"a.test", "b.test", "c.test"}, keys(), "nothing idle long enough yet")
+	clk.Advance(45 * time.Second) // a and b idle 75 s, c 45 s
+	resp = get(t, c, "http://d.test/")
+	_ = resp.Body.Close()
+	require.ElementsMatch(t, []string{"c.test", "d.test"}, keys())
+}
+
+// After a run of throttles that each carried a Retry-After (a pause each),
+// the rate does not rush back towards the peak the run began at: it grows
+// additively from the last cut.
+func TestNoFastRecoveryTowardsADisprovedPeak(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	ok := response(200, "ok")
+	throttled := response(429, "", "Retry-After", "1")
+	base := &scripted{resps: []func() *http.Response{ok, throttled, throttled, ok}}
+	c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk}),
+		Burst: 1000, AIMD: aimd.Config{Start: 100, SlowStart: -1, Decrease: 0.5, IgnoreLatency: true},
+		Retry: retry.Config{MaxAttempts: 1}})
+	require.NoError(t, err)
+	call := func() {
+		resp := get(t, c, "http://api.test/")
+		_ = resp.Body.Close()
+	}
+	call() // 200 at 100/s
+	clk.Advance(10 * time.Millisecond)
+	call() // 429: 50/s, paused 1 s
+	clk.Advance(1100 * time.Millisecond)
+	call() // 429 again: 25/s
+	rate, _ := c.Rate("api.test")
+	require.InDelta(t, 25, rate, 1e-9)
+	clk.Advance(1100 * time.Millisecond)
+	for range 300 { // three seconds of successes
+		call()
+		clk.Advance(10 * time.Millisecond)
+	}
+	rate, _ = c.Rate("api.test")
+	t.Logf("rate after recovery: %v", rate)
+	require.Less(t, rate, 30.0, "rushed back towards the 100/s the run of throttles began at")
+	require.Greater(t, rate, 25.0, "never grew again")
+}

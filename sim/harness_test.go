@@ -1,0 +1,136 @@
+package sim
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestRunUnpacedAgainstProvider(t *testing.T) {
+	t.Parallel()
+	p, err := NewProvider(ProviderConfig{Dialect: RetryAfterSeconds, Limit: 20, Latency: 5 * time.Millisecond})
+	require.NoError(t, err)
+	res, err := Run(t.Context(), Config{
+		Workers: 4, Processes: 2, Duration: 2 * time.Second,
+		Base: HandlerTransport{Handler: p}, Limit: p.LimitAt,
+	})
+	require.NoError(t, err)
+	require.Len(t, res.Seconds, 2)
+	var off, adm, good, thr int64
+	for _, s := range res.Seconds {
+		require.Equal(t, 20.0, s.Limit)
+		off += s.Offered
+		adm += s.Admitted
+		good += s.Goodput
+		thr += s.Throttles
+	}
+	st := p.Stats()
+	// The harness saw what the provider answered (a request still in
+	// flight at the end may be missing on either side).
+	require.InDelta(t, st.Requests, off, 8)
+	require.InDelta(t, st.Admitted, adm, 8)
+	require.InDelta(t, st.Throttled, thr, 8)
+	require.InDelta(t, adm, good, 8)
+	// Unpaced workers get about the limit and a storm of 429s.
+	require.InDelta(t, 40+2, adm, 6)
+	require.Greater(t, thr, adm)
+	sum := Summarize(res)
+	require.Equal(t, off, sum.Offered)
+	require.Zero(t, sum.Retries)
+}
+
+// retryOnce retries a throttled request once: the harness must count it.
+type retryOnce struct{ base http.RoundTripper }
+
+func (r retryOnce) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.base.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusTooManyRequests {
+		return resp, err
+	}
+	_ = resp.Body.Close()
+	return r.base.RoundTrip(req)
+}
+
+func TestRunCountsRetriesAndRates(t *testing.T) {
+	t.Parallel()
+	p, err := NewProvider(ProviderConfig{Dialect: Bare429, Limit: 10, Latency: 5 * time.Millisecond})
+	require.NoError(t, err)
+	res, err := Run(t.Context(), Config{
+		Workers: 2, Processes: 2, Duration: time.Second,
+		Base: HandlerTransport{Handler: p},
+		NewClient: func(i int, base http.RoundTripper) (Client, error) {
+			return Client{Transport: retryOnce{base}, Rate: func() float64 { return float64(i + 1) }}, nil
+		},
+	})
+	require.NoError(t, err)
+	s := res.Seconds[0]
+	require.Positive(t, s.Retries)
+	require.InDelta(t, s.Throttles/2, s.Retries, float64(s.Throttles)/4+2)
+	require.Equal(t, 3.0, s.Rate)
+	require.Zero(t, s.Limit, "no limit function: unknown")
+	require.Equal(t, -1, Summarize(res).ConvergeS)
+}
+
+func TestRunConfigErrors(t *testing.T) {
+	t.Parallel()
+	base := HandlerTransport{}
+	for _, c := range []Config{
+		{},
+		{Base: base, Workers: 1, Processes: 2},
+		{Base: base, Duration: time.Millisecond},
+		{Base: base, URL: "://bad"},
+		{Base: base, SlowAfter: -1},
+		{Base: base, NewClient: func(int, http.RoundTripper) (Client, error) { return Client{}, nil }},
+	} {
+		_, err := Run(context.Background(), c)
+		require.ErrorIs(t, err, ErrInvalidConfig, "%+v", c)
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	t.Parallel()
+	secs := make([]Second, 30)
+	for i := range secs {
+		l := 100.0
+		if i >= 15 {
+			l = 50
+		}
+		secs[i] = Second{T: i, Limit: l, Offered: int64(l), Goodput: int64(l * 0.97), Admitted: int64(l * 0.97)}
+	}
+	secs[0].Goodput, secs[1].Goodput, secs[2].Goodput = 10, 40, 95 // the ramp
+	secs[15].Throttles, secs[16].Throttles, secs[17].Throttles = 20, 10, 5
+	secs[20].Throttles = 1 // under 1% of the rest of the segment
+	secs[5].Throttles = 3
+	s := Summarize(&Result{Seconds: secs})
+	require.Equal(t, 2, s.ConvergeS)
+	require.Equal(t, 3, s.SettleS)
+	// Steady seconds: 10..14 and 25..28.
+	want := (5*97 + 4*48.0) / (5*100 + 4*50.0)
+	require.InDelta(t, want, s.GoodputRatio, 1e-9)
+	require.InDelta(t, 0.0, s.ThrottleRatio, 1e-9)
+	secs[12].Throttles = 7
+	require.InDelta(t, 7.0/(5*100+4*50), Summarize(&Result{Seconds: secs}).ThrottleRatio, 1e-9)
+	require.EqualValues(t, 39, s.Throttles)
+}
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		status int
+		body   string
+		want   Outcome
+	}{
+		{200, `{"ok":true}`, OutcomeOK},
+		{200, `{"errors":[{"extensions":{"code":"THROTTLED"}}]}`, OutcomeThrottle},
+		{429, ``, OutcomeThrottle},
+		{503, ``, OutcomeThrottle},
+		{418, ``, OutcomeBan},
+		{404, ``, OutcomeError},
+		{500, ``, OutcomeError},
+	} {
+		require.Equal(t, tt.want, Classify(tt.status, []byte(tt.body)), "%d %s", tt.status, tt.body)
+	}
+}

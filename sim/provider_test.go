@@ -1,0 +1,230 @@
+package sim
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/clock/clocktest"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func serve(p *Provider) *http.Response {
+	rec := httptest.NewRecorder()
+	p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://sim.test/", nil))
+	return rec.Result()
+}
+
+// admittedIn counts the requests admitted when one arrives every step for
+// d on the fake clock.
+func admittedIn(t *testing.T, p *Provider, clk *clocktest.Clock, d, step time.Duration) int {
+	t.Helper()
+	n := 0
+	for end := clk.Now().Add(d); clk.Now().Before(end); clk.Advance(step) {
+		if r := serve(p); r.StatusCode == http.StatusOK && Classify(r.StatusCode, readAll(t, r)) == OutcomeOK {
+			n++
+		}
+	}
+	return n
+}
+
+func readAll(t *testing.T, r *http.Response) []byte {
+	t.Helper()
+	var b []byte
+	buf := make([]byte, 4096)
+	for {
+		k, err := r.Body.Read(buf)
+		b = append(b, buf[:k]...)
+		if err != nil {
+			return b
+		}
+	}
+}
+
+func TestProviderEnforcesHiddenLimit(t *testing.T) {
+	t.Parallel()
+	for _, d := range Dialects() {
+		if d == Slowdown {
+			continue // never refuses: see TestSlowdownQueues
+		}
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			clk := clocktest.New(t0)
+			p, err := NewProvider(ProviderConfig{Dialect: d, Limit: 40, Clock: clk, BanAfter: 1 << 30,
+				Changes: []Change{{At: 10 * time.Second, Limit: 20}}})
+			require.NoError(t, err)
+			// Offered 200/s, five times the limit, for 10 s: about 40/s get in.
+			got := admittedIn(t, p, clk, 10*time.Second, 5*time.Millisecond)
+			require.InDelta(t, 400, got, 12, "admitted in 10 s at a limit of 40/s")
+			// The hidden limit halves at 10 s.
+			got = admittedIn(t, p, clk, 10*time.Second, 5*time.Millisecond)
+			require.InDelta(t, 200, got, 12, "admitted in 10 s after halving to 20/s")
+			st := p.Stats()
+			require.Equal(t, st.Requests, st.Admitted+st.Throttled+st.Banned)
+			require.Positive(t, st.Throttled)
+		})
+	}
+}
+
+func TestProviderSignals(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		dialect Dialect
+		check   func(t *testing.T, r *http.Response, body []byte)
+	}{
+		{RetryAfterSeconds, func(t *testing.T, r *http.Response, _ []byte) {
+			require.Equal(t, http.StatusTooManyRequests, r.StatusCode)
+			n, err := strconv.Atoi(r.Header.Get("Retry-After"))
+			require.NoError(t, err)
+			require.Equal(t, 1, n) // 25 ms rounded up to whole seconds
+		}},
+		{RetryAfterDate, func(t *testing.T, r *http.Response, _ []byte) {
+			require.Equal(t, http.StatusTooManyRequests, r.StatusCode)
+			at, err := http.ParseTime(r.Header.Get("Retry-After"))
+			require.NoError(t, err)
+			require.False(t, at.Before(t0.Add(25*time.Millisecond)), "never earlier than the real wait")
+			require.False(t, at.After(t0.Add(time.Second+25*time.Millisecond)))
+		}},
+		{Bare429, func(t *testing.T, r *http.Response, _ []byte) {
+			require.Equal(t, http.StatusTooManyRequests, r.StatusCode)
+			require.Empty(t, r.Header.Get("Retry-After"))
+		}},
+		{Unavailable, func(t *testing.T, r *http.Response, _ []byte) {
+			require.Equal(t, http.StatusServiceUnavailable, r.StatusCode)
+		}},
+		{CostBucket, func(t *testing.T, r *http.Response, body []byte) {
+			require.Equal(t, http.StatusOK, r.StatusCode)
+			var v struct {
+				Errors []struct {
+					Extensions struct{ Code string }
+				}
+				Extensions struct {
+					Cost struct {
+						RequestedQueryCost int
+						ActualQueryCost    *int
+						ThrottleStatus     struct{ MaximumAvailable, CurrentlyAvailable, RestoreRate float64 }
+					}
+				}
+			}
+			require.NoError(t, json.Unmarshal(body, &v))
+			require.Len(t, v.Errors, 1)
+			require.Equal(t, "THROTTLED", v.Errors[0].Extensions.Code)
+			require.Equal(t, 10, v.Extensions.Cost.RequestedQueryCost)
+			require.Nil(t, v.Extensions.Cost.ActualQueryCost)
+			require.Equal(t, 200.0, v.Extensions.Cost.ThrottleStatus.RestoreRate) // 40/s x 5 points
+			require.Less(t, v.Extensions.Cost.ThrottleStatus.CurrentlyAvailable, 10.0)
+		}},
+		{WeightWindow, func(t *testing.T, r *http.Response, _ []byte) {
+			require.Equal(t, http.StatusTooManyRequests, r.StatusCode)
+			require.Equal(t, "80", r.Header.Get("X-MBX-USED-WEIGHT-1S")) // 40/s x weight 2
+			require.Equal(t, "1", r.Header.Get("Retry-After"))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.dialect.String(), func(t *testing.T) {
+			t.Parallel()
+			clk := clocktest.New(t0)
+			p, err := NewProvider(ProviderConfig{Dialect: tt.dialect, Limit: 40, Clock: clk})
+			require.NoError(t, err)
+			var last *http.Response
+			var body []byte
+			for range 100 { // all at once: far above the burst
+				last = serve(p)
+				body = readAll(t, last)
+				if Classify(last.StatusCode, body) != OutcomeOK {
+					break
+				}
+			}
+			tt.check(t, last, body)
+		})
+	}
+}
+
+func TestBanEscalates(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	p, err := NewProvider(ProviderConfig{Dialect: Ban, Limit: 10, BanAfter: 3, BanFor: time.Second, Clock: clk})
+	require.NoError(t, err)
+	var codes []int
+	for range 6 {
+		codes = append(codes, serve(p).StatusCode)
+	}
+	// One burst token; a 429 with Retry-After; three requests that did not
+	// back off, the third earning the ban; 418 while banned.
+	require.Equal(t, []int{200, 429, 429, 429, 418, 418}, codes)
+	r := serve(p)
+	require.Equal(t, "1", r.Header.Get("Retry-After"))
+	clk.Advance(time.Second)
+	require.Equal(t, 200, serve(p).StatusCode)
+	// A client that honours every Retry-After is never banned.
+	for range 5 {
+		r := serve(p)
+		require.Equal(t, http.StatusTooManyRequests, r.StatusCode)
+		ra, err := strconv.Atoi(r.Header.Get("Retry-After"))
+		require.NoError(t, err)
+		clk.Advance(time.Duration(ra) * time.Second)
+		require.Equal(t, 200, serve(p).StatusCode)
+	}
+	require.EqualValues(t, 1, p.Stats().Bans)
+	// One that does not is banned again, for twice as long.
+	for range 3 {
+		serve(p)
+	}
+	r = serve(p)
+	require.Equal(t, http.StatusTeapot, r.StatusCode)
+	require.Equal(t, "2", r.Header.Get("Retry-After"), "the second ban lasts twice as long")
+	require.EqualValues(t, 2, p.Stats().Bans)
+}
+
+func TestSlowdownQueues(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	p, err := NewProvider(ProviderConfig{Dialect: Slowdown, Limit: 100, Clock: clk})
+	require.NoError(t, err)
+	// Ten at once: each waits behind the ones before it, 10 ms apiece.
+	for i := range 10 {
+		o := p.decide(clk.Now())
+		require.Equal(t, http.StatusOK, o.status)
+		require.Equal(t, time.Duration(i)*10*time.Millisecond, o.delay)
+	}
+	// Paced at the limit, nobody waits.
+	clk.Advance(time.Second)
+	for range 10 {
+		require.Zero(t, p.decide(clk.Now()).delay)
+		clk.Advance(10 * time.Millisecond)
+	}
+}
+
+func TestProviderConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, c := range []ProviderConfig{
+		{Limit: -1},
+		{Dialect: 99},
+		{Changes: []Change{{At: time.Second, Limit: 0}}},
+		{Changes: []Change{{At: 2 * time.Second, Limit: 1}, {At: time.Second, Limit: 1}}},
+		{Burst: -time.Second},
+		{Latency: -1},
+		{RequestedCost: 1, ActualCost: 2},
+		{Weight: -1},
+	} {
+		_, err := NewProvider(c)
+		require.ErrorIs(t, err, ErrInvalidConfig, "%+v", c)
+	}
+}
+
+func TestParseDialect(t *testing.T) {
+	t.Parallel()
+	for _, d := range Dialects() {
+		got, err := ParseDialect(d.String())
+		require.NoError(t, err)
+		require.Equal(t, d, got)
+	}
+	_, err := ParseDialect("nope")
+	require.ErrorContains(t, err, `unknown dialect "nope"`)
+}
