@@ -169,17 +169,38 @@ func TestFullStoreRefusesInsteadOfEvicting(t *testing.T) {
 		res, err := s.Take(ctx, store.TakeParams{Key: "new", Limit: slow, Cost: 0, Now: now})
 		require.NoError(t, err)
 		require.True(t, res.Allowed)
-		// TakeAll with a new key is refused whole.
+		// TakeAll with a new key whose shard is full is refused whole. (A
+		// shard may have stayed empty: with one key per shard, 300 random
+		// keys miss a given one of 64 shards about 1% of the time.)
+		full := fullShardKey(t, s)
 		_, err = s.TakeAll(ctx, store.TakeAllParams{Now: now, Items: []store.Item{
-			{Key: held[0], Limit: slow, Cost: 0}, {Key: "new", Limit: slow, Cost: 1},
+			{Key: held[0], Limit: slow, Cost: 0}, {Key: full, Limit: slow, Cost: 1},
 		}})
 		require.ErrorIs(t, err, store.ErrTooManyKeys, tc.name)
 		// Once the keys are fresh again there is room.
 		later := now.Add(time.Hour)
-		res, err = s.Take(ctx, store.TakeParams{Key: "new", Limit: slow, Cost: 1, Now: later})
+		res, err = s.Take(ctx, store.TakeParams{Key: full, Limit: slow, Cost: 1, Now: later})
 		require.NoError(t, err, tc.name)
 		require.True(t, res.Allowed, tc.name)
 	}
+}
+
+// fullShardKey returns a key the store does not hold whose shard is full.
+func fullShardKey(t *testing.T, s *Store) string {
+	t.Helper()
+	for i := range 100000 {
+		key := "new" + strconv.Itoa(i)
+		h := s.hash(key)
+		sh := s.shard(h)
+		sh.mu.Lock()
+		full := sh.t.n >= s.maxPerShard && sh.t.find(h, "slow", key) < 0
+		sh.mu.Unlock()
+		if full {
+			return key
+		}
+	}
+	t.Fatal("no shard is full")
+	return ""
 }
 
 // TestTakeAllOnFullStoreChargesNothing: a TakeAll refused for want of room
