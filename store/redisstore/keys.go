@@ -9,10 +9,16 @@ const DefaultPrefix = "sluice:"
 // hash tag Redis Cluster hashes it by. See the package documentation for
 // the layout.
 func rateKey(prefix, key, name string) (rkey, tag string) {
+	return tagKey(prefix, "rate:", key, name)
+}
+
+// tagKey builds prefix+kind+<key with its hash tag braced>+":"+name, every
+// part escaped, and returns it with its hash tag.
+func tagKey(prefix, kind, key, name string) (k, tag string) {
 	var b strings.Builder
-	b.Grow(len(prefix) + len(key) + len(name) + 8)
+	b.Grow(len(prefix) + len(kind) + len(key) + len(name) + 8)
 	b.WriteString(prefix)
-	b.WriteString("rate:")
+	b.WriteString(kind)
 	pre, t, post, ok := userTag(key)
 	if !ok {
 		pre, t, post = "", key, ""
@@ -26,8 +32,8 @@ func rateKey(prefix, key, name string) (rkey, tag string) {
 	writeEscaped(&b, post, "%{}")
 	b.WriteByte(':')
 	writeEscaped(&b, name, "%:")
-	s := b.String()
-	return s, s[start:end]
+	k = b.String()
+	return k, k[start:end]
 }
 
 // userTag splits key around the hash tag Redis would find in it on its own:

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -73,24 +72,8 @@ return out
 // leaseKeys returns the permits hash, the token counter and the fenced
 // values hash of (name, key), and their hash tag.
 func leaseKeys(prefix, name, key string) (h, seq, f, tag string) {
-	var b strings.Builder
-	b.WriteString(prefix)
-	b.WriteString("lease:")
-	pre, t, post, ok := userTag(key)
-	if !ok {
-		pre, t, post = "", key, ""
-	}
-	writeEscaped(&b, pre, "%{}")
-	b.WriteByte('{')
-	start := b.Len()
-	writeEscaped(&b, t, "%{}")
-	end := b.Len()
-	b.WriteByte('}')
-	writeEscaped(&b, post, "%{}")
-	b.WriteByte(':')
-	writeEscaped(&b, name, "%:")
-	base := b.String()
-	return base + ":h", base + ":seq", base + ":f", base[start:end]
+	base, tag := tagKey(prefix, "lease:", key, name)
+	return base + ":h", base + ":seq", base + ":f", tag
 }
 
 func (s *Store) leaseChannel() string { return s.prefix + "lease-free" }
