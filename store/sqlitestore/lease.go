@@ -405,3 +405,36 @@ func (s *Store) CleanupLeases(ctx context.Context) (int64, error) {
 		}
 	}
 }
+
+// fenceSQL is true when token holds a live permit of (name, key) at the
+// store clock: the later of the caller's clock reading and the file's
+// high-water mark.
+const fenceSQL = `SELECT EXISTS (SELECT 1 FROM sluice_lease_holder
+WHERE name = ? AND key = ? AND token = ?
+  AND expires_at > max(?, (SELECT at FROM sluice_clock WHERE id = 1)))`
+
+// Fence checks, inside the caller's own transaction tx on the same SQLite
+// file, that token still holds a live permit of (name, key); it returns
+// store.ErrStaleToken if not. SQLite has one writer at a time, so in a
+// transaction that writes (begin it with BEGIN IMMEDIATE, or write before
+// calling Fence) no successor can take the permit between the check and the
+// commit: a write made in tx after a nil return commits before any
+// successor's acquire, or not at all. In a transaction that has not written,
+// a successor may still commit first, and SQLite then refuses tx's first
+// write (SQLITE_BUSY), so a stale write still never lands. tx is a *sql.Tx,
+// *sql.Conn or anything with QueryRowContext.
+func (s *Store) Fence(ctx context.Context, tx interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}, name, key string, token int64) error {
+	if name == "" || key == "" {
+		return store.ErrEmptyKey
+	}
+	var live bool
+	if err := tx.QueryRowContext(ctx, fenceSQL, name, key, token, s.clk.Now().UnixMicro()).Scan(&live); err != nil {
+		return wrap(err)
+	}
+	if !live {
+		return store.ErrStaleToken
+	}
+	return nil
+}
