@@ -163,8 +163,8 @@ func (l *Leases) WatchLease(ctx context.Context, name, key string) (ch <-chan st
 	defer cancel()
 	ch, stop, err = l.w.WatchLease(cctx, name, key)
 	switch {
-	case err == nil:
-		l.g.succeeded()
+	case err == nil || requestError(err):
+		l.g.succeeded() // the store answered
 	case ctx.Err() != nil:
 		l.g.probing.Store(false)
 	default:

@@ -148,3 +148,26 @@ func TestLeaseAnswersAreNotOutages(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrInvalidLease)
 	require.True(t, g.Healthy())
 }
+
+func TestWatchLeaseThroughTheGuard(t *testing.T) {
+	t.Parallel()
+	ls, g, _, _ := leaseSetup(t)
+	w := ls.(store.LeaseWatcher)
+	// A request the store refuses says nothing about its health.
+	_, _, err := w.WatchLease(t.Context(), "", "k")
+	require.ErrorIs(t, err, store.ErrEmptyKey)
+	require.True(t, g.Healthy())
+	ch, stop, err := w.WatchLease(t.Context(), "jobs", "k")
+	require.NoError(t, err)
+	defer stop()
+	got, err := ls.Acquire(t.Context(), acquire("a"))
+	require.NoError(t, err)
+	_, err = ls.Acquire(t.Context(), acquire("b")) // refused: a waiter now
+	require.NoError(t, err)
+	require.NoError(t, ls.Release(t.Context(), store.ReleaseParams{Name: "jobs", Key: "k", Holder: "a", Token: got.Lease.Token}))
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release was not announced through the guard")
+	}
+}
