@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -140,22 +139,9 @@ func TestAcrossProcesses(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		url := testenv.PostgresURL()
 		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			testenv.Unreachable(t, "PostgreSQL at "+url, err)
-		}
-		t.Cleanup(func() { _ = conn.Close(ctx) })
-		schema := fmt.Sprintf("slot_cp_%016x", rand.Uint64())
-		_, err = conn.Exec(ctx, "CREATE SCHEMA "+schema)
-		require.NoError(t, err)
-		t.Cleanup(func() { _, _ = conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") })
-		sep := "?"
-		if strings.Contains(url, "?") {
-			sep = "&"
-		}
-		surl := url + sep + "search_path=" + schema + "&pool_max_conns=8"
+		schema := testenv.PostgresSchema(t, "slot_cp_")
+		surl := testenv.WithSearchPath(testenv.PostgresURL(), schema) + "&pool_max_conns=8"
 		pool, err := pgxpool.New(ctx, surl)
 		require.NoError(t, err)
 		_, err = pgstore.Migrate(ctx, pool)
@@ -225,18 +211,9 @@ func crossProcess(t *testing.T, backend, url string) {
 // requested times, repeats).
 func TestBackendsAgree(t *testing.T) {
 	t.Parallel()
-	url := testenv.PostgresURL()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		testenv.Unreachable(t, "PostgreSQL at "+url, err)
-	}
-	t.Cleanup(func() { _ = conn.Close(ctx) })
-	schema := fmt.Sprintf("slot_agree_%016x", rand.Uint64())
-	_, err = conn.Exec(ctx, "CREATE SCHEMA "+schema)
-	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") })
-	cfg, err := pgxpool.ParseConfig(url)
+	schema := testenv.PostgresSchema(t, "slot_agree_")
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL())
 	require.NoError(t, err)
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	cfg.MaxConns = 2

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -168,22 +167,9 @@ func redisBackend(t *testing.T) backend {
 }
 
 func postgresBackend(t *testing.T) backend {
-	url := testenv.PostgresURL()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		testenv.Unreachable(t, "PostgreSQL at "+url, err)
-	}
-	t.Cleanup(func() { _ = conn.Close(ctx) })
-	schema := fmt.Sprintf("crossproc_%016x", rand.Uint64())
-	_, err = conn.Exec(ctx, "CREATE SCHEMA "+schema)
-	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") })
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	surl := url + sep + "search_path=" + schema
+	schema := testenv.PostgresSchema(t, "crossproc_")
+	surl := testenv.WithSearchPath(testenv.PostgresURL(), schema)
 	pool, err := pgxpool.New(ctx, surl)
 	require.NoError(t, err)
 	defer pool.Close()

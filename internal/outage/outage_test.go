@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -83,15 +82,7 @@ func redisPrimary(t *testing.T) (store.RateStore, *faultproxy.Proxy) {
 func postgresPrimary(t *testing.T) (store.RateStore, *faultproxy.Proxy) {
 	raw := testenv.PostgresURL()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, raw)
-	if err != nil {
-		testenv.Unreachable(t, "PostgreSQL at "+raw, err)
-	}
-	t.Cleanup(func() { _ = conn.Close(ctx) })
-	schema := fmt.Sprintf("outage_%016x", rand.Uint64())
-	_, err = conn.Exec(ctx, "CREATE SCHEMA "+schema)
-	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") })
+	schema := testenv.PostgresSchema(t, "outage_")
 
 	p, err := faultproxy.New(target(t, raw))
 	require.NoError(t, err)

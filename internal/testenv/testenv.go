@@ -4,9 +4,16 @@
 package testenv
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // RedisURL is SLUICE_TEST_REDIS_URL, or the local default.
@@ -33,4 +40,45 @@ func Unreachable(t testing.TB, what string, err error) {
 		t.Fatal(msg + " (SLUICE_INTEGRATION=1: integration tests must run)")
 	}
 	t.Skip(msg + "; run `make test`, which starts Redis and PostgreSQL (see DEVELOPERS.md)")
+}
+
+// PostgresSchema creates a schema of the test's own (its name is prefix
+// and random hex) on the PostgreSQL at PostgresURL, drops it with
+// everything in it when the test ends, and returns its name. Pools the test
+// opens after calling it close first (t.Cleanup runs last-in first-out). An
+// unreachable PostgreSQL ends the test as Unreachable does.
+func PostgresSchema(t testing.TB, prefix string) string {
+	t.Helper()
+	url := PostgresURL()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		Unreachable(t, "PostgreSQL at "+url, err)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	schema := prefix + hex.EncodeToString(b[:])
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		_ = conn.Close(ctx)
+		t.Fatalf("creating schema %s: %v", schema, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("dropping schema %s: %v", schema, err)
+		}
+		_ = conn.Close(ctx)
+	})
+	return schema
+}
+
+// WithSearchPath returns a PostgreSQL URL whose connections use schema.
+func WithSearchPath(url, schema string) string {
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + "search_path=" + schema
 }

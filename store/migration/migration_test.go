@@ -2,11 +2,7 @@ package migration_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
-	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,54 +13,21 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicerl/sluice/internal/testenv"
 	"github.com/sluicerl/sluice/store/migration"
 )
-
-const defaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-
-func pgURL() string {
-	if u := os.Getenv("SLUICE_TEST_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return defaultURL
-}
 
 // pgDB returns a database/sql handle whose search_path is a new schema of
 // its own, dropped when the test ends; it skips (fails under
 // SLUICE_INTEGRATION=1) without PostgreSQL.
 func pgDB(t *testing.T) *sql.DB {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, pgURL())
-	if err == nil {
-		err = admin.Ping(ctx)
-	}
-	if err != nil {
-		msg := fmt.Sprintf("migration: PostgreSQL unreachable at %s: %v. Start it (make services, see DEVELOPERS.md) or point SLUICE_TEST_POSTGRES_URL at one; SLUICE_INTEGRATION=1 turns this skip into a failure", pgURL(), err)
-		if os.Getenv("SLUICE_INTEGRATION") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "sluice_test_" + hex.EncodeToString(b[:])
-	_, err = admin.Exec(ctx, "CREATE SCHEMA "+schema)
-	require.NoError(t, err)
-	cfg, err := pgx.ParseConfig(pgURL())
+	schema := testenv.PostgresSchema(t, "sluice_test_")
+	cfg, err := pgx.ParseConfig(testenv.PostgresURL())
 	require.NoError(t, err)
 	cfg.RuntimeParams["search_path"] = schema
 	db := stdlib.OpenDB(*cfg)
-	t.Cleanup(func() {
-		_ = db.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("dropping %s: %v", schema, err)
-		}
-		_ = admin.Close(ctx)
-	})
+	t.Cleanup(func() { _ = db.Close() }) // before the schema is dropped
 	return db
 }
 
@@ -255,7 +218,7 @@ func TestConcurrentUpPostgres(t *testing.T) {
 	var schema string
 	require.NoError(t, db.QueryRow("SELECT current_schema()").Scan(&schema))
 	concurrentUp(t, func() (*sql.DB, error) {
-		cfg, err := pgx.ParseConfig(pgURL())
+		cfg, err := pgx.ParseConfig(testenv.PostgresURL())
 		if err != nil {
 			return nil, err
 		}
@@ -325,7 +288,7 @@ func TestOpenPostgresURLWithSchema(t *testing.T) {
 	var schema string
 	require.NoError(t, db.QueryRow("SELECT current_schema()").Scan(&schema))
 	ctx := context.Background()
-	u := pgURL()
+	u := testenv.PostgresURL()
 	sep := "?"
 	if strings.Contains(u, "?") {
 		sep = "&"

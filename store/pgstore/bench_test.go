@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicerl/sluice/internal/testenv"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/pgstore"
 	"github.com/sluicerl/sluice/store/storetest"
@@ -76,7 +77,7 @@ func BenchmarkTakeDenied(b *testing.B) {
 
 func benchPool(b *testing.B, schema string, conns int32) *pgxpool.Pool {
 	b.Helper()
-	cfg, err := pgxpool.ParseConfig(testURL())
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL())
 	require.NoError(b, err)
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	cfg.MaxConns, cfg.MinConns = conns, conns

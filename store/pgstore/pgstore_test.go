@@ -2,11 +2,8 @@ package pgstore_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,40 +14,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicerl/sluice/internal/testenv"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
 	"github.com/sluicerl/sluice/store/pgstore"
 	"github.com/sluicerl/sluice/store/storetest"
 )
-
-const defaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-
-func testURL() string {
-	if u := os.Getenv("SLUICE_TEST_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return defaultURL
-}
-
-// connectAdmin returns a connection to the test database, or skips (fails
-// under SLUICE_INTEGRATION=1) when there is none.
-func connectAdmin(tb testing.TB) *pgx.Conn {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, testURL())
-	if err == nil {
-		err = conn.Ping(ctx)
-	}
-	if err != nil {
-		msg := fmt.Sprintf("pgstore: PostgreSQL unreachable at %s: %v. Start it (make services, see DEVELOPERS.md) or point SLUICE_TEST_POSTGRES_URL at one; SLUICE_INTEGRATION=1 turns this skip into a failure", testURL(), err)
-		if os.Getenv("SLUICE_INTEGRATION") == "1" {
-			tb.Fatal(msg)
-		}
-		tb.Skip(msg)
-	}
-	return conn
-}
 
 // bundle is what setup gives a test: a pool whose search_path is a schema
 // of its own, migrated, and a Store over it.
@@ -70,23 +39,9 @@ func setup(tb testing.TB, opts ...options) *bundle {
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	admin := connectAdmin(tb)
 	ctx := context.Background()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "sluice_test_" + hex.EncodeToString(b[:])
-	_, err := admin.Exec(ctx, "CREATE SCHEMA "+schema)
-	require.NoError(tb, err)
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, err := admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
-		if err != nil {
-			tb.Errorf("dropping %s: %v", schema, err)
-		}
-		_ = admin.Close(ctx)
-	})
-	cfg, err := pgxpool.ParseConfig(testURL())
+	schema := testenv.PostgresSchema(tb, "sluice_test_")
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL())
 	require.NoError(tb, err)
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	cfg.MaxConns = 4 // tests run in parallel: stay well below max_connections
