@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -197,31 +196,10 @@ func (s *Server) leaseToJSON(l store.Lease) leaseJSON {
 
 func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
-		w.Header().Set("Accept-Post", contentJSON)
-		writeProblem(w, &problem{Type: typeBlank, Status: http.StatusUnsupportedMediaType,
-			Detail: "Content-Type must be application/json"})
-		return
-	}
 	var body leaseBody
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		p := s.decodeProblem(err, nil)
-		if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			if f, uerr := strconv.Unquote(field); uerr == nil {
-				field = f
-			}
-			// The TTL and permits come from the policy, not the request.
-			p.Detail = fmt.Sprintf("unknown field %q (want policy, key, and optionally holder and items; the policy sets permits and ttl)", truncate(field, 64))
-			p.Errors = []fieldError{{Pointer: pointer(field), Detail: p.Detail}}
-		}
+	// The TTL and permits come from the policy, not the request.
+	if p := s.decodeStrict(r, &body, "policy, key, and optionally holder and items; the policy sets permits and ttl"); p != nil {
 		writeProblem(w, p)
-		return
-	}
-	if err := dec.Decode(new(json.RawMessage)); !errors.Is(err, io.EOF) {
-		writeProblem(w, &problem{Type: TypeMalformedRequest, Status: http.StatusBadRequest,
-			Detail: "request body has data after the JSON object; send exactly one object"})
 		return
 	}
 	var errs []fieldError

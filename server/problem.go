@@ -45,6 +45,10 @@ type fieldError struct {
 }
 
 func writeProblem(w http.ResponseWriter, p *problem) {
+	if p.Status == http.StatusUnsupportedMediaType {
+		// Every body the API reads is JSON (RFC 9110 section 15.5.16).
+		w.Header().Set("Accept-Post", contentJSON)
+	}
 	if p.Title == "" {
 		p.Title = http.StatusText(p.Status)
 	}

@@ -155,14 +155,8 @@ func toSlotConfigJSON(c store.SlotConfig) slotConfigJSON {
 // decodeStrict reads one JSON object into v: no unknown fields, nothing
 // after it. want lists the fields, for the unknown-field message.
 func (s *Server) decodeStrict(r *http.Request, v any, want string) *problem {
-	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
-		detail := "Content-Type must be application/json"
-		if ct == "" {
-			detail += "; the request has none"
-		} else {
-			detail += fmt.Sprintf(", not %q", truncate(ct, 64))
-		}
-		return &problem{Type: typeBlank, Status: http.StatusUnsupportedMediaType, Detail: detail}
+	if p := contentTypeProblem(r); p != nil {
+		return p
 	}
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
@@ -172,7 +166,8 @@ func (s *Server) decodeStrict(r *http.Request, v any, want string) *problem {
 				field = f
 			}
 			detail := fmt.Sprintf("unknown field %q (want %s)", truncate(field, 64), want)
-			return &problem{Type: TypeMalformedRequest, Status: http.StatusBadRequest, Detail: detail}
+			return &problem{Type: TypeMalformedRequest, Status: http.StatusBadRequest, Detail: detail,
+				Errors: []fieldError{{Pointer: pointer(field), Detail: detail}}}
 		}
 		return s.decodeProblem(err, nil)
 	}

@@ -155,6 +155,7 @@ func TestSlotBadInput(t *testing.T) {
 		{"missing time", "POST", "/api/v1/slots", "application/json", `{"eventId":"a","configName":"default"}`, 422, "requestedTime is required"},
 		{"empty event id", "POST", "/api/v1/slots", "application/json", `{"eventId":"","configName":"default","requestedTime":"2025-06-01T12:00:00Z"}`, 422, "eventId is required"},
 		{"unknown field", "POST", "/api/v1/slots", "application/json", `{"eventId":"a","priority":1}`, 400, `unknown field \"priority\"`},
+		{"unknown field pointer", "POST", "/api/v1/slots", "application/json", `{"eventId":"a","priority":1}`, 400, `"pointer":"#/priority"`},
 		{"not json", "POST", "/api/v1/slots", "text/plain", `x`, 415, "Content-Type"},
 		{"syntax", "POST", "/api/v1/slots", "application/json", `{"eventId":`, 400, "ends in the middle"},
 		{"wrong type", "POST", "/api/v1/slots", "application/json", `{"eventId":5}`, 400, "eventId must be a string"},
@@ -180,6 +181,9 @@ func TestSlotBadInput(t *testing.T) {
 			require.Equal(t, tc.code, rec.Code, rec.Body.String())
 			require.Contains(t, rec.Body.String(), tc.want)
 			require.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
+			if tc.code == http.StatusUnsupportedMediaType {
+				require.Equal(t, "application/json", rec.Header().Get("Accept-Post"))
+			}
 		})
 	}
 }

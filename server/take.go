@@ -74,17 +74,25 @@ type validated struct {
 	req  limiter.Request
 }
 
+// contentTypeProblem is the 415 for a request body that is not JSON, or nil.
+func contentTypeProblem(r *http.Request) *problem {
+	ct := r.Header.Get("Content-Type")
+	if isJSON(ct) {
+		return nil
+	}
+	detail := "Content-Type must be application/json"
+	if ct == "" {
+		detail += "; the request has none"
+	} else {
+		detail += fmt.Sprintf(", not %q", truncate(ct, 64))
+	}
+	return &problem{Type: typeBlank, Status: http.StatusUnsupportedMediaType, Detail: detail}
+}
+
 func (s *Server) take(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
-		w.Header().Set("Accept-Post", contentJSON)
-		detail := "Content-Type must be application/json"
-		if ct == "" {
-			detail += "; the request has none"
-		} else {
-			detail += fmt.Sprintf(", not %q", truncate(ct, 64))
-		}
-		writeProblem(w, &problem{Type: typeBlank, Status: http.StatusUnsupportedMediaType, Detail: detail})
+	if p := contentTypeProblem(r); p != nil {
+		writeProblem(w, p)
 		return
 	}
 	body, p := s.decode(r.Body)
