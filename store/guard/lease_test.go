@@ -120,6 +120,8 @@ func TestLeasesFailClosedWithinTheTimeout(t *testing.T) {
 	require.ErrorIs(t, err, guard.ErrUnavailable)
 	_, err = ls.(store.RateLeaseStore).TakeAllAcquire(ctx, store.TakeAllAcquireParams{Lease: acquire("b")})
 	require.ErrorIs(t, err, guard.ErrUnavailable)
+	_, _, err = ls.(store.LeaseWatcher).WatchLease(ctx, "jobs", "k")
+	require.ErrorIs(t, err, guard.ErrUnavailable)
 	require.Equal(t, calls, f.calls.Load(), "no call may reach the store during the backoff")
 
 	// The rate half keeps its outage modes.
