@@ -110,6 +110,9 @@ func (p *Prepared) Limit() Limit { return p.limit }
 // Name returns the prepared limit's name.
 func (p *Prepared) Name() string { return p.limit.Name }
 
+// IsGCRA reports whether the prepared limit is a GCRA limit.
+func (p *Prepared) IsGCRA() bool { return p.limit.Algorithm == GCRA }
+
 // FreshAt is the package-level FreshAt for the prepared limit.
 func (p *Prepared) FreshAt(s *State) int64 { return FreshAt(p.limit, *s) }
 

@@ -49,19 +49,20 @@ type Store struct {
 
 var _ store.RateStore = (*Store)(nil)
 
-// shard is one lock and its table. A decision touches the first 64 bytes
-// (the lock, the clamp and the table header) and nothing else of the shard,
-// and the struct is 128 bytes so that those 64 bytes are one cache line of
-// their own (the shard array is a large allocation, so page-aligned): when
-// the two halves of a decision run on different cores, the shard costs one
-// line transfer, not two, and no neighbour's line comes with it.
+// shard is one lock and its table. A GCRA decision on a key the shard holds
+// reads only the table's index pointer (the first cache line, which nothing
+// on the decision path writes) and the key's cell: it takes no lock. Every
+// other operation takes the lock, whose fields fill the second line. The
+// struct is 128 bytes so that each line is the shard's own (the shard array
+// is a large allocation, so page-aligned).
 type shard struct {
+	t         table
+	_         [40]byte
 	mu        sync.Mutex
 	last      int64 // latest now used in this shard: the monotonic clamp
-	t         table
 	minFresh  int64 // no entry becomes fresh before this (may be stale low)
 	nextSweep int   // sweep when n reaches this (not on the decision path)
-	_         [56]byte
+	_         [32]byte
 }
 
 const minSweep = 1024
@@ -97,7 +98,7 @@ func New(cfg Config) *Store {
 		s.base = s.start.UnixMicro()
 	}
 	for i := range s.shards {
-		s.shards[i].t.hash = s.hash
+		s.shards[i].t.init(s.hash)
 		s.shards[i].nextSweep = min(minSweep, s.maxPerShard)
 	}
 	return s
@@ -145,7 +146,12 @@ func (sh *shard) decideNow(override, t int64) int64 {
 	return sh.now(t)
 }
 
-func (sh *shard) get(h uint64, name, key string) *entry { return sh.t.get(h, name, key) }
+func (sh *shard) get(h uint64, name, key string) *cell { return sh.t.find(h, name, key) }
+
+// lockFree reports whether a decision at the given override may skip the
+// shard lock: it needs no clamp, because its time is the caller's or the
+// real clock's, which never runs backwards.
+func (s *Store) lockFree(override int64) bool { return override != 0 || s.real }
 
 // Take implements store.RateStore.
 func (s *Store) Take(_ context.Context, p store.TakeParams) (store.Result, error) {
@@ -156,18 +162,37 @@ func (s *Store) Take(_ context.Context, p store.TakeParams) (store.Result, error
 	t := s.clockMicros(override)
 	h := s.hash(p.Key)
 	sh := s.shard(h)
+	var res store.Result
+	if p.Limit.Algorithm == store.GCRA && s.lockFree(override) {
+		if c := sh.get(h, p.Limit.Name, p.Key); c != nil && c.gcra() {
+			for {
+				cur := c.time.Load()
+				if !live(cur) {
+					break
+				}
+				st := store.State{Time: cur}
+				if err := store.Eval(&p.Limit, &st, t, p.Cost, p.MaxDelay, &res); err != nil {
+					return store.Result{}, err
+				}
+				if st.Time == cur || c.time.CompareAndSwap(cur, st.Time) {
+					return res, nil
+				}
+			}
+		}
+	}
 	sh.mu.Lock()
 	now := sh.decideNow(override, t)
-	e := sh.get(h, p.Limit.Name, p.Key)
+	c := sh.get(h, p.Limit.Name, p.Key)
 	var st store.State
-	if e != nil {
-		st = e.st
+	if c != nil {
+		st = c.freeze()
 	}
 	before := st
-	var res store.Result
 	err := store.Eval(&p.Limit, &st, now, p.Cost, p.MaxDelay, &res)
 	if err == nil && st != before {
-		err = sh.put(h, e, &p.Limit, p.Key, st, now, s.maxPerShard)
+		err = sh.put(h, c, &p.Limit, p.Key, st, now, s.maxPerShard)
+	} else if c != nil {
+		c.unfreeze(before)
 	}
 	sh.mu.Unlock()
 	if err != nil {
@@ -188,24 +213,47 @@ func (s *Store) TakePrepared(key string, l *store.Prepared, cost int64, res *sto
 	h := s.hash(key)
 	sh := s.shard(h)
 	name := l.Name()
+	gcra := l.IsGCRA()
+	if gcra && s.real {
+		// The lock-free path: load the TAT, decide, swap the new one in.
+		// A denial changes nothing and is decided at the load.
+		if c := sh.get(h, name, key); c != nil && c.gcra() {
+			for {
+				cur := c.time.Load()
+				if !live(cur) {
+					break // left the table, or a lock holder has it
+				}
+				st := store.State{Time: cur}
+				if err := l.Eval(&st, t, cost, 0, res); err != nil {
+					return err
+				}
+				if st.Time == cur || c.time.CompareAndSwap(cur, st.Time) {
+					return nil
+				}
+			}
+		}
+	}
 	sh.mu.Lock()
 	now := sh.now(t)
-	e := sh.get(h, name, key)
+	c := sh.get(h, name, key)
 	var st store.State
-	if e != nil {
-		st = e.st
+	if c != nil {
+		st = c.freeze()
 	}
 	before := st
 	err := l.Eval(&st, now, cost, 0, res)
 	if err == nil && st != before {
-		err = sh.putFresh(h, e, name, key, st, l.FreshAt(&st), now, s.maxPerShard)
+		err = sh.putFresh(h, c, name, key, gcra, st, l.FreshAt(&st), now, s.maxPerShard)
+	} else if c != nil {
+		c.unfreeze(before)
 	}
 	sh.mu.Unlock()
 	return err
 }
 
 // room makes room for n new keys in a locked shard: it sweeps fresh keys
-// when the shard has grown, and fails if the shard is still full.
+// when the shard has grown, and fails if the shard is still full. No cell
+// of the shard may be frozen.
 func (sh *shard) room(n int, now int64, maxPerShard int) error {
 	if sh.t.n+n <= sh.nextSweep {
 		return nil
@@ -220,18 +268,30 @@ func (sh *shard) room(n int, now int64, maxPerShard int) error {
 	return nil
 }
 
-// put stores ns for (l.Name, key) in a locked shard; e is the current entry
-// or nil. A new key that would hold state needs room first.
-func (sh *shard) put(h uint64, e *entry, l *store.Limit, key string, ns store.State, now int64, maxPerShard int) error {
+// put stores ns for (l.Name, key) in a locked shard; c is the key's cell,
+// frozen, or nil. A new key that would hold state needs room first.
+func (sh *shard) put(h uint64, c *cell, l *store.Limit, key string, ns store.State, now int64, maxPerShard int) error {
 	fa := store.FreshAt(*l, ns)
-	return sh.putFresh(h, e, l.Name, key, ns, fa, now, maxPerShard)
+	return sh.putFresh(h, c, l.Name, key, l.Algorithm == store.GCRA, ns, fa, now, maxPerShard)
 }
 
-// putFresh is put with the state's fresh time already known.
-func (sh *shard) putFresh(h uint64, e *entry, name, key string, ns store.State, fa, now int64, maxPerShard int) error {
-	if e != nil {
-		e.st, e.freshAt = ns, fa
-		sh.minFresh = min(sh.minFresh, fa)
+// putFresh is put with the state's fresh time already known; gcra says
+// whether the limit is a GCRA limit.
+func (sh *shard) putFresh(h uint64, c *cell, name, key string, gcra bool, ns store.State, fa, now int64, maxPerShard int) error {
+	if c != nil {
+		if c.gcra() == gcra {
+			c.thaw(ns, fa)
+			sh.minFresh = min(sh.minFresh, fa)
+			return nil
+		}
+		// The limit changed algorithm (a policy reload). A cell's kind
+		// is fixed, since lock-free takes rely on it: a new cell of the
+		// right kind takes the old one's place.
+		c.time.Store(dead)
+		sh.t.delete(sh.t.slotOf(h, name, key))
+		if fa > now {
+			sh.insert(h, name, key, gcra, ns, fa)
+		}
 		return nil
 	}
 	if fa <= now {
@@ -240,11 +300,16 @@ func (sh *shard) putFresh(h uint64, e *entry, name, key string, ns store.State, 
 	if err := sh.room(1, now, maxPerShard); err != nil {
 		return err
 	}
+	sh.insert(h, name, key, gcra, ns, fa)
+	return nil
+}
+
+// insert adds a cell to a locked shard that has room for it.
+func (sh *shard) insert(h uint64, name, key string, gcra bool, ns store.State, fa int64) {
 	if sh.t.n == 0 || fa < sh.minFresh {
 		sh.minFresh = fa
 	}
-	sh.t.insert(h, name, key, ns, fa)
-	return nil
+	sh.t.insert(h, newCell(name, key, gcra, ns, fa))
 }
 
 // sweep drops every entry that is fresh at now and recomputes minFresh.
@@ -276,8 +341,8 @@ func (s *Store) Len() int {
 }
 
 // TakeAll implements store.RateStore. It locks the shards of every item in
-// index order, decides every item at one instant, and commits only if all
-// are allowed.
+// index order, freezes every item's cell, decides every item at one
+// instant, and commits only if all are allowed.
 func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResult, error) {
 	if len(p.Items) == 0 {
 		return store.AllResult{Allowed: true}, nil
@@ -316,8 +381,9 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 		}
 	}
 
-	// Make room for every key this call may insert before deciding, so
-	// that the commit below cannot fail half way.
+	// Make room for every key this call may insert before deciding (and
+	// before freezing anything, since making room may sweep), so that the
+	// commit below cannot fail half way.
 	type ref struct {
 		h         uint64
 		name, key string
@@ -328,7 +394,7 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 		r := ref{hs[i], it.Limit.Name, it.Key}
 		// A held key that is fresh counts as new too: making room may
 		// sweep it, and the commit must then find room to insert it again.
-		if e := s.shard(hs[i]).get(hs[i], it.Limit.Name, it.Key); !seen[r] && (e == nil || e.freshAt <= now) {
+		if c := s.shard(hs[i]).get(hs[i], it.Limit.Name, it.Key); !seen[r] && (c == nil || c.freshTime() <= now) {
 			news[hs[i]&s.mask]++
 		}
 		seen[r] = true
@@ -339,43 +405,61 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 		}
 	}
 
-	out := store.AllResult{Allowed: true, Results: make([]store.Result, len(p.Items))}
-	// Items naming the same (limit, key) see each other's charges.
-	pending := make(map[ref]store.State, len(p.Items))
-	for i, it := range p.Items {
-		r := ref{hs[i], it.Limit.Name, it.Key}
-		cur, ok := pending[r]
-		if !ok {
-			if e := s.shard(hs[i]).get(hs[i], it.Limit.Name, it.Key); e != nil {
-				cur = e.st
+	// Freeze each item's cell once; items naming the same (limit, key)
+	// see each other's charges.
+	type held struct {
+		c      *cell
+		before store.State
+		st     store.State
+	}
+	cells := make(map[ref]*held, len(p.Items))
+	thawAll := func() {
+		for _, hc := range cells {
+			if hc.c != nil {
+				hc.c.unfreeze(hc.before)
 			}
 		}
-		if err := store.Eval(&it.Limit, &cur, now, it.Cost, p.MaxDelay, &out.Results[i]); err != nil {
+	}
+	out := store.AllResult{Allowed: true, Results: make([]store.Result, len(p.Items))}
+	for i, it := range p.Items {
+		r := ref{hs[i], it.Limit.Name, it.Key}
+		hc := cells[r]
+		if hc == nil {
+			hc = &held{c: s.shard(hs[i]).get(hs[i], it.Limit.Name, it.Key)}
+			if hc.c != nil {
+				hc.before = hc.c.freeze()
+			}
+			hc.st = hc.before
+			cells[r] = hc
+		}
+		if err := store.Eval(&it.Limit, &hc.st, now, it.Cost, p.MaxDelay, &out.Results[i]); err != nil {
+			thawAll()
 			return store.AllResult{}, err
 		}
 		out.Allowed = out.Allowed && out.Results[i].Allowed
-		pending[r] = cur
 	}
 	if !out.Allowed {
 		// Nothing is charged. An item that had room on its own says so,
 		// with what it has now: a peek at its stored state.
+		thawAll()
 		for i, it := range p.Items {
 			if !out.Results[i].Allowed {
 				continue
 			}
-			var cur store.State
-			if e := s.shard(hs[i]).get(hs[i], it.Limit.Name, it.Key); e != nil {
-				cur = e.st
-			}
+			cur := cells[ref{hs[i], it.Limit.Name, it.Key}].before
 			_ = store.Eval(&it.Limit, &cur, now, 0, 0, &out.Results[i])
 		}
 		return out, nil
 	}
+	done := make(map[ref]bool, len(cells))
 	for i, it := range p.Items {
 		r := ref{hs[i], it.Limit.Name, it.Key}
-		sh := s.shard(hs[i])
-		e := sh.get(hs[i], it.Limit.Name, it.Key)
-		if err := sh.put(hs[i], e, &it.Limit, it.Key, pending[r], now, s.maxPerShard); err != nil {
+		if done[r] {
+			continue
+		}
+		done[r] = true
+		hc := cells[r]
+		if err := s.shard(hs[i]).put(hs[i], hc.c, &it.Limit, it.Key, hc.st, now, s.maxPerShard); err != nil {
 			return store.AllResult{}, err // unreachable: room was made above
 		}
 	}
@@ -398,16 +482,19 @@ func (s *Store) update(key string, l store.Limit, override int64, f func(cur sto
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := sh.decideNow(override, t)
-	e := sh.get(h, l.Name, key)
+	c := sh.get(h, l.Name, key)
 	var cur store.State
-	if e != nil {
-		cur = e.st
+	if c != nil {
+		cur = c.freeze()
 	}
 	ns, err := f(cur, now)
-	if err != nil {
-		return store.Result{}, err
+	if err == nil {
+		err = sh.put(h, c, &l, key, ns, now, s.maxPerShard)
 	}
-	if err := sh.put(h, e, &l, key, ns, now, s.maxPerShard); err != nil {
+	if err != nil {
+		if c != nil {
+			c.unfreeze(cur)
+		}
 		return store.Result{}, err
 	}
 	var res store.Result
@@ -438,7 +525,10 @@ func (s *Store) Reset(_ context.Context, p store.ResetParams) error {
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if i := sh.t.find(h, p.Limit.Name, p.Key); i >= 0 {
+	if i := sh.t.slotOf(h, p.Limit.Name, p.Key); i >= 0 {
+		// Dead first: a lock-free take that loaded the cell before the
+		// delete then fails its swap and starts over under the lock.
+		sh.t.idx.Load().slots[i].Load().time.Store(dead)
 		sh.t.delete(i)
 	}
 	return nil

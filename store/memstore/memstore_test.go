@@ -193,7 +193,7 @@ func fullShardKey(t *testing.T, s *Store) string {
 		h := s.hash(key)
 		sh := s.shard(h)
 		sh.mu.Lock()
-		full := sh.t.n >= s.maxPerShard && sh.t.find(h, "slow", key) < 0
+		full := sh.t.n >= s.maxPerShard && sh.t.find(h, "slow", key) == nil
 		sh.mu.Unlock()
 		if full {
 			return key

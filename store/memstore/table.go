@@ -1,129 +1,263 @@
 package memstore
 
-import "github.com/sluicerl/sluice/store"
+import (
+	"math"
+	"sync/atomic"
 
-// entry is one (limit name, key) state, kept by value in a shard's table so
-// that finding a key and reading its state touch one slot, with no pointer
-// to follow. The hash of the key alone picks both the shard and the slot,
-// so a decision hashes its key once.
+	"github.com/sluicerl/sluice/store"
+)
+
+// The state word of a cell (its store.State.Time) is read and written with
+// atomics, so that a GCRA decision on a key the store already holds needs no
+// lock: it loads the word, decides, and compare-and-swaps the new TAT in.
+// Two values are never states:
+const (
+	// dead marks a cell that has left the table (swept or reset). A
+	// decision that finds it starts over under the shard lock, where the
+	// table is exact.
+	dead = math.MinInt64
+	// frozen marks a cell that a holder of the shard lock is changing
+	// (a multi-key take, a settle, a sync). A lock-free decision that
+	// finds it waits its turn on the lock instead.
+	frozen = math.MinInt64 + 1
+)
+
+// cell is one (limit name, key) state. Its key, name and kind never change
+// once it is in a table, so a lookup without the lock may read them.
 //
-// An entry is 64 bytes, one cache line: a lookup that finds its key in the
-// first slot it probes touches one line. A slot is empty when its key is
-// (stored keys are never empty).
-type entry struct {
+// Rules: time is read and written only with atomics. A GCRA cell's time may
+// change at any moment without the lock (by compare-and-swap, never to or
+// from dead or frozen); everything else about a cell changes only under its
+// shard's lock, and a lock holder that means to rewrite a GCRA cell first
+// freezes it (freeze), so that its read-modify-write cannot interleave with
+// a lock-free one. Window cells are never touched without the lock.
+//
+// A cell is 64 bytes, one cache line of its own (the allocator aligns
+// 64-byte objects to 64 bytes): a decision that finds its key in the first
+// slot it probes touches the index line and this one.
+type cell struct {
 	key, name string
-	st        store.State
-	freshAt   int64 // Unix µs at which st equals a fresh key
+	time      atomic.Int64
+	win       *winState // nil for a GCRA cell; set for good when created
+	_         [16]byte
 }
 
-// table is an open-addressed hash table with linear probing, at most half
-// full. (Three quarters full halves the memory but measured 4-8% slower per
-// decision at 10,000 keys: the longer probe runs cost more than the smaller
-// table saves.) Pointers it returns are valid until the next insert, delete or
-// rebuild.
+// winState is the rest of a window cell's state, under the shard lock.
+type winState struct {
+	count, prev int64
+	freshAt     int64
+}
+
+// newCell returns a cell holding st, which is fresh at fa.
+func newCell(name, key string, gcra bool, st store.State, fa int64) *cell {
+	c := &cell{key: key, name: name}
+	if !gcra {
+		c.win = &winState{count: st.Count, prev: st.Prev, freshAt: fa}
+	}
+	c.time.Store(st.Time)
+	return c
+}
+
+// gcra reports whether the cell holds GCRA state: lock-free takes allowed.
+func (c *cell) gcra() bool { return c.win == nil }
+
+// live reports whether a state word is a state (not dead or frozen).
+func live(t int64) bool { return t > frozen }
+
+// freeze takes a live cell for a holder of its shard lock and returns its
+// state; thaw (or kill) must follow before the lock is released.
+func (c *cell) freeze() store.State {
+	if w := c.win; w != nil {
+		return store.State{Time: c.time.Load(), Count: w.count, Prev: w.prev}
+	}
+	for {
+		t := c.time.Load()
+		// Only lock holders freeze or kill, and they thaw before
+		// unlocking: under the lock the word is a state.
+		if c.time.CompareAndSwap(t, frozen) {
+			return store.State{Time: t}
+		}
+	}
+}
+
+// thaw stores st in a cell frozen by freeze; fa is st's fresh time.
+func (c *cell) thaw(st store.State, fa int64) {
+	if w := c.win; w != nil {
+		w.count, w.prev, w.freshAt = st.Count, st.Prev, fa
+	}
+	c.time.Store(st.Time)
+}
+
+// unfreeze puts back the state freeze returned, unchanged.
+func (c *cell) unfreeze(st store.State) {
+	fa := st.Time
+	if c.win != nil {
+		fa = c.win.freshAt
+	}
+	c.thaw(st, fa)
+}
+
+// freshTime returns, under the lock, when the cell equals a fresh key and
+// so may be dropped (a GCRA cell only by kill, which checks it is still so).
+func (c *cell) freshTime() int64 {
+	if w := c.win; w != nil {
+		return w.freshAt
+	}
+	return c.time.Load()
+}
+
+// kill marks a cell leaving the table. A GCRA cell is killed only if its
+// state word is still t (so that a lock-free take since is never lost); a
+// window cell always. It reports whether the cell is dead.
+func (c *cell) kill(t int64) bool {
+	if c.win != nil {
+		c.time.Store(dead)
+		return true
+	}
+	return c.time.CompareAndSwap(t, dead)
+}
+
+// index is one generation of a shard's table: an open-addressed hash table
+// of cell pointers with linear probing, at most half full. A lookup may run
+// without the lock on whatever generation it loaded: inserts store into
+// empty slots atomically, a resize or sweep publishes a new generation, and
+// a delete shifts pointers in place, so a lock-free lookup may miss a key
+// the table holds (it then retries under the lock) but never finds a wrong
+// one (keys are immutable, and a cell that left is dead).
+type index struct {
+	slots []atomic.Pointer[cell] // length a power of two
+	mask  uint64
+}
+
+func newIndex(size int) *index {
+	return &index{slots: make([]atomic.Pointer[cell], size), mask: uint64(size - 1)}
+}
+
+// slot picks a start slot from bits the shard index does not use.
+func (ix *index) slot(h uint64) uint64 { return (h >> 32) & ix.mask }
+
+// find returns the cell for (name, key), or nil. Safe without the lock.
+func (ix *index) find(h uint64, name, key string) *cell {
+	for i := ix.slot(h); ; i = (i + 1) & ix.mask {
+		c := ix.slots[i].Load()
+		if c == nil {
+			return nil
+		}
+		if c.key == key && c.name == name {
+			return c
+		}
+	}
+}
+
+// table is a shard's index and its count. Every method but find needs the
+// shard lock.
 type table struct {
-	slots []entry // length a power of two
-	n     int
+	idx atomic.Pointer[index]
+	n   int
 	// hash is the hash of a key the table was given with it (the store's
 	// hash); resize and delete recompute it rather than store it.
 	hash func(key string) uint64
 }
 
-// slot picks a start slot from bits the shard index does not use.
-func (t *table) slot(h uint64) int { return int((h >> 32) & uint64(len(t.slots)-1)) }
-
-func (t *table) get(h uint64, name, key string) *entry {
-	if i := t.find(h, name, key); i >= 0 {
-		return &t.slots[i]
-	}
-	return nil
+func (t *table) init(hash func(string) uint64) {
+	t.hash = hash
+	t.idx.Store(newIndex(8))
 }
 
-// find returns the slot holding (name, key), or -1.
-func (t *table) find(h uint64, name, key string) int {
-	if t.n == 0 {
-		return -1
-	}
-	mask := len(t.slots) - 1
-	for i := t.slot(h); ; i = (i + 1) & mask {
-		e := &t.slots[i]
-		if e.key == "" {
+// find returns the cell for (name, key), or nil. Safe without the lock.
+func (t *table) find(h uint64, name, key string) *cell { return t.idx.Load().find(h, name, key) }
+
+// slotOf returns the slot holding (name, key), or -1.
+func (t *table) slotOf(h uint64, name, key string) int {
+	ix := t.idx.Load()
+	for i := ix.slot(h); ; i = (i + 1) & ix.mask {
+		c := ix.slots[i].Load()
+		if c == nil {
 			return -1
 		}
-		if e.key == key && e.name == name {
-			return i
+		if c.key == key && c.name == name {
+			return int(i)
 		}
 	}
 }
 
-// insert adds an entry for a (name, key) the table does not hold.
-func (t *table) insert(h uint64, name, key string, st store.State, freshAt int64) {
-	if 2*(t.n+1) > len(t.slots) {
-		t.resize(max(8, 4*(t.n+1)))
+// insert adds a cell for a (name, key) the table does not hold.
+func (t *table) insert(h uint64, c *cell) {
+	ix := t.idx.Load()
+	if 2*(t.n+1) > len(ix.slots) {
+		ix = t.rebuild(max(8, 4*(t.n+1)))
 	}
-	t.place(h, entry{name: name, key: key, st: st, freshAt: freshAt})
+	ix.place(h, c)
 	t.n++
 }
 
-func (t *table) place(h uint64, e entry) {
-	mask := len(t.slots) - 1
-	i := t.slot(h)
-	for t.slots[i].key != "" {
-		i = (i + 1) & mask
+func (ix *index) place(h uint64, c *cell) {
+	i := ix.slot(h)
+	for ix.slots[i].Load() != nil {
+		i = (i + 1) & ix.mask
 	}
-	t.slots[i] = e
+	ix.slots[i].Store(c)
 }
 
-// resize rebuilds the table with room for at least n slots.
-func (t *table) resize(n int) {
+// rebuild publishes a new generation with room for at least n slots,
+// holding every cell of the current one that is not dead.
+func (t *table) rebuild(n int) *index {
 	size := 8
 	for size < n {
 		size <<= 1
 	}
-	old := t.slots
-	t.slots = make([]entry, size)
-	for i := range old {
-		if old[i].key != "" {
-			t.place(t.hash(old[i].key), old[i])
+	old := t.idx.Load()
+	ix := newIndex(size)
+	for i := range old.slots {
+		if c := old.slots[i].Load(); c != nil && c.time.Load() != dead {
+			ix.place(t.hash(c.key), c)
 		}
 	}
+	t.idx.Store(ix)
+	return ix
 }
 
-// delete removes the entry in slot i (from find), shifting later entries
-// of its probe run back so that lookups never stop early.
+// delete removes the cell in slot i (from slotOf), which the caller has
+// killed, shifting later cells of its probe run back so that lookups under
+// the lock never stop early.
 func (t *table) delete(i int) {
-	mask := len(t.slots) - 1
-	for j := (i + 1) & mask; t.slots[j].key != ""; j = (j + 1) & mask {
-		home := t.slot(t.hash(t.slots[j].key))
+	ix := t.idx.Load()
+	mask := int(ix.mask)
+	for j := (i + 1) & mask; ix.slots[j].Load() != nil; j = (j + 1) & mask {
+		c := ix.slots[j].Load()
+		home := int(ix.slot(t.hash(c.key)))
 		// Move slot j into the hole at i unless its home lies cyclically
 		// in (i, j].
 		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
-			t.slots[i] = t.slots[j]
+			ix.slots[i].Store(c)
 			i = j
 		}
 	}
-	t.slots[i] = entry{}
+	ix.slots[i].Store(nil)
 	t.n--
 }
 
-// sweep drops every entry fresh at now, rebuilding the table at a size
-// that fits what is left, and returns the earliest fresh time of the rest.
+// sweep drops every cell fresh at now, publishing a generation sized to
+// what is left, and returns the earliest fresh time of the rest. A GCRA
+// cell that a lock-free take charges while the sweep looks at it stays.
 func (t *table) sweep(now int64) (minFresh int64) {
-	minFresh = 1<<63 - 1
+	minFresh = math.MaxInt64
 	keep := 0
-	for i := range t.slots {
-		e := &t.slots[i]
-		if e.key == "" {
+	ix := t.idx.Load()
+	for i := range ix.slots {
+		c := ix.slots[i].Load()
+		if c == nil {
 			continue
 		}
-		if e.freshAt <= now {
-			*e = entry{}
+		// A frozen cell (a multi-key take making room) is not fresh:
+		// its lock holder thaws it.
+		if fa := c.freshTime(); live(fa) && fa <= now && c.kill(fa) {
 			continue
 		}
 		keep++
-		minFresh = min(minFresh, e.freshAt)
+		minFresh = min(minFresh, c.freshTime())
 	}
 	t.n = keep
-	t.resize(max(8, 2*keep))
+	t.rebuild(max(8, 2*keep))
 	return minFresh
 }

@@ -27,7 +27,11 @@ func TestTableMatchesMap(t *testing.T) {
 		}
 		return (h % 16) << 32
 	}
-	tb := table{hash: hashOf}
+	var tb table
+	tb.init(hashOf)
+	// Keys of name "a" hold GCRA cells (fresh at their time), of "b"
+	// window cells (fresh at freshAt).
+	freshOf := func(c *cell) int64 { return c.freshTime() }
 	for step := range 50_000 {
 		key := fmt.Sprintf("k%d", rng.IntN(200))
 		name := []string{"a", "b"}[rng.IntN(2)]
@@ -35,15 +39,19 @@ func TestTableMatchesMap(t *testing.T) {
 		switch op := rng.IntN(10); {
 		case op < 5:
 			v := int64(rng.IntN(1000))
-			if e := tb.get(h, name, key); e != nil {
-				e.freshAt = v
+			if c := tb.find(h, name, key); c != nil {
+				c.freeze()
+				c.thaw(store.State{Time: v}, v)
 			} else {
-				tb.insert(h, name, key, store.State{Time: v}, v)
+				tb.insert(h, newCell(name, key, name == "a", store.State{Time: v}, v))
 			}
 			ref[k{name, key}] = v
 		case op < 9:
-			if i := tb.find(h, name, key); i >= 0 {
+			if i := tb.slotOf(h, name, key); i >= 0 {
+				c := tb.idx.Load().slots[i].Load()
+				require.True(t, c.kill(c.time.Load()))
 				tb.delete(i)
+				require.Nil(t, tb.find(h, name, key))
 			}
 			delete(ref, k{name, key})
 		default:
@@ -58,9 +66,10 @@ func TestTableMatchesMap(t *testing.T) {
 		require.Equal(t, len(ref), tb.n, "step %d", step)
 		if step%97 == 0 {
 			for kk, v := range ref {
-				e := tb.get(hashOf(kk.key), kk.name, kk.key)
-				require.NotNil(t, e, "step %d: %v lost", step, kk)
-				require.Equal(t, v, e.freshAt)
+				c := tb.find(hashOf(kk.key), kk.name, kk.key)
+				require.NotNil(t, c, "step %d: %v lost", step, kk)
+				require.Equal(t, v, freshOf(c))
+				require.True(t, live(c.time.Load()))
 			}
 		}
 	}
@@ -68,9 +77,13 @@ func TestTableMatchesMap(t *testing.T) {
 
 func TestShardLayout(t *testing.T) {
 	t.Parallel()
-	// The decision path's fields fill the first cache line, and a shard is
-	// two lines so that every shard's hot line is its own.
+	// A lock-free decision reads the table's index pointer, in the first
+	// cache line; the lock and what it guards fill the second, so that
+	// slow paths elsewhere in the shard do not evict the first.
 	require.Equal(t, uintptr(128), unsafe.Sizeof(shard{}))
-	require.Equal(t, uintptr(56), unsafe.Offsetof(shard{}.minFresh))
-	require.Equal(t, uintptr(64), unsafe.Offsetof(shard{}.nextSweep))
+	require.Equal(t, uintptr(0), unsafe.Offsetof(shard{}.t))
+	require.LessOrEqual(t, unsafe.Sizeof(table{}), uintptr(64))
+	// A cell is one cache line.
+	require.Equal(t, uintptr(64), unsafe.Sizeof(cell{}))
+	require.Equal(t, uintptr(64), unsafe.Offsetof(shard{}.mu))
 }
