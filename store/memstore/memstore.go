@@ -528,7 +528,7 @@ func (s *Store) Reset(_ context.Context, p store.ResetParams) error {
 	if i := sh.t.slotOf(h, p.Limit.Name, p.Key); i >= 0 {
 		// Dead first: a lock-free take that loaded the cell before the
 		// delete then fails its swap and starts over under the lock.
-		sh.t.idx.Load().slots[i].Load().time.Store(dead)
+		sh.t.idx.Load().cellAt(i).time.Store(dead)
 		sh.t.delete(i)
 	}
 	return nil

@@ -3,6 +3,7 @@ package memstore
 import (
 	"math"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/sluicerl/sluice/store"
 )
@@ -118,19 +119,40 @@ func (c *cell) kill(t int64) bool {
 }
 
 // index is one generation of a shard's table: an open-addressed hash table
-// of cell pointers with linear probing, at most half full. A lookup may run
+// of cells with linear probing, at most half full. A lookup may run
 // without the lock on whatever generation it loaded: inserts store into
 // empty slots atomically, a resize or sweep publishes a new generation, and
-// a delete shifts pointers in place, so a lock-free lookup may miss a key
-// the table holds (it then retries under the lock) but never finds a wrong
-// one (keys are immutable, and a cell that left is dead).
+// a delete shifts slots in place, so a lock-free lookup may miss a key the
+// table holds (it then retries under the lock) but never finds a wrong one
+// (keys are immutable, and a cell that left is dead).
+//
+// A slot holds the cell's address plus a 6-bit tag from its key's hash (a
+// cell is 64-byte aligned, so the low 6 bits of its address are free; the
+// tagged pointer still points into the cell, which keeps it alive). A
+// lookup reads a cell only when the tag matches, so a probe past another
+// key's slot does not touch that key's cache line.
 type index struct {
-	slots []atomic.Pointer[cell] // length a power of two
+	slots []atomic.Pointer[byte]
 	mask  uint64
 }
 
 func newIndex(size int) *index {
-	return &index{slots: make([]atomic.Pointer[cell], size), mask: uint64(size - 1)}
+	return &index{slots: make([]atomic.Pointer[byte], size), mask: uint64(size - 1)}
+}
+
+const tagBits = 6
+
+// tag is the part of a hash a slot carries: bits neither the shard nor the
+// slot number uses.
+func tag(h uint64) uintptr { return uintptr(h >> (64 - tagBits)) }
+
+// tagged returns c's address tagged with h's tag.
+func tagged(c *cell, h uint64) *byte { return (*byte)(unsafe.Add(unsafe.Pointer(c), tag(h))) }
+
+// untag splits a slot's value into its cell and tag.
+func untag(p *byte) (*cell, uintptr) {
+	t := uintptr(unsafe.Pointer(p)) & (1<<tagBits - 1)
+	return (*cell)(unsafe.Add(unsafe.Pointer(p), -int(t))), t
 }
 
 // slot picks a start slot from bits the shard index does not use.
@@ -138,12 +160,13 @@ func (ix *index) slot(h uint64) uint64 { return (h >> 32) & ix.mask }
 
 // find returns the cell for (name, key), or nil. Safe without the lock.
 func (ix *index) find(h uint64, name, key string) *cell {
+	tg := tag(h)
 	for i := ix.slot(h); ; i = (i + 1) & ix.mask {
-		c := ix.slots[i].Load()
-		if c == nil {
+		p := ix.slots[i].Load()
+		if p == nil {
 			return nil
 		}
-		if c.key == key && c.name == name {
+		if c, t := untag(p); t == tg && c.key == key && c.name == name {
 			return c
 		}
 	}
@@ -170,33 +193,47 @@ func (t *table) find(h uint64, name, key string) *cell { return t.idx.Load().fin
 // slotOf returns the slot holding (name, key), or -1.
 func (t *table) slotOf(h uint64, name, key string) int {
 	ix := t.idx.Load()
+	tg := tag(h)
 	for i := ix.slot(h); ; i = (i + 1) & ix.mask {
-		c := ix.slots[i].Load()
-		if c == nil {
+		p := ix.slots[i].Load()
+		if p == nil {
 			return -1
 		}
-		if c.key == key && c.name == name {
+		if c, t := untag(p); t == tg && c.key == key && c.name == name {
 			return int(i)
 		}
 	}
 }
 
+// cellAt returns the cell in slot i, or nil.
+func (ix *index) cellAt(i int) *cell {
+	p := ix.slots[i].Load()
+	if p == nil {
+		return nil
+	}
+	c, _ := untag(p)
+	return c
+}
+
 // insert adds a cell for a (name, key) the table does not hold.
 func (t *table) insert(h uint64, c *cell) {
+	if uintptr(unsafe.Pointer(c))&(1<<tagBits-1) != 0 {
+		panic("memstore: cell not 64-byte aligned")
+	}
 	ix := t.idx.Load()
 	if 2*(t.n+1) > len(ix.slots) {
 		ix = t.rebuild(max(8, 4*(t.n+1)))
 	}
-	ix.place(h, c)
+	ix.place(h, tagged(c, h))
 	t.n++
 }
 
-func (ix *index) place(h uint64, c *cell) {
+func (ix *index) place(h uint64, p *byte) {
 	i := ix.slot(h)
 	for ix.slots[i].Load() != nil {
 		i = (i + 1) & ix.mask
 	}
-	ix.slots[i].Store(c)
+	ix.slots[i].Store(p)
 }
 
 // rebuild publishes a new generation with room for at least n slots,
@@ -209,8 +246,8 @@ func (t *table) rebuild(n int) *index {
 	old := t.idx.Load()
 	ix := newIndex(size)
 	for i := range old.slots {
-		if c := old.slots[i].Load(); c != nil && c.time.Load() != dead {
-			ix.place(t.hash(c.key), c)
+		if c := old.cellAt(i); c != nil && c.time.Load() != dead {
+			ix.place(t.hash(c.key), old.slots[i].Load())
 		}
 	}
 	t.idx.Store(ix)
@@ -224,12 +261,12 @@ func (t *table) delete(i int) {
 	ix := t.idx.Load()
 	mask := int(ix.mask)
 	for j := (i + 1) & mask; ix.slots[j].Load() != nil; j = (j + 1) & mask {
-		c := ix.slots[j].Load()
+		c := ix.cellAt(j)
 		home := int(ix.slot(t.hash(c.key)))
 		// Move slot j into the hole at i unless its home lies cyclically
 		// in (i, j].
 		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
-			ix.slots[i].Store(c)
+			ix.slots[i].Store(ix.slots[j].Load())
 			i = j
 		}
 	}
@@ -245,7 +282,7 @@ func (t *table) sweep(now int64) (minFresh int64) {
 	keep := 0
 	ix := t.idx.Load()
 	for i := range ix.slots {
-		c := ix.slots[i].Load()
+		c := ix.cellAt(i)
 		if c == nil {
 			continue
 		}

@@ -48,7 +48,7 @@ func TestTableMatchesMap(t *testing.T) {
 			ref[k{name, key}] = v
 		case op < 9:
 			if i := tb.slotOf(h, name, key); i >= 0 {
-				c := tb.idx.Load().slots[i].Load()
+				c := tb.idx.Load().cellAt(i)
 				require.True(t, c.kill(c.time.Load()))
 				tb.delete(i)
 				require.Nil(t, tb.find(h, name, key))
