@@ -2,6 +2,14 @@
 // allocation-free on the decision path for keys it already holds, and bounded
 // in memory.
 //
+// A GCRA decision on a key the store holds takes no lock: it finds the key's
+// cell, loads its TAT, decides, and compare-and-swaps the new TAT in, so
+// cores deciding on different keys share nothing but read-only index lines.
+// Everything else (new keys, window algorithms, multi-key takes, settles,
+// syncs, resets, sweeps, and every decision on a fake clock, whose clamp
+// needs the lock) runs under the shard's lock, and freezes a GCRA cell before
+// rewriting it, so that the two paths never interleave inside one decision.
+//
 // Time is the process clock, clamped per shard so that it never runs
 // backwards. A key is dropped only once its state equals a fresh key's (a
 // GCRA key whose TAT has passed, a window key whose windows have ended), so
