@@ -10,8 +10,9 @@
 // needs the lock) runs under the shard's lock, and freezes a GCRA cell before
 // rewriting it, so that the two paths never interleave inside one decision.
 //
-// Time is the process clock, clamped per shard so that it never runs
-// backwards. A key is dropped only once its state equals a fresh key's (a
+// Time is the process clock: the real one is read as wall time at New plus
+// monotonic time since, which never runs backwards; any other clock is
+// clamped per shard so that it never does either. A key is dropped only once its state equals a fresh key's (a
 // GCRA key whose TAT has passed, a window key whose windows have ended), so
 // eviction never hands out budget. Under a flood of unique keys the store
 // sweeps such keys away as it grows; if MaxKeys keys still hold state, a
