@@ -163,3 +163,104 @@ func TestResetKillsTheCell(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Allowed, "the reset key is fresh")
 }
+
+// TestSweepKeepsACellChargedUnderIt: a lock-free take that charges a cell
+// after a sweep found it fresh, and before the sweep kills it, keeps the
+// cell (the kill is a compare-and-swap on the TAT the sweep saw): the
+// charge is not lost, and the next take is denied.
+//
+// Not parallel: it sets a package hook.
+func TestSweepKeepsACellChargedUnderIt(t *testing.T) {
+	s := New(Config{})
+	l := store.Limit{Name: "brief", Rate: 1000, Period: time.Second, Burst: 1} // fresh 1ms after a take
+	lp, err := store.Prepare(l)
+	require.NoError(t, err)
+	var res store.Result
+	require.NoError(t, s.TakePrepared("k", lp, 1, &res))
+	require.True(t, res.Allowed)
+	time.Sleep(3 * time.Millisecond) // the key is fresh again
+
+	charged := 0
+	testHookSweep = func(c *cell) {
+		if c.key != "k" {
+			return
+		}
+		var r store.Result
+		if err := s.TakePrepared("k", lp, 1, &r); err != nil {
+			panic(err)
+		}
+		if r.Allowed {
+			charged++
+		}
+	}
+	defer func() { testHookSweep = nil }()
+	s.Sweep()
+	testHookSweep = nil
+	require.Equal(t, 1, charged, "the hook's take ran on the fresh cell")
+	require.Equal(t, 1, s.Len(), "a sweep dropped a cell charged under it")
+	require.NoError(t, s.TakePrepared("k", lp, 1, &res))
+	require.False(t, res.Allowed, "the charge made under the sweep was lost")
+}
+
+// TestSweepsNeverDropACharge: keys that turn fresh a millisecond after each
+// take are swept continuously while lock-free takes charge them. A sweep
+// kills a cell only if its TAT is still the fresh one it saw, so a charge
+// that lands first keeps the cell, and a take that finds the cell dead
+// retries under the lock: no key is ever admitted beyond its bound.
+func TestSweepsNeverDropACharge(t *testing.T) {
+	t.Parallel()
+	s := New(Config{Shards: 1})
+	l := store.Limit{Name: "brief", Rate: 1000, Period: time.Second, Burst: 1}
+	lp, err := store.Prepare(l)
+	require.NoError(t, err)
+	const keys = 4
+	var admitted [keys]atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	start := time.Now()
+	for g := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var res store.Result
+			for i := g; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := i % keys
+				if err := s.TakePrepared("k"+strconv.Itoa(k), lp, 1, &res); err != nil {
+					panic(err)
+				}
+				if res.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			s.Sweep()
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(start)
+	bound := l.Burst + int64(float64(l.Rate)*elapsed.Seconds()) + 1
+	total := int64(0)
+	for k := range keys {
+		got := admitted[k].Load()
+		total += got
+		require.LessOrEqual(t, got, bound, "key %d: admitted %d in %v", k, got, elapsed)
+	}
+	require.Greater(t, total, int64(keys)*bound/4, "not vacuous: admitted %d in %v", total, elapsed)
+}

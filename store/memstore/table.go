@@ -274,6 +274,10 @@ func (t *table) delete(i int) {
 	t.n--
 }
 
+// testHookSweep, when set by a test, runs between a sweep's finding a cell
+// fresh and its killing it.
+var testHookSweep func(*cell)
+
 // sweep drops every cell fresh at now, publishing a generation sized to
 // what is left, and returns the earliest fresh time of the rest. A GCRA
 // cell that a lock-free take charges while the sweep looks at it stays.
@@ -288,8 +292,13 @@ func (t *table) sweep(now int64) (minFresh int64) {
 		}
 		// A frozen cell (a multi-key take making room) is not fresh:
 		// its lock holder thaws it.
-		if fa := c.freshTime(); live(fa) && fa <= now && c.kill(fa) {
-			continue
+		if fa := c.freshTime(); live(fa) && fa <= now {
+			if testHookSweep != nil {
+				testHookSweep(c)
+			}
+			if c.kill(fa) {
+				continue
+			}
 		}
 		keep++
 		minFresh = min(minFresh, c.freshTime())
