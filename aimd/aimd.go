@@ -34,6 +34,8 @@ const (
 	DefaultLatencyFactor = 2.0
 	DefaultLatencyWeight = 0.2
 	DefaultUsageMultiple = 4.0
+	// DefaultHold is Config.Hold when it is zero and Config.Plateau set.
+	DefaultHold = 10 * time.Second
 	// DefaultIncreaseFraction is Increase when Config.Increase is zero, as
 	// a fraction of the Peak (the rate where the last decreases began), per
 	// second.
@@ -84,6 +86,20 @@ type Config struct {
 	LatencyWeight float64
 	// IgnoreLatency turns the latency signal off: every success is fast.
 	IgnoreLatency bool
+	// Plateau, when set, is where the rate levels off after a decrease:
+	// this fraction of the rate the last run of decreases began at (the
+	// last rate known to be too much). Below it the rate recovers
+	// quickly; there it holds for Hold before probing above it again,
+	// additively. A provider that answers every probe above its limit
+	// with a Retry-After pauses the whole key for it, so probing rarely
+	// near the last cut, not every few seconds, keeps the key near its
+	// limit (the plateau of TCP CUBIC). Zero means no plateau: recovery
+	// to Decrease x that rate, then additive increase at once. It must be
+	// in [Decrease, 1).
+	Plateau float64
+	// Hold is how long the rate stays at the plateau before probing above
+	// it. Zero means DefaultHold when Plateau is set.
+	Hold time.Duration
 	// UsageMultiple stops growth while the rate is at or above
 	// UsageMultiple times the calls this State has seen complete per
 	// second (over the last full second), so that a lightly used key
@@ -105,6 +121,8 @@ type Controller struct {
 	factor, weight        float64
 	ignoreLatency         bool
 	usage                 float64 // 0: no usage cap
+	plateau               float64 // 0: none
+	hold                  int64   // µs
 }
 
 func positive(name string, v float64) error {
@@ -120,7 +138,7 @@ func New(cfg Config) (*Controller, error) {
 		name string
 		v    float64
 	}{{"Start", cfg.Start}, {"Floor", cfg.Floor}, {"Ceiling", cfg.Ceiling}, {"Increase", cfg.Increase},
-		{"Decrease", cfg.Decrease}, {"LatencyFactor", cfg.LatencyFactor}, {"LatencyWeight", cfg.LatencyWeight}} {
+		{"Decrease", cfg.Decrease}, {"Plateau", cfg.Plateau}, {"LatencyFactor", cfg.LatencyFactor}, {"LatencyWeight", cfg.LatencyWeight}} {
 		if err := positive(f.name, f.v); err != nil {
 			return nil, err
 		}
@@ -128,14 +146,15 @@ func New(cfg Config) (*Controller, error) {
 	if math.IsNaN(cfg.SlowStart) || math.IsInf(cfg.SlowStart, 0) {
 		return nil, fmt.Errorf("%w: SlowStart must be finite, got %v", ErrInvalidConfig, cfg.SlowStart)
 	}
-	if cfg.Cooldown < 0 || cfg.LatencyTarget < 0 {
-		return nil, fmt.Errorf("%w: Cooldown and LatencyTarget must be >= 0", ErrInvalidConfig)
+	if cfg.Cooldown < 0 || cfg.LatencyTarget < 0 || cfg.Hold < 0 {
+		return nil, fmt.Errorf("%w: Cooldown, LatencyTarget and Hold must be >= 0", ErrInvalidConfig)
 	}
 	c := &Controller{
 		start: cfg.Start, floor: cfg.Floor, ceiling: cfg.Ceiling, slowStart: cfg.SlowStart,
 		increase: cfg.Increase, decrease: cfg.Decrease, cooldown: cfg.Cooldown.Microseconds(),
 		target: float64(cfg.LatencyTarget.Microseconds()), factor: cfg.LatencyFactor,
 		weight: cfg.LatencyWeight, ignoreLatency: cfg.IgnoreLatency, usage: cfg.UsageMultiple,
+		plateau: cfg.Plateau, hold: cfg.Hold.Microseconds(),
 	}
 	switch {
 	case math.IsNaN(c.usage) || math.IsInf(c.usage, 0):
@@ -166,6 +185,12 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if c.decrease >= 1 {
 		return nil, fmt.Errorf("%w: Decrease must be in (0, 1), got %v", ErrInvalidConfig, c.decrease)
+	}
+	if c.plateau != 0 && (c.plateau < c.decrease || c.plateau >= 1) {
+		return nil, fmt.Errorf("%w: Plateau must be in [Decrease, 1), got %v", ErrInvalidConfig, c.plateau)
+	}
+	if c.plateau != 0 && c.hold == 0 {
+		c.hold = DefaultHold.Microseconds()
 	}
 	if c.factor == 0 {
 		c.factor = DefaultLatencyFactor
@@ -276,6 +301,12 @@ type State struct {
 	Peak float64
 	// CutTo is the rate the last decrease left.
 	CutTo float64
+	// Level is when the rate reached the plateau after the last decrease
+	// (Unix µs, 0 not yet); it probes above it from Level + Hold. Held
+	// says the last decrease came while holding there or probing above
+	// it, not while still recovering.
+	Level int64
+	Held  bool
 	// LastIncrease is the instant the increase was last accounted to.
 	LastIncrease int64
 	// PausedUntil is when the last Retry-After ends (Unix µs).
@@ -457,6 +488,8 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 	s.CutTo = s.Rate
 	s.Probing = false
 	s.LastDecrease = now
+	s.Held = s.Level != 0
+	s.Level = 0
 	s.N = 0 // the p95 needs fresh evidence before it may cut again
 }
 
@@ -566,7 +599,17 @@ func (c *Controller) grow(s *State, now int64) bool {
 		return false // application-limited: the rate is not what binds
 	}
 	old := s.Rate
-	switch goal := c.decrease * s.Peak; {
+	goal := c.decrease * s.Peak
+	if c.plateau > 0 {
+		goal = c.plateau * s.Peak
+		if s.Held {
+			// Trouble found only after holding at the plateau: the
+			// limit is just under it, closer than a cut found while
+			// growing says. Level off at half the distance.
+			goal = (1 + c.plateau) / 2 * s.Peak
+		}
+	}
+	switch {
 	case s.Probing:
 		s.Rate += s.Rate * c.slowStart * dt
 	case s.Rate < goal:
@@ -578,6 +621,11 @@ func (c *Controller) grow(s *State, now int64) bool {
 		if goal-s.Rate <= goal/100 {
 			s.Rate = goal
 		}
+	case c.plateau > 0 && s.Level == 0:
+		// Arrived at the plateau: hold there before probing.
+		s.Level = now
+	case c.plateau > 0 && now-s.Level < c.hold:
+		// Holding near the last cut.
 	default:
 		inc := c.increase
 		if inc == 0 {

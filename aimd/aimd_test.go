@@ -40,6 +40,9 @@ func TestNewValidates(t *testing.T) {
 		{"weight above 1", Config{LatencyWeight: 1.5}, "LatencyWeight"},
 		{"negative cooldown", Config{Cooldown: -time.Second}, "Cooldown"},
 		{"nan slow start", Config{SlowStart: math.NaN()}, "SlowStart"},
+		{"plateau below decrease", Config{Decrease: 0.8, Plateau: 0.7}, "Plateau"},
+		{"plateau of 1", Config{Plateau: 1}, "Plateau"},
+		{"negative hold", Config{Plateau: 0.95, Hold: -time.Second}, "Hold"},
 	} {
 		_, err := New(tc.cfg)
 		require.ErrorIs(t, err, ErrInvalidConfig, tc.name)
@@ -321,6 +324,63 @@ func TestFastRecoveryArrives(t *testing.T) {
 		require.Equal(t, Increased, d.Change)
 	}
 	require.Greater(t, s.Rate, 95.0, "recovered to 90 within seconds, then +2/s")
+}
+
+func TestPlateauHoldsNearTheLastCut(t *testing.T) {
+	t.Parallel()
+	// A throttle at 100 cuts to 80. With a plateau the rate recovers to
+	// 92 (0.92 of the last cut), holds there for Hold, and only then
+	// probes above it; without one it recovers to 80 and probes at once,
+	// passing the last cut within seconds.
+	run := func(cfg Config, seconds int) (rates []float64) {
+		cfg.Start, cfg.SlowStart, cfg.IgnoreLatency, cfg.Decrease = 100, -1, true, 0.8
+		c := mustNew(t, cfg)
+		s := c.Init()
+		at := t0
+		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+		require.InDelta(t, 80.0, s.Rate, 1e-9)
+		for i := range seconds * 100 {
+			at += 10 * ms
+			c.Observe(&s, at, ok(10*ms))
+			if (i+1)%100 == 0 {
+				rates = append(rates, s.Rate)
+			}
+		}
+		return rates
+	}
+	plain := run(Config{}, 20)
+	require.Greater(t, plain[14], 100.0, "no plateau: past the last cut within 15 s")
+
+	rates := run(Config{Plateau: 0.92, Hold: 10 * time.Second}, 20)
+	require.InDelta(t, 92.0, rates[4], 1e-9, "recovered to the plateau within 5 s")
+	require.InDelta(t, 92.0, rates[10], 1e-9, "and holds there")
+	require.Greater(t, rates[19], 92.0, "probing again after the hold")
+	require.Less(t, rates[14], 100.0, "slowly")
+}
+
+func TestPlateauAfterTroubleWhileHolding(t *testing.T) {
+	t.Parallel()
+	// A throttle found while holding at the plateau says the limit is
+	// just under it: the next plateau is half way between, 0.96 of the
+	// rate cut from, not 0.92.
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.92, Hold: time.Minute})
+	s := c.Init()
+	at := t0
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	for range 1000 {
+		at += 10 * ms
+		c.Observe(&s, at, ok(10*ms))
+	}
+	require.InDelta(t, 92.0, s.Rate, 1e-9)
+	require.NotZero(t, s.Level, "holding")
+	at += 10 * ms
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	require.InDelta(t, 0.8*92, s.Rate, 1e-9)
+	for range 1000 {
+		at += 10 * ms
+		c.Observe(&s, at, ok(10*ms))
+	}
+	require.InDelta(t, 0.96*92, s.Rate, 1e-9)
 }
 
 func TestOneFastFirstAnswerIsNoBaseline(t *testing.T) {
