@@ -609,6 +609,12 @@ func (c *Controller) grow(s *State, now int64) bool {
 			goal = (1 + c.plateau) / 2 * s.Peak
 		}
 	}
+	if s.Hint > 0 {
+		// The provider stated a sustainable rate: a throttle at it was
+		// an edge (a window boundary, a burst), not a sign the rate is
+		// wrong, so recover to it, not to a plateau under it.
+		goal = max(goal, ceil)
+	}
 	switch {
 	case s.Probing:
 		s.Rate += s.Rate * c.slowStart * dt

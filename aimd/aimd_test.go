@@ -383,6 +383,25 @@ func TestPlateauAfterTroubleWhileHolding(t *testing.T) {
 	require.InDelta(t, 0.96*92, s.Rate, 1e-9)
 }
 
+func TestRecoveryReturnsToAStatedRate(t *testing.T) {
+	t.Parallel()
+	// The provider states 50/s; a throttle at that rate (a window edge)
+	// cuts to 40. Recovery goes back to 50, not to a plateau under it.
+	c := mustNew(t, Config{Start: 60, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9})
+	s := c.Init()
+	at := t0
+	c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 50})
+	require.InDelta(t, 50.0, s.Rate, 1e-9, "capped by the hint")
+	at += 10 * ms
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
+	require.InDelta(t, 40.0, s.Rate, 1e-9)
+	for range 500 {
+		at += 10 * ms
+		c.Observe(&s, at, ok(10*ms))
+	}
+	require.InDelta(t, 50.0, s.Rate, 1e-9, "back at the stated rate, not at 0.9 x 50")
+}
+
 func TestOneFastFirstAnswerIsNoBaseline(t *testing.T) {
 	t.Parallel()
 	// The first answer is quick (cached), every later one takes a steady
