@@ -250,6 +250,7 @@ type keyState struct {
 	adapt       aimd.State
 	syncedUntil int64   // µs: the store already holds a pause until then
 	costPerCall float64 // latest actual cost of a call, for cost-bucket hints
+	weight      usedWeight
 	lastActive  int64   // µs
 	latency     float64 // EWMA of attempt latency, µs
 	// minLatency is the fastest success since minLatencyAt (µs).
@@ -706,6 +707,9 @@ func (c *Client) hint(ks *keyState, rep *signal.Report) float64 {
 	}
 	if rep.RestoreRate > 0 && ks.costPerCall > 0 {
 		return rep.RestoreRate / ks.costPerCall
+	}
+	if h := ks.weight.observe(rep); h > 0 {
+		return h
 	}
 	const both = signal.FieldLimit | signal.FieldWindow
 	if rep.Known&both == both && rep.Window > 0 && rep.Limit > 0 {
