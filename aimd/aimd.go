@@ -19,6 +19,12 @@ const RingSize = 32
 // belong to the same run of decreases, which keeps its Peak.
 const chainWindow = 2_000_000
 
+// BaseWindow is how long the base latency of Config.Queue remembers the
+// fastest success: it is the fastest of the last one to two windows, so
+// that a provider whose latency rose for good is not judged by a floor it
+// left long ago.
+const BaseWindow = 10_000_000 // µs
+
 // minP95Samples is how many latencies since the last decrease the p95 needs
 // before it may trigger another one.
 const minP95Samples = 8
@@ -84,6 +90,13 @@ type Config struct {
 	// busy key's target does not chase a slowdown. Only fast successes
 	// move it. Zero means DefaultLatencyWeight (0.2).
 	LatencyWeight float64
+	// Queue, when set, is the latency gradient (TCP Vegas): when the
+	// median latency of the recent successes is above Queue times the
+	// base latency (the fastest success of the last BaseWindow or so),
+	// the provider is queueing calls, and the rate decreases (once per
+	// episode, by Decrease) before the queue grows into a slowdown that
+	// LatencyFactor would see. Zero means off; it must be > 1.
+	Queue float64
 	// IgnoreLatency turns the latency signal off: every success is fast.
 	IgnoreLatency bool
 	// Plateau, when set, is where the rate levels off after a decrease:
@@ -122,6 +135,7 @@ type Controller struct {
 	ignoreLatency         bool
 	usage                 float64 // 0: no usage cap
 	plateau               float64 // 0: none
+	queue                 float64 // 0: off
 	hold                  int64   // µs
 }
 
@@ -138,7 +152,7 @@ func New(cfg Config) (*Controller, error) {
 		name string
 		v    float64
 	}{{"Start", cfg.Start}, {"Floor", cfg.Floor}, {"Ceiling", cfg.Ceiling}, {"Increase", cfg.Increase},
-		{"Decrease", cfg.Decrease}, {"Plateau", cfg.Plateau}, {"LatencyFactor", cfg.LatencyFactor}, {"LatencyWeight", cfg.LatencyWeight}} {
+		{"Decrease", cfg.Decrease}, {"Plateau", cfg.Plateau}, {"Queue", cfg.Queue}, {"LatencyFactor", cfg.LatencyFactor}, {"LatencyWeight", cfg.LatencyWeight}} {
 		if err := positive(f.name, f.v); err != nil {
 			return nil, err
 		}
@@ -154,7 +168,7 @@ func New(cfg Config) (*Controller, error) {
 		increase: cfg.Increase, decrease: cfg.Decrease, cooldown: cfg.Cooldown.Microseconds(),
 		target: float64(cfg.LatencyTarget.Microseconds()), factor: cfg.LatencyFactor,
 		weight: cfg.LatencyWeight, ignoreLatency: cfg.IgnoreLatency, usage: cfg.UsageMultiple,
-		plateau: cfg.Plateau, hold: cfg.Hold.Microseconds(),
+		plateau: cfg.Plateau, hold: cfg.Hold.Microseconds(), queue: cfg.Queue,
 	}
 	switch {
 	case math.IsNaN(c.usage) || math.IsInf(c.usage, 0):
@@ -188,6 +202,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if c.plateau != 0 && (c.plateau < c.decrease || c.plateau >= 1) {
 		return nil, fmt.Errorf("%w: Plateau must be in [Decrease, 1), got %v", ErrInvalidConfig, c.plateau)
+	}
+	if c.queue != 0 && c.queue <= 1 {
+		return nil, fmt.Errorf("%w: Queue must be > 1, got %v", ErrInvalidConfig, c.queue)
 	}
 	if c.plateau != 0 && c.hold == 0 {
 		c.hold = DefaultHold.Microseconds()
@@ -262,6 +279,9 @@ const (
 	ReasonRetryAfter
 	ReasonLatency
 	ReasonHint
+	// ReasonQueue: the latency gradient (Config.Queue) says the
+	// provider is queueing calls.
+	ReasonQueue
 )
 
 // String returns the reason's name.
@@ -279,6 +299,8 @@ func (r Reason) String() string {
 		return "latency"
 	case ReasonHint:
 		return "hint"
+	case ReasonQueue:
+		return "queue"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }
@@ -322,6 +344,14 @@ type State struct {
 	// for the next one.
 	Ring    [RingSize]int64
 	N, Next int
+	// Queued is the latency (µs) of the call that set off the last
+	// ReasonQueue decrease (0: none since another decrease): another needs
+	// a median at least as high (a queue not draining).
+	Queued int64
+	// Base is the fastest success latency (µs) of this BaseWindow and the
+	// last (0 until one); BaseNext the fastest of this one, which began
+	// at BaseAt.
+	Base, BaseNext, BaseAt int64
 	// UseCount calls have completed since UseStart (Unix µs); UseRate is
 	// the completions per second over the last full second, valid when
 	// UseKnown.
@@ -434,12 +464,31 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	if reason != ReasonNone {
 		if c.newEpisode(s, now, sent) {
 			f := c.decrease
+			queued := int64(0)
+			if reason == ReasonQueue {
+				queued = max(latency, 1)
+				// Cut by as much as the queue is deep (down to half
+				// at once), so that it drains quickly; a rate the
+				// queue kept up with (or grew at) was too much: the
+				// run's peak is at most the rate cut from.
+				f = min(f, max(0.5, c.queue*float64(s.Base)/float64(recentMedian(s))))
+				if s.Queued > 0 {
+					s.Peak = min(s.Peak, s.Rate)
+				}
+			}
 			if reason == ReasonLatency {
 				// Far over the target, cut deeper (down to half at
 				// once), so that a queue built up drains quickly.
 				f = min(f, max(0.5, c.factor*s.Target/float64(p95(s))))
 			}
 			c.cut(s, now, f)
+			s.Queued = queued
+			if reason == ReasonQueue {
+				// A queue shows soon after the rate passes the
+				// provider's: the limit is just under the rate cut
+				// from, as after trouble found while holding.
+				s.Held = true
+			}
 			d.Change, d.Reason = Decreased, reason
 		}
 		// Time spent in trouble does not count towards an increase.
@@ -502,6 +551,7 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 	s.Ring[s.Next] = latency
 	s.Next = (s.Next + 1) % RingSize
 	s.N = min(s.N+1, RingSize)
+	s.base(now, latency)
 	if c.target == 0 && s.LastDecrease == 0 && s.N <= minP95Samples {
 		// Learning the target: one early latency (a cached answer, a
 		// warm connection) is no baseline for a provider whose usual
@@ -520,6 +570,14 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 			return ReasonNone
 		}
 	}
+	if c.queue > 0 && s.N >= minP95Samples && s.Base > 0 && s.Rate > c.floor {
+		// A queue builds up: the median call waits behind others.
+		// A queue that drains after a decrease (a falling median) is
+		// the decrease working, not news.
+		if m := recentMedian(s); float64(m) > c.queue*float64(s.Base) && latency >= m && m >= s.Queued {
+			return ReasonQueue
+		}
+	}
 	if float64(latency) <= c.factor*s.Target {
 		c.learn(s, now, latency)
 		return ReasonNone
@@ -536,6 +594,25 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 	return ReasonNone
 }
 
+// base keeps the fastest latency of this BaseWindow and the last one.
+func (s *State) base(now, latency int64) {
+	latency = max(latency, 1)
+	if s.BaseAt == 0 || now < s.BaseAt || now-s.BaseAt >= BaseWindow {
+		// A new window: the last one's fastest stays the base until
+		// this one has seen something faster.
+		if s.BaseNext > 0 {
+			s.Base = s.BaseNext
+		}
+		s.BaseNext, s.BaseAt = 0, now
+	}
+	if s.BaseNext == 0 || latency < s.BaseNext {
+		s.BaseNext = latency
+	}
+	if s.Base == 0 || latency < s.Base {
+		s.Base = latency
+	}
+}
+
 // learn moves the latency target towards latency by LatencyWeight per
 // second since the last update (at most LatencyWeight per sample). Weighing
 // by time, not by sample, keeps a busy key's target from chasing a
@@ -550,6 +627,20 @@ func (c *Controller) learn(s *State, now, latency int64) {
 // median returns the median of the last s.N latencies.
 func median(s *State) int64 {
 	return percentile(s, 50)
+}
+
+// recentMedian returns the median of the last minP95Samples latencies (or
+// of fewer, if fewer were added since the last decrease): the queue signal
+// follows a queue as it builds, not a ring's worth of history.
+func recentMedian(s *State) int64 {
+	var buf [minP95Samples]int64
+	n := min(s.N, minP95Samples)
+	for i := range n {
+		buf[i] = s.Ring[(s.Next-1-i+2*RingSize)%RingSize]
+	}
+	v := buf[:n]
+	slices.Sort(v)
+	return v[(n-1)/2]
 }
 
 // p95 returns the 95th percentile (nearest rank) of the last s.N latencies.
@@ -571,6 +662,9 @@ func percentile(s *State, p int) int64 {
 }
 
 func (c *Controller) fast(s *State, latency int64) bool {
+	if c.queue > 0 && s.Base > 0 && float64(latency) > c.queue*float64(s.Base) && !c.ignoreLatency {
+		return false // it waited in a queue: no reason to send faster
+	}
 	return c.ignoreLatency || s.Target == 0 || float64(latency) <= c.factor*s.Target
 }
 

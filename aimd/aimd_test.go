@@ -43,6 +43,7 @@ func TestNewValidates(t *testing.T) {
 		{"plateau below decrease", Config{Decrease: 0.8, Plateau: 0.7}, "Plateau"},
 		{"plateau of 1", Config{Plateau: 1}, "Plateau"},
 		{"negative hold", Config{Plateau: 0.95, Hold: -time.Second}, "Hold"},
+		{"queue of 1", Config{Queue: 1}, "Queue"},
 	} {
 		_, err := New(tc.cfg)
 		require.ErrorIs(t, err, ErrInvalidConfig, tc.name)
@@ -400,6 +401,59 @@ func TestRecoveryReturnsToAStatedRate(t *testing.T) {
 		c.Observe(&s, at, ok(10*ms))
 	}
 	require.InDelta(t, 50.0, s.Rate, 1e-9, "back at the stated rate, not at 0.9 x 50")
+}
+
+func TestQueueGradient(t *testing.T) {
+	t.Parallel()
+	// A provider that queues: 20 ms when idle, then each call waits 10 ms
+	// longer than the one before. The p95 rule (10 x the target) would
+	// wait for 200 ms; the latency gradient (2.5 x the 20 ms base) cuts
+	// once the recent median passes 50 ms.
+	c := mustNew(t, Config{Start: 50, SlowStart: -1, Decrease: 0.8, LatencyFactor: 10, Queue: 2.5, Cooldown: 100 * time.Millisecond})
+	s := c.Init()
+	at := t0
+	for range 40 {
+		at += 20 * ms
+		c.Observe(&s, at, ok(20*ms))
+	}
+	require.Equal(t, int64(20*ms), s.Base)
+	lat := 20 * ms
+	var d Decision
+	for d.Change != Decreased {
+		at += 20 * ms
+		lat += 10 * ms
+		d = c.Observe(&s, at, ok(lat))
+		if lat > 50*ms {
+			require.NotEqual(t, Increased, d.Change, "a call that queued earns no increase (at %d ms)", lat/ms)
+		}
+	}
+	require.Equal(t, ReasonQueue, d.Reason)
+	require.LessOrEqual(t, lat, 100*ms, "cut while the queue is short")
+	require.LessOrEqual(t, d.Rate, 0.8*51)
+	require.GreaterOrEqual(t, d.Rate, 0.5*50)
+	// The queue drains, unevenly: latencies fall by 1 ms a call, every
+	// other one 10 ms above the trend, all above 2.5 x the base. That is
+	// the decrease working: no second cut.
+	cut := d.Rate
+	for i := 0; lat > 60*ms; i++ {
+		at += 20 * ms
+		lat -= ms
+		l := lat
+		if i%2 == 1 {
+			l += 10 * ms
+		}
+		d = c.Observe(&s, at, ok(l))
+		require.NotEqual(t, Decreased, d.Change, "cut again while draining at %d ms", l/ms)
+	}
+	require.InDelta(t, cut, s.Rate, 1e-9)
+	// A queue that grows again after the cut is news: cut again.
+	for d.Change != Decreased {
+		at += 20 * ms
+		lat += 10 * ms
+		d = c.Observe(&s, at, ok(lat))
+		require.Less(t, lat, 200*ms, "never cut again")
+	}
+	require.Equal(t, ReasonQueue, d.Reason)
 }
 
 func TestOneFastFirstAnswerIsNoBaseline(t *testing.T) {

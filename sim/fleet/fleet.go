@@ -173,6 +173,7 @@ func FigureOptions() Options {
 		LatencyFactor: 3,                      // scheduler noise is not a slowdown
 		Plateau:       0.91,                   // level off just under the last cut ...
 		Hold:          10 * time.Second,       // ... and probe above it rarely
+		Queue:         2.5,                    // a provider queueing calls: slow down before it is slow
 	}
 	return o
 }
