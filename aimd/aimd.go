@@ -345,8 +345,8 @@ type State struct {
 	Ring    [RingSize]int64
 	N, Next int
 	// Queued is the latency (µs) of the call that set off the last
-	// ReasonQueue decrease (0: none since another decrease): another needs
-	// a median at least as high (a queue not draining).
+	// ReasonQueue decrease (0: none since another decrease); until the
+	// next decrease, falling latencies (a queue draining) are not news.
 	Queued int64
 	// Base is the fastest success latency (µs) of this BaseWindow and the
 	// last (0 until one); BaseNext the fastest of this one, which began
@@ -574,12 +574,17 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 		// A queue builds up: the median call waits behind others.
 		// A queue that drains after a decrease (a falling median) is
 		// the decrease working, not news.
-		if m := recentMedian(s); float64(m) > c.queue*float64(s.Base) && latency >= m && m >= s.Queued {
+		if m := recentMedian(s); float64(m) > c.queue*float64(s.Base) && latency >= m && !draining(s) {
 			return ReasonQueue
 		}
 	}
 	if float64(latency) <= c.factor*s.Target {
 		c.learn(s, now, latency)
+		return ReasonNone
+	}
+	if s.Queued > 0 && draining(s) {
+		// Still draining the queue the last decrease answered: slow
+		// calls are its tail, not news.
 		return ReasonNone
 	}
 	if s.N >= minP95Samples && float64(p95(s)) > c.factor*s.Target && latency >= median(s) {
@@ -641,6 +646,24 @@ func recentMedian(s *State) int64 {
 	v := buf[:n]
 	slices.Sort(v)
 	return v[(n-1)/2]
+}
+
+// draining reports whether the latencies are falling: the median of the
+// newest half of the last minP95Samples is below that of the older half
+// (false with fewer samples).
+func draining(s *State) bool {
+	const h = minP95Samples / 2
+	if s.N < minP95Samples {
+		return false
+	}
+	var newer, older [h]int64
+	for i := range h {
+		newer[i] = s.Ring[(s.Next-1-i+2*RingSize)%RingSize]
+		older[i] = s.Ring[(s.Next-1-h-i+2*RingSize)%RingSize]
+	}
+	slices.Sort(newer[:])
+	slices.Sort(older[:])
+	return newer[(h-1)/2] < older[(h-1)/2]
 }
 
 // p95 returns the 95th percentile (nearest rank) of the last s.N latencies.
