@@ -329,6 +329,12 @@ type State struct {
 	// it, not while still recovering.
 	Level int64
 	Held  bool
+	// Stated says a new, lower Hint came shortly before the last
+	// decrease, with it or after it (the provider told its rate as it
+	// refused): recovery goes back to it. HintAt is when the Hint last
+	// fell (Unix µs, 0 never).
+	Stated bool
+	HintAt int64
 	// LastIncrease is the instant the increase was last accounted to.
 	LastIncrease int64
 	// PausedUntil is when the last Retry-After ends (Unix µs).
@@ -442,6 +448,12 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		s.PausedUntil = max(s.PausedUntil, addSat(now, in.RetryAfter))
 	}
 	if in.Hint > 0 && !math.IsInf(in.Hint, 0) {
+		if s.Hint == 0 || in.Hint < s.Hint {
+			// A lower stated rate explains the trouble of the
+			// current episode, even when the decrease came before
+			// it, and of one that begins soon after.
+			s.HintAt, s.Stated = now, true
+		}
 		s.Hint = in.Hint
 	}
 	if ceil := c.ceilingFor(s); s.Rate > ceil {
@@ -482,6 +494,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				f = min(f, max(0.5, c.factor*s.Target/float64(p95(s))))
 			}
 			c.cut(s, now, f)
+			s.Stated = s.HintAt != 0 && now-s.HintAt <= chainWindow
 			s.Queued = queued
 			if reason == ReasonQueue {
 				// A queue shows soon after the rate passes the
@@ -726,10 +739,10 @@ func (c *Controller) grow(s *State, now int64) bool {
 			goal = (1 + c.plateau) / 2 * s.Peak
 		}
 	}
-	if s.Hint > 0 {
-		// The provider stated a sustainable rate: a throttle at it was
-		// an edge (a window boundary, a burst), not a sign the rate is
-		// wrong, so recover to it, not to a plateau under it.
+	if s.Stated && s.Hint > 0 {
+		// The throttle came with the provider's (new) sustainable
+		// rate, which explains it: recover to that rate, not to a
+		// plateau under it.
 		goal = max(goal, ceil)
 	}
 	switch {

@@ -386,21 +386,39 @@ func TestPlateauAfterTroubleWhileHolding(t *testing.T) {
 
 func TestRecoveryReturnsToAStatedRate(t *testing.T) {
 	t.Parallel()
-	// The provider states 50/s; a throttle at that rate (a window edge)
-	// cuts to 40. Recovery goes back to 50, not to a plateau under it.
+	// A throttle that comes with the provider's rate (50/s, new) cuts to
+	// 40. The rate it stated explains the throttle: recovery goes back to
+	// 50, not to a plateau under it. A later throttle at that same stated
+	// rate is not explained by it: the plateau applies.
 	c := mustNew(t, Config{Start: 60, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9})
 	s := c.Init()
 	at := t0
-	c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 50})
-	require.InDelta(t, 50.0, s.Rate, 1e-9, "capped by the hint")
-	at += 10 * ms
-	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
-	require.InDelta(t, 40.0, s.Rate, 1e-9)
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, Hint: 50})
+	require.InDelta(t, 40.0, s.Rate, 1e-9, "capped by the hint, then cut")
 	for range 500 {
 		at += 10 * ms
-		c.Observe(&s, at, ok(10*ms))
+		c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 50})
 	}
 	require.InDelta(t, 50.0, s.Rate, 1e-9, "back at the stated rate, not at 0.9 x 50")
+	at += 10 * ms
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, Hint: 50})
+	for range 500 {
+		at += 10 * ms
+		c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 50})
+	}
+	require.InDelta(t, 45.0, s.Rate, 1e-9, "throttled at a rate stated before: the plateau")
+	// The provider states a lower rate (30/s) on a success, and throttles
+	// a moment later: that rate explains it too.
+	at += 10 * ms
+	c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 30})
+	at += 100 * ms
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, Hint: 30})
+	require.InDelta(t, 24.0, s.Rate, 1e-9)
+	for range 500 {
+		at += 10 * ms
+		c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 30})
+	}
+	require.InDelta(t, 30.0, s.Rate, 1e-9, "back at the new stated rate")
 }
 
 func TestQueueGradient(t *testing.T) {
