@@ -19,6 +19,12 @@ const RingSize = 32
 // belong to the same run of decreases, which keeps its Peak.
 const chainWindow = 2_000_000
 
+// BaseWindow is how long the base latency of Config.Queue remembers the
+// fastest success: it is the fastest of the last one to two windows, so
+// that a provider whose latency rose for good is not judged by a floor it
+// left long ago.
+const BaseWindow = 10_000_000 // µs
+
 // minP95Samples is how many latencies since the last decrease the p95 needs
 // before it may trigger another one.
 const minP95Samples = 8
@@ -34,6 +40,8 @@ const (
 	DefaultLatencyFactor = 2.0
 	DefaultLatencyWeight = 0.2
 	DefaultUsageMultiple = 4.0
+	// DefaultHold is Config.Hold when it is zero and Config.Plateau set.
+	DefaultHold = 10 * time.Second
 	// DefaultIncreaseFraction is Increase when Config.Increase is zero, as
 	// a fraction of the Peak (the rate where the last decreases began), per
 	// second.
@@ -82,8 +90,29 @@ type Config struct {
 	// busy key's target does not chase a slowdown. Only fast successes
 	// move it. Zero means DefaultLatencyWeight (0.2).
 	LatencyWeight float64
+	// Queue, when set, is the latency gradient (TCP Vegas): when the
+	// median latency of the recent successes is above Queue times the
+	// base latency (the fastest success of the last BaseWindow or so),
+	// the provider is queueing calls, and the rate decreases (once per
+	// episode, by Decrease) before the queue grows into a slowdown that
+	// LatencyFactor would see. Zero means off; it must be > 1.
+	Queue float64
 	// IgnoreLatency turns the latency signal off: every success is fast.
 	IgnoreLatency bool
+	// Plateau, when set, is where the rate levels off after a decrease:
+	// this fraction of the rate the last run of decreases began at (the
+	// last rate known to be too much). Below it the rate recovers
+	// quickly; there it holds for Hold before probing above it again,
+	// additively. A provider that answers every probe above its limit
+	// with a Retry-After pauses the whole key for it, so probing rarely
+	// near the last cut, not every few seconds, keeps the key near its
+	// limit (the plateau of TCP CUBIC). Zero means no plateau: recovery
+	// to Decrease x that rate, then additive increase at once. It must be
+	// in [Decrease, 1).
+	Plateau float64
+	// Hold is how long the rate stays at the plateau before probing above
+	// it. Zero means DefaultHold when Plateau is set.
+	Hold time.Duration
 	// UsageMultiple stops growth while the rate is at or above
 	// UsageMultiple times the calls this State has seen complete per
 	// second (over the last full second), so that a lightly used key
@@ -105,6 +134,9 @@ type Controller struct {
 	factor, weight        float64
 	ignoreLatency         bool
 	usage                 float64 // 0: no usage cap
+	plateau               float64 // 0: none
+	queue                 float64 // 0: off
+	hold                  int64   // µs
 }
 
 func positive(name string, v float64) error {
@@ -120,7 +152,7 @@ func New(cfg Config) (*Controller, error) {
 		name string
 		v    float64
 	}{{"Start", cfg.Start}, {"Floor", cfg.Floor}, {"Ceiling", cfg.Ceiling}, {"Increase", cfg.Increase},
-		{"Decrease", cfg.Decrease}, {"LatencyFactor", cfg.LatencyFactor}, {"LatencyWeight", cfg.LatencyWeight}} {
+		{"Decrease", cfg.Decrease}, {"Plateau", cfg.Plateau}, {"Queue", cfg.Queue}, {"LatencyFactor", cfg.LatencyFactor}, {"LatencyWeight", cfg.LatencyWeight}} {
 		if err := positive(f.name, f.v); err != nil {
 			return nil, err
 		}
@@ -128,14 +160,15 @@ func New(cfg Config) (*Controller, error) {
 	if math.IsNaN(cfg.SlowStart) || math.IsInf(cfg.SlowStart, 0) {
 		return nil, fmt.Errorf("%w: SlowStart must be finite, got %v", ErrInvalidConfig, cfg.SlowStart)
 	}
-	if cfg.Cooldown < 0 || cfg.LatencyTarget < 0 {
-		return nil, fmt.Errorf("%w: Cooldown and LatencyTarget must be >= 0", ErrInvalidConfig)
+	if cfg.Cooldown < 0 || cfg.LatencyTarget < 0 || cfg.Hold < 0 {
+		return nil, fmt.Errorf("%w: Cooldown, LatencyTarget and Hold must be >= 0", ErrInvalidConfig)
 	}
 	c := &Controller{
 		start: cfg.Start, floor: cfg.Floor, ceiling: cfg.Ceiling, slowStart: cfg.SlowStart,
 		increase: cfg.Increase, decrease: cfg.Decrease, cooldown: cfg.Cooldown.Microseconds(),
 		target: float64(cfg.LatencyTarget.Microseconds()), factor: cfg.LatencyFactor,
 		weight: cfg.LatencyWeight, ignoreLatency: cfg.IgnoreLatency, usage: cfg.UsageMultiple,
+		plateau: cfg.Plateau, hold: cfg.Hold.Microseconds(), queue: cfg.Queue,
 	}
 	switch {
 	case math.IsNaN(c.usage) || math.IsInf(c.usage, 0):
@@ -166,6 +199,15 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if c.decrease >= 1 {
 		return nil, fmt.Errorf("%w: Decrease must be in (0, 1), got %v", ErrInvalidConfig, c.decrease)
+	}
+	if c.plateau != 0 && (c.plateau < c.decrease || c.plateau >= 1) {
+		return nil, fmt.Errorf("%w: Plateau must be in [Decrease, 1), got %v", ErrInvalidConfig, c.plateau)
+	}
+	if c.queue != 0 && c.queue <= 1 {
+		return nil, fmt.Errorf("%w: Queue must be > 1, got %v", ErrInvalidConfig, c.queue)
+	}
+	if c.plateau != 0 && c.hold == 0 {
+		c.hold = DefaultHold.Microseconds()
 	}
 	if c.factor == 0 {
 		c.factor = DefaultLatencyFactor
@@ -237,6 +279,9 @@ const (
 	ReasonRetryAfter
 	ReasonLatency
 	ReasonHint
+	// ReasonQueue: the latency gradient (Config.Queue) says the
+	// provider is queueing calls.
+	ReasonQueue
 )
 
 // String returns the reason's name.
@@ -254,6 +299,8 @@ func (r Reason) String() string {
 		return "latency"
 	case ReasonHint:
 		return "hint"
+	case ReasonQueue:
+		return "queue"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }
@@ -276,6 +323,18 @@ type State struct {
 	Peak float64
 	// CutTo is the rate the last decrease left.
 	CutTo float64
+	// Level is when the rate reached the plateau after the last decrease
+	// (Unix µs, 0 not yet); it probes above it from Level + Hold. Held
+	// says the last decrease came while holding there or probing above
+	// it, not while still recovering.
+	Level int64
+	Held  bool
+	// Stated says a new, lower Hint came shortly before the last
+	// decrease, with it or after it (the provider told its rate as it
+	// refused): recovery goes back to it. HintAt is when the Hint last
+	// fell (Unix µs, 0 never).
+	Stated bool
+	HintAt int64
 	// LastIncrease is the instant the increase was last accounted to.
 	LastIncrease int64
 	// PausedUntil is when the last Retry-After ends (Unix µs).
@@ -291,6 +350,14 @@ type State struct {
 	// for the next one.
 	Ring    [RingSize]int64
 	N, Next int
+	// Queued is the latency (µs) of the call that set off the last
+	// ReasonQueue decrease (0: none since another decrease); until the
+	// next decrease, falling latencies (a queue draining) are not news.
+	Queued int64
+	// Base is the fastest success latency (µs) of this BaseWindow and the
+	// last (0 until one); BaseNext the fastest of this one, which began
+	// at BaseAt.
+	Base, BaseNext, BaseAt int64
 	// UseCount calls have completed since UseStart (Unix µs); UseRate is
 	// the completions per second over the last full second, valid when
 	// UseKnown.
@@ -381,6 +448,12 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		s.PausedUntil = max(s.PausedUntil, addSat(now, in.RetryAfter))
 	}
 	if in.Hint > 0 && !math.IsInf(in.Hint, 0) {
+		if s.Hint == 0 || in.Hint < s.Hint {
+			// A lower stated rate explains the trouble of the
+			// current episode, even when the decrease came before
+			// it, and of one that begins soon after.
+			s.HintAt, s.Stated = now, true
+		}
 		s.Hint = in.Hint
 	}
 	if ceil := c.ceilingFor(s); s.Rate > ceil {
@@ -403,12 +476,32 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	if reason != ReasonNone {
 		if c.newEpisode(s, now, sent) {
 			f := c.decrease
+			queued := int64(0)
+			if reason == ReasonQueue {
+				queued = max(latency, 1)
+				// Cut by as much as the queue is deep (down to half
+				// at once), so that it drains quickly; a rate the
+				// queue kept up with (or grew at) was too much: the
+				// run's peak is at most the rate cut from.
+				f = min(f, max(0.5, c.queue*float64(s.Base)/float64(recentMedian(s))))
+				if s.Queued > 0 {
+					s.Peak = min(s.Peak, s.Rate)
+				}
+			}
 			if reason == ReasonLatency {
 				// Far over the target, cut deeper (down to half at
 				// once), so that a queue built up drains quickly.
 				f = min(f, max(0.5, c.factor*s.Target/float64(p95(s))))
 			}
 			c.cut(s, now, f)
+			s.Stated = s.HintAt != 0 && now-s.HintAt <= chainWindow
+			s.Queued = queued
+			if reason == ReasonQueue {
+				// A queue shows soon after the rate passes the
+				// provider's: the limit is just under the rate cut
+				// from, as after trouble found while holding.
+				s.Held = true
+			}
 			d.Change, d.Reason = Decreased, reason
 		}
 		// Time spent in trouble does not count towards an increase.
@@ -457,6 +550,8 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 	s.CutTo = s.Rate
 	s.Probing = false
 	s.LastDecrease = now
+	s.Held = s.Level != 0
+	s.Level = 0
 	s.N = 0 // the p95 needs fresh evidence before it may cut again
 }
 
@@ -469,6 +564,7 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 	s.Ring[s.Next] = latency
 	s.Next = (s.Next + 1) % RingSize
 	s.N = min(s.N+1, RingSize)
+	s.base(now, latency)
 	if c.target == 0 && s.LastDecrease == 0 && s.N <= minP95Samples {
 		// Learning the target: one early latency (a cached answer, a
 		// warm connection) is no baseline for a provider whose usual
@@ -487,8 +583,21 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 			return ReasonNone
 		}
 	}
+	if c.queue > 0 && s.N >= minP95Samples && s.Base > 0 && s.Rate > c.floor {
+		// A queue builds up: the median call waits behind others.
+		// A queue that drains after a decrease (a falling median) is
+		// the decrease working, not news.
+		if m := recentMedian(s); float64(m) > c.queue*float64(s.Base) && latency >= m && !draining(s) {
+			return ReasonQueue
+		}
+	}
 	if float64(latency) <= c.factor*s.Target {
 		c.learn(s, now, latency)
+		return ReasonNone
+	}
+	if s.Queued > 0 && draining(s) {
+		// Still draining the queue the last decrease answered: slow
+		// calls are its tail, not news.
 		return ReasonNone
 	}
 	if s.N >= minP95Samples && float64(p95(s)) > c.factor*s.Target && latency >= median(s) {
@@ -501,6 +610,25 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 		return ReasonLatency
 	}
 	return ReasonNone
+}
+
+// base keeps the fastest latency of this BaseWindow and the last one.
+func (s *State) base(now, latency int64) {
+	latency = max(latency, 1)
+	if s.BaseAt == 0 || now < s.BaseAt || now-s.BaseAt >= BaseWindow {
+		// A new window: the last one's fastest stays the base until
+		// this one has seen something faster.
+		if s.BaseNext > 0 {
+			s.Base = s.BaseNext
+		}
+		s.BaseNext, s.BaseAt = 0, now
+	}
+	if s.BaseNext == 0 || latency < s.BaseNext {
+		s.BaseNext = latency
+	}
+	if s.Base == 0 || latency < s.Base {
+		s.Base = latency
+	}
 }
 
 // learn moves the latency target towards latency by LatencyWeight per
@@ -517,6 +645,38 @@ func (c *Controller) learn(s *State, now, latency int64) {
 // median returns the median of the last s.N latencies.
 func median(s *State) int64 {
 	return percentile(s, 50)
+}
+
+// recentMedian returns the median of the last minP95Samples latencies (or
+// of fewer, if fewer were added since the last decrease): the queue signal
+// follows a queue as it builds, not a ring's worth of history.
+func recentMedian(s *State) int64 {
+	var buf [minP95Samples]int64
+	n := min(s.N, minP95Samples)
+	for i := range n {
+		buf[i] = s.Ring[(s.Next-1-i+2*RingSize)%RingSize]
+	}
+	v := buf[:n]
+	slices.Sort(v)
+	return v[(n-1)/2]
+}
+
+// draining reports whether the latencies are falling: the median of the
+// newest half of the last minP95Samples is below that of the older half
+// (false with fewer samples).
+func draining(s *State) bool {
+	const h = minP95Samples / 2
+	if s.N < minP95Samples {
+		return false
+	}
+	var newer, older [h]int64
+	for i := range h {
+		newer[i] = s.Ring[(s.Next-1-i+2*RingSize)%RingSize]
+		older[i] = s.Ring[(s.Next-1-h-i+2*RingSize)%RingSize]
+	}
+	slices.Sort(newer[:])
+	slices.Sort(older[:])
+	return newer[(h-1)/2] < older[(h-1)/2]
 }
 
 // p95 returns the 95th percentile (nearest rank) of the last s.N latencies.
@@ -538,6 +698,9 @@ func percentile(s *State, p int) int64 {
 }
 
 func (c *Controller) fast(s *State, latency int64) bool {
+	if c.queue > 0 && s.Base > 0 && float64(latency) > c.queue*float64(s.Base) && !c.ignoreLatency {
+		return false // it waited in a queue: no reason to send faster
+	}
 	return c.ignoreLatency || s.Target == 0 || float64(latency) <= c.factor*s.Target
 }
 
@@ -566,7 +729,23 @@ func (c *Controller) grow(s *State, now int64) bool {
 		return false // application-limited: the rate is not what binds
 	}
 	old := s.Rate
-	switch goal := c.decrease * s.Peak; {
+	goal := c.decrease * s.Peak
+	if c.plateau > 0 {
+		goal = c.plateau * s.Peak
+		if s.Held {
+			// Trouble found only after holding at the plateau: the
+			// limit is just under it, closer than a cut found while
+			// growing says. Level off at half the distance.
+			goal = (1 + c.plateau) / 2 * s.Peak
+		}
+	}
+	if s.Stated && s.Hint > 0 {
+		// The throttle came with the provider's (new) sustainable
+		// rate, which explains it: recover to that rate, not to a
+		// plateau under it.
+		goal = max(goal, ceil)
+	}
+	switch {
 	case s.Probing:
 		s.Rate += s.Rate * c.slowStart * dt
 	case s.Rate < goal:
@@ -578,6 +757,11 @@ func (c *Controller) grow(s *State, now int64) bool {
 		if goal-s.Rate <= goal/100 {
 			s.Rate = goal
 		}
+	case c.plateau > 0 && s.Level == 0:
+		// Arrived at the plateau: hold there before probing.
+		s.Level = now
+	case c.plateau > 0 && now-s.Level < c.hold:
+		// Holding near the last cut.
 	default:
 		inc := c.increase
 		if inc == 0 {

@@ -40,6 +40,10 @@ func TestNewValidates(t *testing.T) {
 		{"weight above 1", Config{LatencyWeight: 1.5}, "LatencyWeight"},
 		{"negative cooldown", Config{Cooldown: -time.Second}, "Cooldown"},
 		{"nan slow start", Config{SlowStart: math.NaN()}, "SlowStart"},
+		{"plateau below decrease", Config{Decrease: 0.8, Plateau: 0.7}, "Plateau"},
+		{"plateau of 1", Config{Plateau: 1}, "Plateau"},
+		{"negative hold", Config{Plateau: 0.95, Hold: -time.Second}, "Hold"},
+		{"queue of 1", Config{Queue: 1}, "Queue"},
 	} {
 		_, err := New(tc.cfg)
 		require.ErrorIs(t, err, ErrInvalidConfig, tc.name)
@@ -321,6 +325,153 @@ func TestFastRecoveryArrives(t *testing.T) {
 		require.Equal(t, Increased, d.Change)
 	}
 	require.Greater(t, s.Rate, 95.0, "recovered to 90 within seconds, then +2/s")
+}
+
+func TestPlateauHoldsNearTheLastCut(t *testing.T) {
+	t.Parallel()
+	// A throttle at 100 cuts to 80. With a plateau the rate recovers to
+	// 92 (0.92 of the last cut), holds there for Hold, and only then
+	// probes above it; without one it recovers to 80 and probes at once,
+	// passing the last cut within seconds.
+	run := func(cfg Config, seconds int) (rates []float64) {
+		cfg.Start, cfg.SlowStart, cfg.IgnoreLatency, cfg.Decrease = 100, -1, true, 0.8
+		c := mustNew(t, cfg)
+		s := c.Init()
+		at := t0
+		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+		require.InDelta(t, 80.0, s.Rate, 1e-9)
+		for i := range seconds * 100 {
+			at += 10 * ms
+			c.Observe(&s, at, ok(10*ms))
+			if (i+1)%100 == 0 {
+				rates = append(rates, s.Rate)
+			}
+		}
+		return rates
+	}
+	plain := run(Config{}, 20)
+	require.Greater(t, plain[14], 100.0, "no plateau: past the last cut within 15 s")
+
+	rates := run(Config{Plateau: 0.92, Hold: 10 * time.Second}, 20)
+	require.InDelta(t, 92.0, rates[4], 1e-9, "recovered to the plateau within 5 s")
+	require.InDelta(t, 92.0, rates[10], 1e-9, "and holds there")
+	require.Greater(t, rates[19], 92.0, "probing again after the hold")
+	require.Less(t, rates[14], 100.0, "slowly")
+}
+
+func TestPlateauAfterTroubleWhileHolding(t *testing.T) {
+	t.Parallel()
+	// A throttle found while holding at the plateau says the limit is
+	// just under it: the next plateau is half way between, 0.96 of the
+	// rate cut from, not 0.92.
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.92, Hold: time.Minute})
+	s := c.Init()
+	at := t0
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	for range 1000 {
+		at += 10 * ms
+		c.Observe(&s, at, ok(10*ms))
+	}
+	require.InDelta(t, 92.0, s.Rate, 1e-9)
+	require.NotZero(t, s.Level, "holding")
+	at += 10 * ms
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	require.InDelta(t, 0.8*92, s.Rate, 1e-9)
+	for range 1000 {
+		at += 10 * ms
+		c.Observe(&s, at, ok(10*ms))
+	}
+	require.InDelta(t, 0.96*92, s.Rate, 1e-9)
+}
+
+func TestRecoveryReturnsToAStatedRate(t *testing.T) {
+	t.Parallel()
+	// A throttle that comes with the provider's rate (50/s, new) cuts to
+	// 40. The rate it stated explains the throttle: recovery goes back to
+	// 50, not to a plateau under it. A later throttle at that same stated
+	// rate is not explained by it: the plateau applies.
+	c := mustNew(t, Config{Start: 60, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9})
+	s := c.Init()
+	at := t0
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, Hint: 50})
+	require.InDelta(t, 40.0, s.Rate, 1e-9, "capped by the hint, then cut")
+	for range 500 {
+		at += 10 * ms
+		c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 50})
+	}
+	require.InDelta(t, 50.0, s.Rate, 1e-9, "back at the stated rate, not at 0.9 x 50")
+	at += 10 * ms
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, Hint: 50})
+	for range 500 {
+		at += 10 * ms
+		c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 50})
+	}
+	require.InDelta(t, 45.0, s.Rate, 1e-9, "throttled at a rate stated before: the plateau")
+	// The provider states a lower rate (30/s) on a success, and throttles
+	// a moment later: that rate explains it too.
+	at += 10 * ms
+	c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 30})
+	at += 100 * ms
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, Hint: 30})
+	require.InDelta(t, 24.0, s.Rate, 1e-9)
+	for range 500 {
+		at += 10 * ms
+		c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 30})
+	}
+	require.InDelta(t, 30.0, s.Rate, 1e-9, "back at the new stated rate")
+}
+
+func TestQueueGradient(t *testing.T) {
+	t.Parallel()
+	// A provider that queues: 20 ms when idle, then each call waits 10 ms
+	// longer than the one before. The p95 rule (10 x the target) would
+	// wait for 200 ms; the latency gradient (2.5 x the 20 ms base) cuts
+	// once the recent median passes 50 ms.
+	c := mustNew(t, Config{Start: 50, SlowStart: -1, Decrease: 0.8, LatencyFactor: 10, Queue: 2.5, Cooldown: 100 * time.Millisecond})
+	s := c.Init()
+	at := t0
+	for range 40 {
+		at += 20 * ms
+		c.Observe(&s, at, ok(20*ms))
+	}
+	require.Equal(t, int64(20*ms), s.Base)
+	lat := 20 * ms
+	var d Decision
+	for d.Change != Decreased {
+		at += 20 * ms
+		lat += 10 * ms
+		d = c.Observe(&s, at, ok(lat))
+		if lat > 50*ms {
+			require.NotEqual(t, Increased, d.Change, "a call that queued earns no increase (at %d ms)", lat/ms)
+		}
+	}
+	require.Equal(t, ReasonQueue, d.Reason)
+	require.LessOrEqual(t, lat, 100*ms, "cut while the queue is short")
+	require.LessOrEqual(t, d.Rate, 0.8*51)
+	require.GreaterOrEqual(t, d.Rate, 0.5*50)
+	// The queue drains, unevenly: latencies fall by 1 ms a call, every
+	// other one 10 ms above the trend, all above 2.5 x the base. That is
+	// the decrease working: no second cut.
+	cut := d.Rate
+	for i := 0; lat > 60*ms; i++ {
+		at += 20 * ms
+		lat -= ms
+		l := lat
+		if i%2 == 1 {
+			l += 10 * ms
+		}
+		d = c.Observe(&s, at, ok(l))
+		require.NotEqual(t, Decreased, d.Change, "cut again while draining at %d ms", l/ms)
+	}
+	require.InDelta(t, cut, s.Rate, 1e-9)
+	// A queue that grows again after the cut is news: cut again.
+	for d.Change != Decreased {
+		at += 20 * ms
+		lat += 10 * ms
+		d = c.Observe(&s, at, ok(lat))
+		require.Less(t, lat, 200*ms, "never cut again")
+	}
+	require.Equal(t, ReasonQueue, d.Reason)
 }
 
 func TestOneFastFirstAnswerIsNoBaseline(t *testing.T) {

@@ -20,6 +20,22 @@
 //     (weight Config.LatencyWeight per second), anchored to
 //     Config.LatencyTarget when it is set.
 //
+// With Config.Plateau set, recovery after a decrease levels off at that
+// fraction of the rate the decreases began at (half way closer when the
+// trouble was found while holding there) and holds for Config.Hold before
+// probing above it again: against a provider whose every refusal pauses
+// the key (a Retry-After rounded up to whole seconds), probing rarely near
+// the last cut costs fewer pauses than a sawtooth (the plateau of TCP
+// CUBIC).
+//
+// With Config.Queue set, the latency gradient (as in TCP Vegas) reads a
+// provider that queues calls before it is slow: when the median of the
+// last few successes is above Queue times the base latency (the fastest
+// recent success), the rate decreases by as much as the queue is deep (at
+// most by half), again only if the queue keeps growing rather than
+// draining, and levels off just under the rate cut from; a success that
+// waited in such a queue earns no increase.
+//
 // The rate grows only while it is below Config.UsageMultiple times the
 // calls the key completes per second: a lightly used key does not bank a
 // rate it never tried and spend it in one burst later (the rate-based

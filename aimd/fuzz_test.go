@@ -14,17 +14,22 @@ import (
 func FuzzObserve(f *testing.F) {
 	f.Add(uint8(10), []byte("\x0a\x01\x08\x00\x0a\x01\x08\x00\x05\x02\x01\x81\x01\x02\x01\x00\x30\x03\x40\x00"))
 	f.Fuzz(func(t *testing.T, start uint8, ops []byte) {
-		// A configured latency target, and one learned from the samples.
+		// A configured latency target, and one learned from the samples;
+		// and the figures' plateau and latency gradient.
 		for _, target := range []time.Duration{20 * time.Millisecond, 0} {
-			observe(t, start, target, ops)
+			observe(t, start, target, false, ops)
 		}
+		observe(t, start, 0, true, ops)
 	})
 }
 
-func observe(t *testing.T, start uint8, target time.Duration, ops []byte) {
+func observe(t *testing.T, start uint8, target time.Duration, plateau bool, ops []byte) {
 	t.Helper()
-	c, err := New(Config{Start: float64(start) + 0.5, Floor: 0.5, Ceiling: 300, Cooldown: 0,
-		LatencyTarget: target})
+	cfg := Config{Start: float64(start) + 0.5, Floor: 0.5, Ceiling: 300, Cooldown: 0, LatencyTarget: target}
+	if plateau {
+		cfg.Decrease, cfg.Plateau, cfg.Hold, cfg.Queue = 0.8, 0.91, time.Second, 2.5
+	}
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

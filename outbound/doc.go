@@ -32,7 +32,13 @@
 // that saw it, and every process that finds the key paused slows its own
 // rate down once for the episode, so the fleet backs off as one. A
 // sustainable rate the provider reports (a quota over its
-// window, a cost bucket's restore rate) caps the adapted rate.
+// window, a cost bucket's restore rate) caps the adapted rate. A window
+// budget the provider never states but whose use it reports (Binance's
+// X-MBX-USED-WEIGHT-(interval)) is learned: a refusal while the header says
+// W means the budget is W, a call's weight is the smallest step between
+// reports, and the key is then paced, fleet-wide, at 97 % of the budget
+// over the window. The process that learns it writes it to the store; the
+// others take it up when they find the key paused.
 // Config.SharedRate also keeps the adapted rate itself in the store, so
 // that a fleet adapts as one.
 //

@@ -242,6 +242,7 @@ type keyState struct {
 	fleetKey   string // the fleet's pacing GCRA
 	pauseKey   string // the fleet's pause, shared by every client of the store
 	rateKey    string
+	budgetKey  string        // the fleet's learned window budget
 	sem        chan struct{} // the bulkhead; nil without MaxConcurrent
 	inFlight   atomic.Int64
 	keyPolicy  *keyPolicy
@@ -250,6 +251,7 @@ type keyState struct {
 	adapt       aimd.State
 	syncedUntil int64   // µs: the store already holds a pause until then
 	costPerCall float64 // latest actual cost of a call, for cost-bucket hints
+	weight      usedWeight
 	lastActive  int64   // µs
 	latency     float64 // EWMA of attempt latency, µs
 	// minLatency is the fastest success since minLatencyAt (µs).
@@ -292,7 +294,7 @@ func (c *Client) state(key, label string) *keyState {
 	if c.shared {
 		pace = tagged
 	}
-	ks := &keyState{key: key, label: label, paceKey: pace, fleetKey: tagged, pauseKey: tagged + ":pause", rateKey: tagged + ":rate",
+	ks := &keyState{key: key, label: label, paceKey: pace, fleetKey: tagged, pauseKey: tagged + ":pause", rateKey: tagged + ":rate", budgetKey: tagged + ":budget",
 		adapt: c.ctl.Init(), lastActive: now, keyPolicy: c.policy.newKey(key)}
 	if c.maxConc > 0 {
 		ks.sem = make(chan struct{}, c.maxConc)
@@ -462,7 +464,7 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 					return fmt.Errorf("outbound: key %q: rate store: %w", ks.key, err)
 				}
 				if !p.Allowed && p.RetryAfter > 0 {
-					c.notePause(ks, p.RetryAfter)
+					c.notePause(ctx, ks, p.RetryAfter)
 					continue
 				}
 			}
@@ -475,7 +477,7 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 			}
 		}
 		if p := all.Results[1]; !p.Allowed && p.RetryAfter > 0 {
-			c.notePause(ks, p.RetryAfter)
+			c.notePause(ctx, ks, p.RetryAfter)
 		}
 		if err := sleep(ctx, c.clk, min(wait, max(c.maxReserve, time.Millisecond))); err != nil {
 			return err
@@ -488,19 +490,45 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 // itself: the key pauses and its rate decreases once for the episode, so
 // that the whole fleet slows down, not only the process that was
 // throttled.
-func (c *Client) notePause(ks *keyState, d time.Duration) {
+func (c *Client) notePause(ctx context.Context, ks *keyState, d time.Duration) {
 	ks.mu.Lock()
-	defer ks.mu.Unlock()
 	now := c.now()
 	until := now + d.Microseconds()
 	// Ours already (or one we have heard of): nothing new.
 	if ks.adapt.PausedUntil >= until-int64(time.Millisecond/time.Microsecond) {
+		ks.mu.Unlock()
 		return
 	}
 	c.ctl.Observe(&ks.adapt, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d.Microseconds()})
 	if until > ks.syncedUntil {
 		ks.syncedUntil = until
 	}
+	weighed := ks.weight.window > 0
+	ks.mu.Unlock()
+	if weighed {
+		// The process that was refused may have learned the window's
+		// budget from it: take it up.
+		c.readBudget(ctx, ks)
+	}
+}
+
+// budgetLimit keeps a key's learned window budget (see usedWeight) in the
+// store for every process sharing it, encoded like sharedRateLimit.
+var budgetLimit = store.Limit{Name: "outbound-budget", Algorithm: store.FixedWindow, Rate: 1 << 40, Period: 24 * time.Hour}
+
+func (c *Client) readBudget(ctx context.Context, ks *keyState) {
+	r, err := c.store.Take(ctx, store.TakeParams{Key: ks.budgetKey, Limit: budgetLimit, Cost: 0})
+	if err != nil || r.Remaining >= budgetLimit.Rate || r.Remaining <= 0 {
+		return
+	}
+	ks.mu.Lock()
+	ks.weight.budget = r.Remaining
+	ks.mu.Unlock()
+}
+
+func (c *Client) writeBudget(ctx context.Context, ks *keyState, budget int64) {
+	v := min(max(budget, 1), budgetLimit.Rate-1)
+	_, _ = c.store.Sync(ctx, store.SyncParams{Key: ks.budgetKey, Limit: budgetLimit, Remaining: v})
 }
 
 // attemptResult is what one attempt produced.
@@ -626,7 +654,13 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 	if haveShared && ks.adapt.Started {
 		ks.adapt.Rate = shared
 	}
+	budget := ks.weight.budget
 	s.Hint = c.hint(ks, rep)
+	if ks.weight.budget == budget {
+		budget = 0
+	} else {
+		budget = ks.weight.budget // learned here: tell the fleet
+	}
 	ks.lastActive = now
 	switch s.Outcome {
 	case aimd.Success:
@@ -685,6 +719,9 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 	if c.shared && d.Change != aimd.Unchanged {
 		c.writeShared(ctx, ks, rate)
 	}
+	if budget > 0 {
+		c.writeBudget(ctx, ks, budget)
+	}
 	if c.metrics != nil {
 		c.metrics.observe(ks.label, s.Outcome, rate)
 	}
@@ -706,6 +743,9 @@ func (c *Client) hint(ks *keyState, rep *signal.Report) float64 {
 	}
 	if rep.RestoreRate > 0 && ks.costPerCall > 0 {
 		return rep.RestoreRate / ks.costPerCall
+	}
+	if h := ks.weight.observe(rep); h > 0 {
+		return h
 	}
 	const both = signal.FieldLimit | signal.FieldWindow
 	if rep.Known&both == both && rep.Window > 0 && rep.Limit > 0 {

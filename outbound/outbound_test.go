@@ -466,3 +466,57 @@ func TestNoFastRecoveryTowardsADisprovedPeak(t *testing.T) {
 	require.Less(t, rate, 30.0, "rushed back towards the 100/s the run of throttles began at")
 	require.Greater(t, rate, 25.0, "never grew again")
 }
+
+// A window budget the provider never states (Binance's used weight) is
+// learned by the process that was refused, and taken up by the others
+// when they find the key paused: the whole fleet then paces within it.
+func TestWeightBudgetIsLearnedAndShared(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	st := memstore.New(memstore.Config{Clock: clk})
+	const used = "X-Mbx-Used-Weight-1s"
+	a := &scripted{resps: []func() *http.Response{
+		response(200, "ok", used, "4"), response(200, "ok", used, "6"),
+		response(429, "", used, "50", "Retry-After", "1"),
+	}}
+	b := &scripted{resps: []func() *http.Response{
+		response(200, "ok", used, "2"), response(200, "ok", used, "8"), response(200, "ok", used, "10"),
+	}}
+	cfg := func(base http.RoundTripper) outbound.Config {
+		return outbound.Config{Base: base, Store: st, Clock: clk, AIMD: aimd.Config{Start: 1e4, IgnoreLatency: true},
+			Retry: retry.Config{MaxAttempts: 1}}
+	}
+	ca, err := outbound.New(cfg(a))
+	require.NoError(t, err)
+	cb, err := outbound.New(cfg(b))
+	require.NoError(t, err)
+	for _, c := range []http.RoundTripper{cb, ca, ca, cb, ca} {
+		resp := get(t, c, "http://api.exchange.test/v3/ticker")
+		require.NoError(t, resp.Body.Close())
+		clk.Advance(10 * time.Millisecond)
+	}
+	// Refused at 50 used: 25 calls of weight 2 a second, paced at 97 %
+	// at most.
+	rate, _ := ca.Rate("api.exchange.test")
+	require.LessOrEqual(t, rate, 0.97*25)
+	require.InDelta(t, 0.97*25, ca.Snapshot(0).Keys[0].Hint, 1e-9)
+	rate, _ = cb.Rate("api.exchange.test")
+	require.Greater(t, rate, 1000.0, "B has not heard of it yet")
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp := get(t, cb, "http://api.exchange.test/v3/ticker")
+		_ = resp.Body.Close()
+	}()
+	for waiting := true; waiting; {
+		select {
+		case <-done:
+			waiting = false
+		case <-time.After(time.Millisecond):
+			clk.Advance(50 * time.Millisecond)
+		}
+	}
+	rate, _ = cb.Rate("api.exchange.test")
+	require.InDelta(t, 0.97*25, rate, 1e-9, "B took the budget up from the store")
+}

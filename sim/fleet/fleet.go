@@ -171,6 +171,9 @@ func FigureOptions() Options {
 		Decrease:      0.8,                    // fewer, deeper cuts: each one costs a pause
 		Cooldown:      500 * time.Millisecond, // one cut per burst of throttles
 		LatencyFactor: 3,                      // scheduler noise is not a slowdown
+		Plateau:       0.91,                   // level off just under the last cut ...
+		Hold:          10 * time.Second,       // ... and probe above it rarely
+		Queue:         2.5,                    // a provider queueing calls: slow down before it is slow
 	}
 	return o
 }
