@@ -460,16 +460,21 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 		}
 		return out, nil
 	}
+	// Commit the held cells first, which thaws them, and only then insert
+	// the new keys: an insert may sweep (room), and a sweep must find no
+	// cell frozen.
 	done := make(map[ref]bool, len(cells))
-	for i, it := range p.Items {
-		r := ref{hs[i], it.Limit.Name, it.Key}
-		if done[r] {
-			continue
-		}
-		done[r] = true
-		hc := cells[r]
-		if err := s.shard(hs[i]).put(hs[i], hc.c, &it.Limit, it.Key, hc.st, now, s.maxPerShard); err != nil {
-			return store.AllResult{}, err // unreachable: room was made above
+	for _, held := range []bool{true, false} {
+		for i, it := range p.Items {
+			r := ref{hs[i], it.Limit.Name, it.Key}
+			hc := cells[r]
+			if done[r] || (hc.c != nil) != held {
+				continue
+			}
+			done[r] = true
+			if err := s.shard(hs[i]).put(hs[i], hc.c, &it.Limit, it.Key, hc.st, now, s.maxPerShard); err != nil {
+				return store.AllResult{}, err // unreachable: room was made above
+			}
 		}
 	}
 	return out, nil
