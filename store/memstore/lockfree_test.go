@@ -172,13 +172,15 @@ func TestResetKillsTheCell(t *testing.T) {
 // Not parallel: it sets a package hook.
 func TestSweepKeepsACellChargedUnderIt(t *testing.T) {
 	s := New(Config{})
-	l := store.Limit{Name: "brief", Rate: 1000, Period: time.Second, Burst: 1} // fresh 1ms after a take
+	// Fresh 50ms after a take: the last take below, denied, must come
+	// within 50ms of the hook's (1ms made this test flaky under -race).
+	l := store.Limit{Name: "brief", Rate: 20, Period: time.Second, Burst: 1}
 	lp, err := store.Prepare(l)
 	require.NoError(t, err)
 	var res store.Result
 	require.NoError(t, s.TakePrepared("k", lp, 1, &res))
 	require.True(t, res.Allowed)
-	time.Sleep(3 * time.Millisecond) // the key is fresh again
+	time.Sleep(60 * time.Millisecond) // the key is fresh again
 
 	charged := 0
 	testHookSweep = func(c *cell) {
