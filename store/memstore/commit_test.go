@@ -67,3 +67,43 @@ func TestTakeAllCommitSweepsNoFrozenCell(t *testing.T) {
 	require.Equal(t, 1101, s.Len())
 	checkTable(t, s)
 }
+
+// TestLockedDecisionNotBehindLockFreeOnes: a Sync that read the clock and
+// then waited for the shard lock while lock-free takes charged the key at
+// later times must not decide at its earlier reading: a provider's "none
+// left" would then date from before those takes, and give their budget
+// back. (Under the lock alone the clamp kept decisions in time order.)
+func TestLockedDecisionNotBehindLockFreeOnes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(Config{})
+	l := store.Limit{Name: "n", Rate: 100, Period: time.Second, Burst: 5} // a unit per 10ms
+	lp, err := store.Prepare(l)
+	require.NoError(t, err)
+	var res store.Result
+	require.NoError(t, s.TakePrepared("k", lp, 1, &res))
+	require.True(t, res.Allowed)
+
+	h := s.hash("k")
+	sh := s.shard(h)
+	sh.mu.Lock()
+	done := make(chan error)
+	go func() {
+		_, err := s.Sync(ctx, store.SyncParams{Key: "k", Limit: l, Remaining: 0})
+		done <- err
+	}()
+	// Let the clock move past the Sync's reading (if the Sync has not read
+	// it yet, the test passes without proving anything; it cannot fail).
+	time.Sleep(40 * time.Millisecond)
+	for i := 0; ; i++ {
+		require.Less(t, i, 10)
+		require.NoError(t, s.TakePrepared("k", lp, 1, &res)) // lock-free
+		if !res.Allowed {
+			break
+		}
+	}
+	sh.mu.Unlock()
+	require.NoError(t, <-done)
+	require.NoError(t, s.TakePrepared("k", lp, 1, &res))
+	require.False(t, res.Allowed, "a Sync decided before the takes it followed gave their budget back")
+}

@@ -157,6 +157,19 @@ func (sh *shard) decideNow(override, t int64) int64 {
 
 func (sh *shard) get(h uint64, name, key string) *cell { return sh.t.find(h, name, key) }
 
+// lockedNow returns the time a locked shard decides at on the key whose
+// cell c (nil for none) it has just frozen; t is the clock read before the
+// lock. A lock-free decision reads the real clock before it swaps its TAT
+// in, and the clamp never sees that reading: so on a GCRA cell the clock is
+// read again after the freeze, which no swap follows, and the decision is
+// never dated before one already applied to the key.
+func (s *Store) lockedNow(sh *shard, c *cell, override, t int64) int64 {
+	if override == 0 && s.real && c != nil && c.gcra() {
+		t = s.clockMicros(0)
+	}
+	return sh.decideNow(override, t)
+}
+
 // lockFree reports whether a decision at the given override may skip the
 // shard lock: it needs no clamp, because its time is the caller's or the
 // real clock's, which never runs backwards.
@@ -190,12 +203,12 @@ func (s *Store) Take(_ context.Context, p store.TakeParams) (store.Result, error
 		}
 	}
 	sh.mu.Lock()
-	now := sh.decideNow(override, t)
 	c := sh.get(h, p.Limit.Name, p.Key)
 	var st store.State
 	if c != nil {
 		st = c.freeze()
 	}
+	now := s.lockedNow(sh, c, override, t)
 	before := st
 	err := store.Eval(&p.Limit, &st, now, p.Cost, p.MaxDelay, &res)
 	if err == nil && st != before {
@@ -243,12 +256,12 @@ func (s *Store) TakePrepared(key string, l *store.Prepared, cost int64, res *sto
 		}
 	}
 	sh.mu.Lock()
-	now := sh.now(t)
 	c := sh.get(h, name, key)
 	var st store.State
 	if c != nil {
 		st = c.freeze()
 	}
+	now := s.lockedNow(sh, c, 0, t)
 	before := st
 	err := l.Eval(&st, now, cost, 0, res)
 	if err == nil && st != before {
@@ -351,7 +364,8 @@ func (s *Store) Len() int {
 
 // TakeAll implements store.RateStore. It locks the shards of every item in
 // index order, freezes every item's cell, decides every item at one
-// instant, and commits only if all are allowed.
+// instant (read after the freezes, see lockedNow), and commits only if all
+// are allowed.
 func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResult, error) {
 	if len(p.Items) == 0 {
 		return store.AllResult{Allowed: true}, nil
@@ -429,18 +443,29 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 			}
 		}
 	}
-	out := store.AllResult{Allowed: true, Results: make([]store.Result, len(p.Items))}
+	refresh := false // a GCRA cell was frozen: read the clock again (lockedNow)
 	for i, it := range p.Items {
 		r := ref{hs[i], it.Limit.Name, it.Key}
-		hc := cells[r]
-		if hc == nil {
-			hc = &held{c: s.shard(hs[i]).get(hs[i], it.Limit.Name, it.Key)}
-			if hc.c != nil {
-				hc.before = hc.c.freeze()
-			}
-			hc.st = hc.before
-			cells[r] = hc
+		if cells[r] != nil {
+			continue
 		}
+		hc := &held{c: s.shard(hs[i]).get(hs[i], it.Limit.Name, it.Key)}
+		if hc.c != nil {
+			hc.before = hc.c.freeze()
+			refresh = refresh || hc.c.gcra()
+		}
+		hc.st = hc.before
+		cells[r] = hc
+	}
+	if refresh && override == 0 && s.real {
+		now = max(now, s.clockMicros(0))
+		for _, i := range order {
+			s.shards[i].last = now
+		}
+	}
+	out := store.AllResult{Allowed: true, Results: make([]store.Result, len(p.Items))}
+	for i, it := range p.Items {
+		hc := cells[ref{hs[i], it.Limit.Name, it.Key}]
 		if err := store.Eval(&it.Limit, &hc.st, now, it.Cost, p.MaxDelay, &out.Results[i]); err != nil {
 			thawAll()
 			return store.AllResult{}, err
@@ -495,12 +520,12 @@ func (s *Store) update(key string, l store.Limit, override int64, f func(cur sto
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	now := sh.decideNow(override, t)
 	c := sh.get(h, l.Name, key)
 	var cur store.State
 	if c != nil {
 		cur = c.freeze()
 	}
+	now := s.lockedNow(sh, c, override, t)
 	ns, err := f(cur, now)
 	if err == nil {
 		err = sh.put(h, c, &l, key, ns, now, s.maxPerShard)
