@@ -6,8 +6,9 @@
 // cell, loads its TAT, decides, and compare-and-swaps the new TAT in, so
 // cores deciding on different keys share nothing but read-only index lines.
 // Everything else (new keys, window algorithms, multi-key takes, settles,
-// syncs, resets, sweeps, and every decision on a fake clock, whose clamp
-// needs the lock) runs under the shard's lock, and freezes a GCRA cell before
+// syncs, resets, sweeps, and every decision that reads a fake clock, whose
+// clamp needs the lock; a Take whose Now the caller sets needs no clamp and
+// is lock-free on any clock) runs under the shard's lock, and freezes a GCRA cell before
 // rewriting it, so that the two paths never interleave inside one decision.
 //
 // Time is the process clock: the real one is read as wall time at New plus
@@ -59,8 +60,9 @@ type Store struct {
 var _ store.RateStore = (*Store)(nil)
 
 // shard is one lock and its table. A GCRA decision on a key the shard holds
-// reads only the table's index pointer (the first cache line, which nothing
-// on the decision path writes) and the key's cell: it takes no lock. Every
+// reads only the table's index pointer (the first cache line, which only
+// inserts, deletes and sweeps write, under the lock) and the key's cell: it
+// takes no lock. Every
 // other operation takes the lock, whose fields fill the second line. The
 // struct is 128 bytes so that each line is the shard's own (the shard array
 // is a large allocation, so page-aligned).
