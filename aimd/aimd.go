@@ -587,7 +587,7 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 		// A queue builds up: the median call waits behind others.
 		// A queue that drains after a decrease (a falling median) is
 		// the decrease working, not news.
-		if m := recentMedian(s); float64(m) > c.queue*float64(s.Base) && latency >= m && !draining(s) {
+		if m := recentMedian(s); m > 0 && float64(m) > c.queue*float64(s.Base) && latency >= m && !draining(s) {
 			return ReasonQueue
 		}
 	}
@@ -656,6 +656,9 @@ func recentMedian(s *State) int64 {
 	for i := range n {
 		buf[i] = s.Ring[(s.Next-1-i+2*RingSize)%RingSize]
 	}
+	if n == 0 {
+		return 0
+	}
 	v := buf[:n]
 	slices.Sort(v)
 	return v[(n-1)/2]
@@ -690,6 +693,9 @@ func percentile(s *State, p int) int64 {
 	var buf [RingSize]int64
 	for i := range s.N {
 		buf[i] = s.Ring[(s.Next-1-i+2*RingSize)%RingSize]
+	}
+	if s.N == 0 {
+		return 0
 	}
 	v := buf[:s.N]
 	slices.Sort(v)

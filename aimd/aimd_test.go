@@ -577,3 +577,14 @@ func TestFresh(t *testing.T) {
 	s.Rate = 12
 	require.True(t, c.Fresh(&s, t0+s1))
 }
+
+// The latency statistics of a state with no samples are zero, not a panic:
+// State is exported, and a caller may hand Observe any of it.
+func TestLatencyStatisticsOfNoSamples(t *testing.T) {
+	t.Parallel()
+	var s State
+	require.Zero(t, recentMedian(&s))
+	require.Zero(t, percentile(&s, 95))
+	require.Zero(t, median(&s))
+	require.False(t, draining(&s))
+}

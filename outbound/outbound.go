@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -503,32 +504,42 @@ func (c *Client) notePause(ctx context.Context, ks *keyState, d time.Duration) {
 	if until > ks.syncedUntil {
 		ks.syncedUntil = until
 	}
-	weighed := ks.weight.window > 0
+	window := ks.weight.window
 	ks.mu.Unlock()
-	if weighed {
+	if window > 0 {
 		// The process that was refused may have learned the window's
 		// budget from it: take it up.
-		c.readBudget(ctx, ks)
+		c.readBudget(ctx, ks, window)
 	}
 }
 
 // budgetLimit keeps a key's learned window budget (see usedWeight) in the
-// store for every process sharing it, encoded like sharedRateLimit.
+// store for every process sharing it, encoded like sharedRateLimit, under a
+// key that names the window's length (a budget learned for a minute's
+// window means nothing for a second's). A stored budget lasts until the end
+// of the UTC day it was written in (fixed windows align to the epoch); the
+// process that learned it keeps it, and its next refusal writes it again.
 var budgetLimit = store.Limit{Name: "outbound-budget", Algorithm: store.FixedWindow, Rate: 1 << 40, Period: 24 * time.Hour}
 
-func (c *Client) readBudget(ctx context.Context, ks *keyState) {
-	r, err := c.store.Take(ctx, store.TakeParams{Key: ks.budgetKey, Limit: budgetLimit, Cost: 0})
+func budgetKey(ks *keyState, window int64) string {
+	return ks.budgetKey + ":" + strconv.FormatInt(window, 10)
+}
+
+func (c *Client) readBudget(ctx context.Context, ks *keyState, window int64) {
+	r, err := c.store.Take(ctx, store.TakeParams{Key: budgetKey(ks, window), Limit: budgetLimit, Cost: 0})
 	if err != nil || r.Remaining >= budgetLimit.Rate || r.Remaining <= 0 {
 		return
 	}
 	ks.mu.Lock()
-	ks.weight.budget = r.Remaining
+	if ks.weight.window == window { // still the window it was learned for
+		ks.weight.budget = r.Remaining
+	}
 	ks.mu.Unlock()
 }
 
-func (c *Client) writeBudget(ctx context.Context, ks *keyState, budget int64) {
+func (c *Client) writeBudget(ctx context.Context, ks *keyState, window, budget int64) {
 	v := min(max(budget, 1), budgetLimit.Rate-1)
-	_, _ = c.store.Sync(ctx, store.SyncParams{Key: ks.budgetKey, Limit: budgetLimit, Remaining: v})
+	_, _ = c.store.Sync(ctx, store.SyncParams{Key: budgetKey(ks, window), Limit: budgetLimit, Remaining: v})
 }
 
 // attemptResult is what one attempt produced.
@@ -656,6 +667,7 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 	}
 	budget := ks.weight.budget
 	s.Hint = c.hint(ks, rep)
+	budgetWindow := ks.weight.window
 	if ks.weight.budget == budget {
 		budget = 0
 	} else {
@@ -720,7 +732,7 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 		c.writeShared(ctx, ks, rate)
 	}
 	if budget > 0 {
-		c.writeBudget(ctx, ks, budget)
+		c.writeBudget(ctx, ks, budgetWindow, budget)
 	}
 	if c.metrics != nil {
 		c.metrics.observe(ks.label, s.Outcome, rate)

@@ -472,6 +472,22 @@ func TestNoFastRecoveryTowardsADisprovedPeak(t *testing.T) {
 // when they find the key paused: the whole fleet then paces within it.
 func TestWeightBudgetIsLearnedAndShared(t *testing.T) {
 	t.Parallel()
+	rate := weightFleet(t, "X-Mbx-Used-Weight-1s")
+	require.InDelta(t, 0.97*25, rate, 1e-9, "B took the budget up from the store")
+}
+
+// A budget learned for one window length is not taken up by a process
+// that follows another: a second's budget is no minute's.
+func TestWeightBudgetIsSharedPerWindow(t *testing.T) {
+	t.Parallel()
+	rate := weightFleet(t, "X-Mbx-Used-Weight-1m")
+	require.Greater(t, rate, 1000.0, "B took up a budget learned for another window")
+}
+
+// weightFleet runs two processes on one store: A, whose provider reports
+// the weight of a one-second window, is refused at 50 used; then B, whose
+// reports carry usedB, finds the key paused. It returns B's rate after.
+func weightFleet(t *testing.T, usedB string) float64 {
 	clk := clocktest.New(t0)
 	st := memstore.New(memstore.Config{Clock: clk})
 	const used = "X-Mbx-Used-Weight-1s"
@@ -480,7 +496,7 @@ func TestWeightBudgetIsLearnedAndShared(t *testing.T) {
 		response(429, "", used, "50", "Retry-After", "1"),
 	}}
 	b := &scripted{resps: []func() *http.Response{
-		response(200, "ok", used, "2"), response(200, "ok", used, "8"), response(200, "ok", used, "10"),
+		response(200, "ok", usedB, "2"), response(200, "ok", usedB, "8"), response(200, "ok", usedB, "10"),
 	}}
 	cfg := func(base http.RoundTripper) outbound.Config {
 		return outbound.Config{Base: base, Store: st, Clock: clk, AIMD: aimd.Config{Start: 1e4, IgnoreLatency: true},
@@ -518,5 +534,5 @@ func TestWeightBudgetIsLearnedAndShared(t *testing.T) {
 		}
 	}
 	rate, _ = cb.Rate("api.exchange.test")
-	require.InDelta(t, 0.97*25, rate, 1e-9, "B took the budget up from the store")
+	return rate
 }

@@ -21,7 +21,18 @@ type usedWeight struct {
 	last   int64 // the last usage reported
 	unit   int64 // the weight of one call, 0 until known
 	budget int64 // the window's budget, 0 until a refusal showed it
+	peak   int64 // the most usage reported for this interval
 }
+
+// The intervals a weight window may have (Binance's run from a second to a
+// day): a header outside them is garbage, not a window to pace by (a
+// window of years would stall the key, one of a microsecond unleash it).
+const (
+	minWeightWindow = int64(1e6)      // µs: one second
+	maxWeightWindow = int64(86_400e6) // µs: one day
+	maxWeightUsed   = int64(1) << 40  // a usage beyond this is garbage
+	refusalShare    = 4               // see observe
+)
 
 // observe reads rep's shortest weight policy and returns the rate, in calls
 // per second, that keeps the fleet within the learned budget, or 0 while
@@ -31,7 +42,8 @@ func (w *usedWeight) observe(rep *signal.Report) float64 {
 	for i := range rep.Policies[:min(rep.NPolicies, len(rep.Policies))] {
 		p := &rep.Policies[i]
 		const need = signal.FieldUsed | signal.FieldWindow
-		if p.Source == signal.SourceBinance && p.Name == "weight" && p.Known&need == need && p.Window > 0 &&
+		if p.Source == signal.SourceBinance && p.Name == "weight" && p.Known&need == need &&
+			p.Window >= minWeightWindow && p.Window <= maxWeightWindow &&
 			(pol == nil || p.Window < pol.Window) {
 			pol = p
 		}
@@ -43,7 +55,7 @@ func (w *usedWeight) observe(rep *signal.Report) float64 {
 		*w = usedWeight{window: pol.Window}
 	}
 	used := pol.Used
-	if used <= 0 || rep.Banned {
+	if used <= 0 || used > maxWeightUsed || rep.Banned {
 		return w.rate() // a ban's report says nothing about the window
 	}
 	// Every usage is a multiple of a call's weight, and so is every
@@ -56,8 +68,13 @@ func (w *usedWeight) observe(rep *signal.Report) float64 {
 		w.unit = step
 	}
 	w.last = used
+	w.peak = max(w.peak, used)
 	switch {
-	case rep.Throttled:
+	case rep.Throttled && refusalShare*used >= w.peak:
+		// A refusal while the window holds far less than it has held
+		// before was about something else (another of the provider's
+		// limits): it says nothing of this window's budget. (The AIMD
+		// controller still slows down for it.)
 		w.budget = used
 	case rep.Class == signal.ClassSuccess && w.budget > 0 && used > w.budget:
 		w.budget = used
