@@ -327,14 +327,7 @@ func TestProviderRatePacesTheFleet(t *testing.T) {
 		`"throttleStatus":{"maximumAvailable":100,"currentlyAvailable":90,"restoreRate":10}}}}`
 	a := &scripted{resps: []func() *http.Response{response(200, body, "Content-Type", "application/json")}}
 	b := &scripted{resps: []func() *http.Response{response(200, body, "Content-Type", "application/json")}}
-	cfg := func(base http.RoundTripper) outbound.Config {
-		return outbound.Config{Base: base, Store: st, Clock: clk, AIMD: aimd.Config{Start: 1e4, IgnoreLatency: true},
-			Retry: retry.Config{MaxAttempts: 1}}
-	}
-	ca, err := outbound.New(cfg(a))
-	require.NoError(t, err)
-	cb, err := outbound.New(cfg(b))
-	require.NoError(t, err)
+	ca, cb := fleetOf(t, st, clk, a, b)
 	for _, c := range []http.RoundTripper{ca, cb} { // both learn the rate: 10/s
 		resp := get(t, c, "http://shop.test/graphql")
 		require.NoError(t, resp.Body.Close())
@@ -498,14 +491,7 @@ func weightFleet(t *testing.T, usedB string) float64 {
 	b := &scripted{resps: []func() *http.Response{
 		response(200, "ok", usedB, "2"), response(200, "ok", usedB, "8"), response(200, "ok", usedB, "10"),
 	}}
-	cfg := func(base http.RoundTripper) outbound.Config {
-		return outbound.Config{Base: base, Store: st, Clock: clk, AIMD: aimd.Config{Start: 1e4, IgnoreLatency: true},
-			Retry: retry.Config{MaxAttempts: 1}}
-	}
-	ca, err := outbound.New(cfg(a))
-	require.NoError(t, err)
-	cb, err := outbound.New(cfg(b))
-	require.NoError(t, err)
+	ca, cb := fleetOf(t, st, clk, a, b)
 	for _, c := range []http.RoundTripper{cb, ca, ca, cb, ca} {
 		resp := get(t, c, "http://api.exchange.test/v3/ticker")
 		require.NoError(t, resp.Body.Close())
