@@ -3,7 +3,6 @@ package memstore
 import (
 	"context"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,25 +29,9 @@ func TestLockFreeTakesNeverOverAdmit(t *testing.T) {
 	roomy := store.Limit{Name: "roomy", Rate: 1_000_000, Period: time.Second, Burst: 1 << 40}
 
 	var admitted atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	loop := func(f func(i int)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				f(i)
-			}
-		}()
-	}
-	start := time.Now()
+	h := newHammer()
 	for range 4 {
-		loop(func(int) {
+		h.loop(func(int) {
 			var res store.Result
 			if err := s.TakePrepared("k", hp, 1, &res); err != nil {
 				panic(err)
@@ -59,7 +42,7 @@ func TestLockFreeTakesNeverOverAdmit(t *testing.T) {
 		})
 	}
 	for range 2 {
-		loop(func(int) {
+		h.loop(func(int) {
 			res, err := s.Take(ctx, store.TakeParams{Key: "k", Limit: hot, Cost: 2})
 			if err != nil {
 				panic(err)
@@ -70,7 +53,7 @@ func TestLockFreeTakesNeverOverAdmit(t *testing.T) {
 		})
 	}
 	for g := range 2 {
-		loop(func(i int) {
+		h.loop(func(i int) {
 			res, err := s.TakeAll(ctx, store.TakeAllParams{Items: []store.Item{
 				{Key: "k", Limit: hot, Cost: 1},
 				{Key: "other" + strconv.Itoa(g), Limit: roomy, Cost: 1},
@@ -83,14 +66,14 @@ func TestLockFreeTakesNeverOverAdmit(t *testing.T) {
 			}
 		})
 	}
-	loop(func(int) {
+	h.loop(func(int) {
 		// Settling a reservation at its cost charges nothing, but it
 		// rewrites the key under the lock.
 		if _, err := s.Settle(ctx, store.SettleParams{Key: "k", Limit: hot, Reserved: 1, Actual: 1}); err != nil {
 			panic(err)
 		}
 	})
-	loop(func(i int) {
+	h.loop(func(i int) {
 		if _, err := s.Take(ctx, store.TakeParams{Key: "brief" + strconv.Itoa(i), Limit: brief, Cost: 1}); err != nil && err != store.ErrTooManyKeys {
 			panic(err)
 		}
@@ -98,12 +81,9 @@ func TestLockFreeTakesNeverOverAdmit(t *testing.T) {
 			s.Sweep()
 		}
 	})
-	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed := h.runFor(300 * time.Millisecond)
 
-	bound := hot.Burst + int64(float64(hot.Rate)*elapsed.Seconds()) + 1
+	bound := gcraBound(hot, 1, elapsed)
 	got := admitted.Load()
 	require.LessOrEqual(t, got, bound, "admitted %d in %v", got, elapsed)
 	// Not vacuous: the key was kept busy.
@@ -217,47 +197,22 @@ func TestSweepsNeverDropACharge(t *testing.T) {
 	require.NoError(t, err)
 	const keys = 4
 	var admitted [keys]atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	start := time.Now()
+	h := newHammer()
 	for g := range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var res store.Result
-			for i := g; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				k := i % keys
-				if err := s.TakePrepared("k"+strconv.Itoa(k), lp, 1, &res); err != nil {
-					panic(err)
-				}
-				if res.Allowed {
-					admitted[k].Add(1)
-				}
+		var res store.Result
+		h.loop(func(i int) {
+			k := (g + i) % keys
+			if err := s.TakePrepared("k"+strconv.Itoa(k), lp, 1, &res); err != nil {
+				panic(err)
 			}
-		}()
+			if res.Allowed {
+				admitted[k].Add(1)
+			}
+		})
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			s.Sweep()
-		}
-	}()
-	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	elapsed := time.Since(start)
-	bound := l.Burst + int64(float64(l.Rate)*elapsed.Seconds()) + 1
+	h.loop(func(int) { s.Sweep() })
+	elapsed := h.runFor(300 * time.Millisecond)
+	bound := gcraBound(l, 1, elapsed)
 	total := int64(0)
 	for k := range keys {
 		got := admitted[k].Load()

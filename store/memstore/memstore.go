@@ -311,8 +311,7 @@ func (sh *shard) putFresh(h uint64, c *cell, name, key string, gcra bool, ns sto
 		// The limit changed algorithm (a policy reload). A cell's kind
 		// is fixed, since lock-free takes rely on it: a new cell of the
 		// right kind takes the old one's place.
-		c.time.Store(dead)
-		sh.t.delete(sh.t.slotOf(h, name, key))
+		sh.t.remove(h, name, key)
 		if fa > now {
 			sh.insert(h, name, key, gcra, ns, fa)
 		}
@@ -566,11 +565,6 @@ func (s *Store) Reset(_ context.Context, p store.ResetParams) error {
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if i := sh.t.slotOf(h, p.Limit.Name, p.Key); i >= 0 {
-		// Dead first: a lock-free take that loaded the cell before the
-		// delete then fails its swap and starts over under the lock.
-		sh.t.idx.Load().cellAt(i).time.Store(dead)
-		sh.t.delete(i)
-	}
+	sh.t.remove(h, p.Limit.Name, p.Key)
 	return nil
 }

@@ -3,7 +3,6 @@ package memstore
 import (
 	"context"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,29 +33,14 @@ func TestStressMixedOperations(t *testing.T) {
 	var admitted, resets [keys]atomic.Int64
 	key := func(i int) string { return "hot" + strconv.Itoa(i%keys) }
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	loop := func(f func(i int)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				f(i)
-			}
-		}()
-	}
+	h := newHammer()
 	must := func(err error) {
 		if err != nil {
 			panic(err)
 		}
 	}
 	for range 3 {
-		loop(func(i int) {
+		h.loop(func(i int) {
 			var res store.Result
 			must(s.TakePrepared(key(i), hp, 1, &res))
 			if res.Allowed {
@@ -64,14 +48,14 @@ func TestStressMixedOperations(t *testing.T) {
 			}
 		})
 	}
-	loop(func(i int) {
+	h.loop(func(i int) {
 		res, err := s.Take(ctx, store.TakeParams{Key: key(i), Limit: hot, Cost: 1})
 		must(err)
 		if res.Allowed {
 			admitted[i%keys].Add(1)
 		}
 	})
-	loop(func(i int) {
+	h.loop(func(i int) {
 		// A reservation of 2 settled at 1.
 		res, err := s.Take(ctx, store.TakeParams{Key: key(i), Limit: hot, Cost: 2})
 		must(err)
@@ -83,7 +67,7 @@ func TestStressMixedOperations(t *testing.T) {
 		must(err)
 		admitted[i%keys].Add(-1)
 	})
-	loop(func(i int) {
+	h.loop(func(i int) {
 		a, b := i%keys, (i+1)%keys
 		res, err := s.TakeAll(ctx, store.TakeAllParams{Items: []store.Item{
 			{Key: key(a), Limit: hot, Cost: 1},
@@ -96,7 +80,7 @@ func TestStressMixedOperations(t *testing.T) {
 			admitted[b].Add(1)
 		}
 	})
-	loop(func(i int) {
+	h.loop(func(i int) {
 		_, err := s.Sync(ctx, store.SyncParams{Key: key(i), Limit: hot, Remaining: 0, ResetAfter: time.Millisecond})
 		must(err)
 		if i%50 == 0 {
@@ -107,7 +91,7 @@ func TestStressMixedOperations(t *testing.T) {
 		}
 		time.Sleep(100 * time.Microsecond) // pace, not a wait: Syncs and Resets are rare
 	})
-	loop(func(i int) {
+	h.loop(func(i int) {
 		_, err := s.Take(ctx, store.TakeParams{Key: "brief" + strconv.Itoa(i), Limit: brief, Cost: 1})
 		if err != nil && err != store.ErrTooManyKeys {
 			panic(err)
@@ -117,16 +101,12 @@ func TestStressMixedOperations(t *testing.T) {
 		}
 	})
 
-	start := time.Now()
-	time.Sleep(400 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed := h.runFor(400 * time.Millisecond)
 	total := int64(0)
 	for k := range keys {
 		got := admitted[k].Load()
 		total += got
-		bound := hot.Burst*(1+resets[k].Load()) + int64(float64(hot.Rate)*elapsed.Seconds()) + 1
+		bound := gcraBound(hot, 1+resets[k].Load(), elapsed)
 		require.LessOrEqual(t, got, bound, "key %d: admitted %d in %v with %d resets", k, got, elapsed, resets[k].Load())
 	}
 	require.Greater(t, total, int64(1000), "not vacuous: admitted %d in %v", total, elapsed)

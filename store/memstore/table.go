@@ -160,14 +160,21 @@ func (ix *index) slot(h uint64) uint64 { return (h >> 32) & ix.mask }
 
 // find returns the cell for (name, key), or nil. Safe without the lock.
 func (ix *index) find(h uint64, name, key string) *cell {
+	c, _ := ix.lookup(h, name, key)
+	return c
+}
+
+// lookup returns the cell for (name, key) and its slot, or nil and -1.
+// Safe without the lock.
+func (ix *index) lookup(h uint64, name, key string) (*cell, int) {
 	tg := tag(h)
 	for i := ix.slot(h); ; i = (i + 1) & ix.mask {
 		p := ix.slots[i].Load()
 		if p == nil {
-			return nil
+			return nil, -1
 		}
 		if c, t := untag(p); t == tg && c.key == key && c.name == name {
-			return c
+			return c, int(i)
 		}
 	}
 }
@@ -178,7 +185,7 @@ type table struct {
 	idx atomic.Pointer[index]
 	n   int
 	// hash is the hash of a key the table was given with it (the store's
-	// hash); resize and delete recompute it rather than store it.
+	// hash); rebuild and remove recompute it rather than store it.
 	hash func(key string) uint64
 }
 
@@ -189,21 +196,6 @@ func (t *table) init(hash func(string) uint64) {
 
 // find returns the cell for (name, key), or nil. Safe without the lock.
 func (t *table) find(h uint64, name, key string) *cell { return t.idx.Load().find(h, name, key) }
-
-// slotOf returns the slot holding (name, key), or -1.
-func (t *table) slotOf(h uint64, name, key string) int {
-	ix := t.idx.Load()
-	tg := tag(h)
-	for i := ix.slot(h); ; i = (i + 1) & ix.mask {
-		p := ix.slots[i].Load()
-		if p == nil {
-			return -1
-		}
-		if c, t := untag(p); t == tg && c.key == key && c.name == name {
-			return int(i)
-		}
-	}
-}
 
 // cellAt returns the cell in slot i, or nil.
 func (ix *index) cellAt(i int) *cell {
@@ -254,15 +246,21 @@ func (t *table) rebuild(n int) *index {
 	return ix
 }
 
-// delete removes the cell in slot i (from slotOf), which the caller has
-// killed, shifting later cells of its probe run back so that lookups under
-// the lock never stop early.
-func (t *table) delete(i int) {
+// remove kills the cell for (name, key), if the table holds one, and
+// drops it, shifting later cells of its probe run back so that lookups
+// under the lock never stop early. The kill comes first and is
+// unconditional: a lock-free take that loaded the cell then fails its swap
+// and starts over under the lock.
+func (t *table) remove(h uint64, name, key string) {
 	ix := t.idx.Load()
+	c, i := ix.lookup(h, name, key)
+	if c == nil {
+		return
+	}
+	c.time.Store(dead)
 	mask := int(ix.mask)
 	for j := (i + 1) & mask; ix.slots[j].Load() != nil; j = (j + 1) & mask {
-		c := ix.cellAt(j)
-		home := int(ix.slot(t.hash(c.key)))
+		home := int(ix.slot(t.hash(ix.cellAt(j).key)))
 		// Move slot j into the hole at i unless its home lies cyclically
 		// in (i, j].
 		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {

@@ -47,11 +47,11 @@ func TestTableMatchesMap(t *testing.T) {
 			}
 			ref[k{name, key}] = v
 		case op < 9:
-			if i := tb.slotOf(h, name, key); i >= 0 {
-				c := tb.idx.Load().cellAt(i)
-				require.True(t, c.kill(c.time.Load()))
-				tb.delete(i)
-				require.Nil(t, tb.find(h, name, key))
+			c := tb.find(h, name, key)
+			tb.remove(h, name, key)
+			require.Nil(t, tb.find(h, name, key))
+			if c != nil {
+				require.Equal(t, int64(dead), c.time.Load(), "a removed cell is dead")
 			}
 			delete(ref, k{name, key})
 		default:
