@@ -177,7 +177,13 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 		return err
 	}
 	h, _, _, _ := leaseKeys(s.prefix, p.Name, p.Key)
-	raw, err := s.runLease(ctx, leaseScript, []string{h}, "r", now, p.Holder, p.Token, s.leaseChannel(), wakeID(p.Name, p.Key))
+	return s.leaseFlag(ctx, []string{h}, store.ErrLeaseNotHeld, "r", now, p.Holder, p.Token, s.leaseChannel(), wakeID(p.Name, p.Key))
+}
+
+// leaseFlag runs a lease script operation whose reply is {now, ok}, and
+// returns notOK unless ok is 1.
+func (s *Store) leaseFlag(ctx context.Context, keys []string, notOK error, args ...any) error {
+	raw, err := s.runLease(ctx, leaseScript, keys, args...)
 	if err != nil {
 		return err
 	}
@@ -186,7 +192,7 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 		return err
 	}
 	if v[1] != 1 {
-		return store.ErrLeaseNotHeld
+		return notOK
 	}
 	return nil
 }
@@ -231,18 +237,7 @@ func (s *Store) FencedWrite(ctx context.Context, p store.FencedWriteParams) erro
 		return err
 	}
 	h, _, f, _ := leaseKeys(s.prefix, p.Name, p.Key)
-	raw, err := s.runLease(ctx, leaseScript, []string{h, f}, "w", now, p.Token, p.Field, p.Value)
-	if err != nil {
-		return err
-	}
-	v, err := ints(raw, 2)
-	if err != nil {
-		return err
-	}
-	if v[1] != 1 {
-		return store.ErrStaleToken
-	}
-	return nil
+	return s.leaseFlag(ctx, []string{h, f}, store.ErrStaleToken, "w", now, p.Token, p.Field, p.Value)
 }
 
 // FencedRead implements store.LeaseStore.
