@@ -101,20 +101,30 @@ func parseSFList(s string, members []sfMember, params []sfParam) ([]sfMember, []
 			return members, params, false
 		}
 		members = append(members, m)
-		p.skipOWS()
-		if p.eof() {
-			break
-		}
-		if p.peek() != ',' {
+		if more, ok := p.nextMember(); !ok {
 			return members, params, false
-		}
-		p.i++
-		p.skipOWS()
-		if p.eof() {
-			return members, params, false // trailing comma
+		} else if !more {
+			break
 		}
 	}
 	return members, params, true
+}
+
+// nextMember reads what follows a List's or Dictionary's member (RFC 8941
+// sections 4.2.1 and 4.2.2): the end of the field (more false), or a comma
+// and another member (more true); ok is false for anything else, a
+// trailing comma included.
+func (p *sfParser) nextMember() (more, ok bool) {
+	p.skipOWS()
+	if p.eof() {
+		return false, true
+	}
+	if p.peek() != ',' {
+		return false, false
+	}
+	p.i++
+	p.skipOWS()
+	return true, !p.eof()
 }
 
 // parseSFDictionary parses s as a Dictionary. A key that repeats keeps its
@@ -151,17 +161,10 @@ func parseSFDictionary(s string, members []sfMember, params []sfParam) ([]sfMemb
 		if !replaced {
 			members = append(members, m)
 		}
-		p.skipOWS()
-		if p.eof() {
+		if more, ok := p.nextMember(); !ok {
+			return members, params, false
+		} else if !more {
 			break
-		}
-		if p.peek() != ',' {
-			return members, params, false
-		}
-		p.i++
-		p.skipOWS()
-		if p.eof() {
-			return members, params, false
 		}
 	}
 	return members, params, true
