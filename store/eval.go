@@ -130,7 +130,11 @@ func (p *Prepared) Eval(st *State, now, cost int64, maxDelay time.Duration, res 
 		var d gcra.Decision
 		gs := gcra.State{TAT: st.Time}
 		_ = p.gp.TakeTo(&gs, now, cost, maxDelay.Microseconds(), &d)
-		st.Time = gs.TAT
+		if gs.TAT != st.Time {
+			// A charge stores a bare TAT, even on a key whose state
+			// a window algorithm wrote (a policy reload).
+			*st = State{Time: gs.TAT}
+		}
 		res.Allowed = d.Allowed
 		res.Remaining = d.Remaining
 		res.RetryAfter = micros(d.RetryAfter)

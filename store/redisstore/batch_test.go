@@ -38,6 +38,10 @@ func TestBatchDifferential(t *testing.T) {
 				{Name: "gcra", Algorithm: store.GCRA, Rate: 5, Period: time.Second, Burst: 4},
 				{Name: "fixed", Algorithm: store.FixedWindow, Rate: 6, Period: 700 * time.Millisecond},
 				{Name: "sliding", Algorithm: store.SlidingWindow, Rate: 7, Period: time.Second},
+				// The name of the GCRA limit with a window algorithm (a
+				// policy reload): its keys hold window state that a GCRA
+				// take must read, past the script's GCRA fast paths.
+				{Name: "gcra", Algorithm: store.FixedWindow, Rate: 3, Period: 900 * time.Millisecond},
 			}
 			keys := []string{"a", "b", "c", "{a}x"}
 			now := base

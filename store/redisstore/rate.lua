@@ -41,10 +41,83 @@ if op == 'r' then
 	return redis.call('DEL', KEYS[1])
 end
 
--- The hot path first: one GCRA take of one key whose state is a bare TAT
--- (the only form a GCRA key is stored in unless it once held window
--- state). It is decide, fresh and put below, written out for this case so
--- that the call creates no closures; every other call falls through.
+-- The hot paths first: GCRA takes of keys whose state is a bare TAT (the
+-- only form a GCRA key is stored in unless it once held window state).
+-- gcra1 is decide, fresh and put below written out for that case: it
+-- takes cost at now from the state v of key k (nil: fresh) and stores the
+-- result at once. It returns allowed (1, 0, or -2 for a state beyond 2^53),
+-- remaining, retry after, reset after, delay. Numbers reach SET as Lua
+-- numbers, which Redis writes exactly (every state here is below 2^53).
+local function gcra1(k, v, now, override, x, y, cost, md)
+	local t = 0
+	if v then
+		t = tonumber(v)
+	end
+	local tau = y * x
+	local tat = t
+	if now > tat then
+		tat = now
+	end
+	local ntat = tat + cost * x
+	local wait = ntat - tau - now
+	local r, ok, nt = 0, 1, ntat
+	if wait > md then
+		r, ok, nt = tau - (tat - now), 0, t
+	else
+		r = tau - (ntat - now)
+	end
+	-- remaining = floor(r / x), exactly (fdiv below)
+	local rem = 0
+	if r > 0 then
+		rem = math.floor(r / x)
+		local m = r - rem * x
+		if m < 0 then
+			rem = rem - 1
+		elseif m >= x then
+			rem = rem + 1
+		end
+	end
+	if ok == 0 then
+		return 0, rem, wait, tat - now, 0
+	end
+	if cost ~= 0 and nt ~= t then
+		if nt >= 9007199254740992 or nt <= -9007199254740992 then
+			return -2, 0, 0, 0, 0
+		end
+		if nt <= now then
+			redis.call('DEL', k)
+		else
+			-- ms = ceil(e / 1000), exactly (fdiv below)
+			local e = nt + 999
+			if override then
+				e = nt - now + 999
+			end
+			local ms = math.floor(e / 1000)
+			local m = e - ms * 1000
+			if m < 0 then
+				ms = ms - 1
+			elseif m >= 1000 then
+				ms = ms + 1
+			end
+			if override then
+				redis.call('SET', k, nt, 'PX', math.max(ms, 600000))
+			else
+				redis.call('SET', k, nt, 'PXAT', ms)
+			end
+		end
+	end
+	local delay = 0
+	if wait > 0 then
+		delay = wait
+	end
+	return 1, rem, 0, ntat - now, delay
+end
+
+-- A 'b' call whose first takes are such GCRA takes decides them here, and
+-- those after the first that is not (bfrom) below, with the reply so far
+-- (bout) and the server clock if read (server_now).
+local server_now, bfrom, bout = 0, 1, nil
+
 if op == 't' and #KEYS == 1 and ARGV[4] == '0' then
 	local k = KEYS[1]
 	local v = redis.call('GET', k)
@@ -55,74 +128,47 @@ if op == 't' and #KEYS == 1 and ARGV[4] == '0' then
 			local tm = redis.call('TIME')
 			now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 		end
-		local t = 0
-		if v then
-			t = tonumber(v)
+		local ok, rem, retry, reset, delay = gcra1(k, v, now, override,
+			tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[3]))
+		if ok == -2 then
+			return { now, -2 }
 		end
-		local x, cost, md = tonumber(ARGV[5]), tonumber(ARGV[7]), tonumber(ARGV[3])
-		local tau = tonumber(ARGV[6]) * x
-		local tat = t
-		if now > tat then
-			tat = now
+		return { now, ok, ok, rem, retry, reset, delay }
+	end
+elseif op == 'b' then
+	bout = { 0 }
+	for i = 1, #KEYS do
+		local b = 2 + (i - 1) * 6
+		if ARGV[b + 3] ~= '0' then
+			break
 		end
-		local ntat = tat + cost * x
-		local wait = ntat - tau - now
-		local r, ok, nt = 0, 1, ntat
-		if wait > md then
-			r, ok, nt = tau - (tat - now), 0, t
-		else
-			r = tau - (ntat - now)
+		local k = KEYS[i]
+		local v = redis.call('GET', k)
+		if v and string.find(v, ' ', 1, true) then
+			break
 		end
-		-- remaining = floor(r / x), exactly (fdiv below)
-		local rem = 0
-		if r > 0 then
-			rem = math.floor(r / x)
-			local m = r - rem * x
-			if m < 0 then
-				rem = rem - 1
-			elseif m >= x then
-				rem = rem + 1
+		local now = tonumber(ARGV[b + 1])
+		local override = now ~= 0
+		if not override then
+			if server_now == 0 then
+				local tm = redis.call('TIME')
+				server_now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 			end
+			now = server_now
 		end
-		if ok == 0 then
-			return { now, 0, 0, rem, wait, tat - now, 0 }
-		end
-		if cost ~= 0 and nt ~= t then
-			if nt >= 9007199254740992 or nt <= -9007199254740992 then
-				return { now, -2 }
-			end
-			if nt <= now then
-				redis.call('DEL', k)
-			else
-				-- ms = ceil(e / 1000), exactly (fdiv below)
-				local e = nt + 999
-				if override then
-					e = nt - now + 999
-				end
-				local ms = math.floor(e / 1000)
-				local m = e - ms * 1000
-				if m < 0 then
-					ms = ms - 1
-				elseif m >= 1000 then
-					ms = ms + 1
-				end
-				if override then
-					redis.call('SET', k, string.format('%.0f', nt), 'PX', math.max(ms, 600000))
-				else
-					redis.call('SET', k, string.format('%.0f', nt), 'PXAT', ms)
-				end
-			end
-		end
-		local delay = 0
-		if wait > 0 then
-			delay = wait
-		end
-		return { now, 1, 1, rem, 0, ntat - now, delay }
+		local n = #bout
+		bout[n + 1], bout[n + 2], bout[n + 3], bout[n + 4], bout[n + 5] = gcra1(k, v, now, override,
+			tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 2]))
+		bfrom = i + 1
+	end
+	if bfrom > #KEYS then
+		bout[1] = server_now
+		return bout
 	end
 end
 
 -- Every helper below is a closure created anew on each call: there are as
--- few as the code allows, and the single-key take, the hot path, returns
+-- few as the code allows, and the GCRA takes above, the hot paths, return
 -- before the others are made.
 
 local EXACT = 9007199254740992 -- 2^53
@@ -174,7 +220,7 @@ local function decide(alg, x, y, t, c, p, now, cost, md)
 		if cost == 0 then
 			return 1, rem, 0, ntat - now, delay, t, c, p
 		end
-		return 1, rem, 0, ntat - now, delay, ntat, c, p
+		return 1, rem, 0, ntat - now, delay, ntat, 0, 0
 	end
 	-- window.current
 	local w, lim = x, y
@@ -305,7 +351,6 @@ end
 
 local now = tonumber(ARGV[2])
 local override = now ~= 0
-local server_now = 0
 if op ~= 'b' and not override then
 	local tm = redis.call('TIME')
 	now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
@@ -437,11 +482,13 @@ local function take(k, alg, x, y, cost, now, override, md)
 	return ok, rem, retry, reset, delay
 end
 
+-- commit stores every changed state; the keys a 'b' call decided in
+-- gcra1 have none here.
 local function commit()
 	for i = 1, #KEYS do
 		local k = KEYS[i]
 		local s = st[k]
-		if s[4] then
+		if s and s[4] then
 			put(k, s[5], s[1], s[2], s[3], s[6], s[7])
 			s[4] = false
 		end
@@ -449,8 +496,8 @@ local function commit()
 end
 
 if op == 'b' then
-	local out = { 0 }
-	for i = 1, #KEYS do
+	local out = bout
+	for i = bfrom, #KEYS do
 		local b = 2 + (i - 1) * 6
 		local now = tonumber(ARGV[b + 1])
 		local override = now ~= 0
