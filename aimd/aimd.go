@@ -19,6 +19,20 @@ const RingSize = 32
 // belong to the same run of decreases, which keeps its Peak.
 const chainWindow = 2_000_000
 
+// A probe above a proven plateau (State.Good) that fails doubles the hold
+// before the next one, up to 1<<maxHoldShift times Config.Hold.
+const maxHoldShift = 3
+
+// A probe that fails below probeSpan x State.Good returns to Good; trouble
+// found further above it means the limit had moved up, and the decrease
+// is an ordinary one. One that fails before it is probeEarly x Good above
+// it suggests Good itself was marginal: it returns to probeLower x Good.
+const (
+	probeSpan  = 1.1
+	probeEarly = 1.01
+	probeLower = 0.98
+)
+
 // BaseWindow is how long the base latency of Config.Queue remembers the
 // fastest success: it is the fastest of the last one to two windows, so
 // that a provider whose latency rose for good is not judged by a floor it
@@ -111,7 +125,11 @@ type Config struct {
 	// in [Decrease, 1).
 	Plateau float64
 	// Hold is how long the rate stays at the plateau before probing above
-	// it. Zero means DefaultHold when Plateau is set.
+	// it. Zero means DefaultHold when Plateau is set. A plateau held for a
+	// whole Hold is proven (State.Good): a probe above it that fails
+	// returns to it at once, with no deeper cut, and the next probe waits
+	// twice as long (up to 8 x Hold), so that a key at a limit that does
+	// not move pays for a probe ever more rarely.
 	Hold time.Duration
 	// UsageMultiple stops growth while the rate is at or above
 	// UsageMultiple times the calls this State has seen complete per
@@ -329,6 +347,12 @@ type State struct {
 	// it, not while still recovering.
 	Level int64
 	Held  bool
+	// Good is the plateau's rate once it held for a whole hold without
+	// trouble (0 none since the last ordinary decrease); Backoff counts
+	// the probes above it that failed since (the hold before the next
+	// probe is Hold << Backoff, at most 3).
+	Good    float64
+	Backoff int
 	// Stated says a new, lower Hint came shortly before the last
 	// decrease, with it or after it (the provider told its rate as it
 	// refused): recovery goes back to it. HintAt is when the Hint last
@@ -539,8 +563,29 @@ func (c *Controller) newEpisode(s *State, now, sent int64) bool {
 	return sent >= s.LastDecrease && now >= s.LastDecrease+c.cooldown
 }
 
-// cut decreases the rate multiplicatively and starts a new episode.
+// cut decreases the rate multiplicatively and starts a new episode; a
+// failed probe above a proven plateau returns to the plateau instead.
 func (c *Controller) cut(s *State, now int64, f float64) {
+	if s.Good > 0 && s.Rate > s.Good && s.Rate <= probeSpan*s.Good {
+		// The limit lies between the plateau, which held for a whole
+		// hold, and the probe: back to the plateau, and hold longer
+		// before the next probe. A probe that failed at once says the
+		// plateau was only just under the limit, if at all.
+		if s.Rate <= probeEarly*s.Good {
+			s.Good = max(probeLower*s.Good, c.floor)
+		}
+		s.Peak = s.Rate
+		s.Rate = s.Good
+		s.CutTo = s.Rate
+		s.Probing = false
+		s.LastDecrease = now
+		s.Held = true
+		s.Level = now
+		s.Backoff = min(s.Backoff+1, maxHoldShift)
+		s.N = 0
+		return
+	}
+	s.Good, s.Backoff = 0, 0
 	if s.LastDecrease == 0 || now-s.LastDecrease > chainWindow || s.Rate > s.CutTo {
 		// A new run of decreases: the first, a late one, or one after
 		// the rate grew again (trouble found below the old Peak).
@@ -745,6 +790,10 @@ func (c *Controller) grow(s *State, now int64) bool {
 			goal = (1 + c.plateau) / 2 * s.Peak
 		}
 	}
+	if s.Good > 0 {
+		// Back from a failed probe: the proven plateau is the level.
+		goal = min(goal, s.Good)
+	}
 	if s.Stated && s.Hint > 0 {
 		// The throttle came with the provider's (new) sustainable
 		// rate, which explains it: recover to that rate, not to a
@@ -766,9 +815,13 @@ func (c *Controller) grow(s *State, now int64) bool {
 	case c.plateau > 0 && s.Level == 0:
 		// Arrived at the plateau: hold there before probing.
 		s.Level = now
-	case c.plateau > 0 && now-s.Level < c.hold:
+	case c.plateau > 0 && now-s.Level < c.hold<<s.Backoff:
 		// Holding near the last cut.
 	default:
+		if c.plateau > 0 && s.Good == 0 {
+			// Held for a whole hold without trouble: proven.
+			s.Good = s.Rate
+		}
 		inc := c.increase
 		if inc == 0 {
 			inc = DefaultIncreaseFraction * max(s.Peak, s.Rate)

@@ -384,6 +384,55 @@ func TestPlateauAfterTroubleWhileHolding(t *testing.T) {
 	require.InDelta(t, 0.96*92, s.Rate, 1e-9)
 }
 
+func TestFailedProbeReturnsToTheProvenPlateau(t *testing.T) {
+	t.Parallel()
+	// A throttle at 100 cuts to 80; the rate recovers to the plateau (92)
+	// and holds it for the 10 s Hold, which proves it. A probe above it
+	// that fails 3 s later (at about 97.5) returns to 92 at once, with
+	// no cut below it, and the next probe waits 20 s, the one after 40 s.
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.92, Hold: 10 * time.Second})
+	s := c.Init()
+	at := t0
+	const second = 1000 * ms
+	busy := func(d int64) {
+		for end := at + d; at < end; {
+			at += 10 * ms
+			c.Observe(&s, at, ok(10*ms))
+		}
+	}
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	busy(15 * second)
+	require.InDelta(t, 92.0, s.Good, 1e-9, "the plateau held for a whole hold")
+	busy(2 * second)
+	require.Greater(t, s.Rate, 92.0*probeEarly, "probing")
+	for shift := 1; shift <= 3; shift++ {
+		probe := s.Rate
+		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+		require.InDelta(t, 92.0, s.Rate, 1e-9, "failed probe %d at %.1f: back to the plateau", shift, probe)
+		require.Equal(t, shift, s.Backoff)
+		hold := int64(10*second) << shift
+		busy(hold - second)
+		require.InDelta(t, 92.0, s.Rate, 1e-9, "still holding after %d s", (hold-second)/second)
+		busy(3 * second)
+		require.Greater(t, s.Rate, 92.0*probeEarly, "probing again after %d s", hold/second)
+	}
+
+	// A probe that fails at once says the plateau was marginal: a little
+	// lower. Trouble while holding the plateau is an ordinary decrease,
+	// which forgets it.
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	busy(80*second + 200*ms)
+	require.Greater(t, s.Rate, 92.0)
+	require.Less(t, s.Rate, 92.0*probeEarly, "200 ms into the probe")
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	require.InDelta(t, 92.0*probeLower, s.Rate, 1e-9)
+	busy(2 * second)
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	require.InDelta(t, 0.8*92.0*probeLower, s.Rate, 1e-9)
+	require.Zero(t, s.Good)
+	require.Zero(t, s.Backoff)
+}
+
 func TestRecoveryReturnsToAStatedRate(t *testing.T) {
 	t.Parallel()
 	// A throttle that comes with the provider's rate (50/s, new) cuts to
