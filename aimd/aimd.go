@@ -419,7 +419,10 @@ func (c *Controller) start0(s *State) {
 		s.Next, s.N = 0, 0
 	}
 	s.Peak, s.CutTo, s.Hint = sane(s.Peak), sane(s.CutTo), sane(s.Hint)
-	s.Target, s.UseRate = sane(s.Target), sane(s.UseRate)
+	s.Target, s.UseRate, s.Good = sane(s.Target), sane(s.UseRate), sane(s.Good)
+	if uint(s.Backoff) > maxHoldShift {
+		s.Backoff = maxHoldShift
+	}
 }
 
 // sane returns f when it is finite and >= 0, else 0.

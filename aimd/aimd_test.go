@@ -201,6 +201,8 @@ func TestSteps(t *testing.T) {
 func TestDamagedStateIsRepaired(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, Config{Floor: 0.5, Ceiling: 100})
+	// The hold backoff matters only with a plateau.
+	cp := mustNew(t, Config{Floor: 0.5, Ceiling: 100, Plateau: 0.9, Hold: time.Second})
 	nan := math.NaN()
 	for _, tc := range []struct {
 		name string
@@ -211,28 +213,34 @@ func TestDamagedStateIsRepaired(t *testing.T) {
 		{"infinite rate", State{Started: true, Rate: math.Inf(1)}},
 		{"ring cursor below", State{Started: true, Rate: 5, Next: -3, N: 4}},
 		{"ring cursor above", State{Started: true, Rate: 5, Next: RingSize, N: 4}},
-		{"nan fields", State{Started: true, Rate: 5, Peak: nan, CutTo: nan, Hint: nan, Target: nan, UseRate: nan, UseKnown: true}},
+		{"nan fields", State{Started: true, Rate: 5, Peak: nan, CutTo: nan, Hint: nan, Target: nan, UseRate: nan, UseKnown: true, Good: nan}},
+		{"hold backoff out of range", State{Started: true, Rate: 5, Level: 1, Good: 5, Backoff: 70}},
+		{"negative hold backoff", State{Started: true, Rate: 5, Level: 1, Good: 5, Backoff: -1}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			s := tc.s
-			r := c.Rate(&s)
-			require.True(t, r >= 0.5 && r <= 100, "Rate %v", r)
-			at := t0
-			for i := range 3 * RingSize {
-				at += 50 * ms
-				in := ok(int64(10+i%7) * ms)
-				if i%10 == 9 {
-					in = ok(200 * ms) // slow: the p95 is consulted
+		for _, c := range []*Controller{c, cp} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				s := tc.s
+				r := c.Rate(&s)
+				require.True(t, r >= 0.5 && r <= 100, "Rate %v", r)
+				at := t0
+				for i := range 3 * RingSize {
+					at += 50 * ms
+					in := ok(int64(10+i%7) * ms)
+					if i%10 == 9 {
+						in = ok(200 * ms) // slow: the p95 is consulted
+					}
+					if i%20 == 19 {
+						in = Sample{Outcome: Throttled, Latency: 10 * ms}
+					}
+					require.NotPanics(t, func() { c.Observe(&s, at, in) })
+					require.True(t, s.Rate >= 0.5 && s.Rate <= 100, "rate %v after sample %d", s.Rate, i)
 				}
-				if i%20 == 19 {
-					in = Sample{Outcome: Throttled, Latency: 10 * ms}
-				}
-				require.NotPanics(t, func() { c.Observe(&s, at, in) })
-				require.True(t, s.Rate >= 0.5 && s.Rate <= 100, "rate %v after sample %d", s.Rate, i)
-			}
-			require.True(t, s.Target > 0 && !math.IsInf(s.Target, 0), "latency target %v", s.Target)
-		})
+				require.True(t, s.Target > 0 && !math.IsInf(s.Target, 0), "latency target %v", s.Target)
+				require.True(t, s.Good >= 0 && s.Good <= 100, "proven plateau %v", s.Good)
+				require.True(t, s.Backoff >= 0 && s.Backoff <= maxHoldShift, "hold backoff %d", s.Backoff)
+			})
+		}
 	}
 }
 
