@@ -41,82 +41,121 @@ if op == 'r' then
 	return redis.call('DEL', KEYS[1])
 end
 
--- The hot paths first: GCRA takes of keys whose state is a bare TAT (the
--- only form a GCRA key is stored in unless it once held window state).
--- gcra1 is decide, fresh and put below written out for that case: it
--- takes cost at now from the state v of key k (nil: fresh) and stores the
--- result at once. It returns allowed (1, 0, or -2 for a state beyond 2^53),
--- remaining, retry after, reset after, delay. Numbers reach SET as Lua
--- numbers, which Redis writes exactly (every state here is below 2^53).
-local function gcra1(k, v, now, override, x, y, cost, md)
-	local t = 0
-	if v then
-		t = tonumber(v)
+-- The helpers below are closures created anew on each call: those the
+-- hot paths (GCRA takes of keys whose state is a bare TAT, the only form a
+-- GCRA key is stored in unless it once held window state) need come
+-- first, and those paths return before the others are made.
+
+local EXACT = 9007199254740992 -- 2^53
+-- With an overridden clock (tests), a key lives at least this long in real
+-- time, so that a fake clock running slower than the real one never loses
+-- state it still needs.
+local MIN_TEST_TTL_MS = 600000
+
+-- floor(a/b) for integers a and b > 0 below 2^53: the rounded double
+-- quotient is off by at most one, which the remainder corrects.
+local function fdiv(a, b)
+	local q = math.floor(a / b)
+	local r = a - q * b
+	if r < 0 then
+		q = q - 1
+	elseif r >= b then
+		q = q + 1
 	end
+	return q
+end
+
+-- put stores a state decided at now, whose FreshAt is fa, or deletes the
+-- key when fa is not after now. The key expires at fa.
+local function put(k, fa, t, c, p, now, override)
+	if fa <= now then
+		redis.call('DEL', k)
+		return
+	end
+	local v
+	if c == 0 and p == 0 then
+		v = t -- a number, which Redis writes exactly below 2^53
+	else
+		v = string.format('%.0f %.0f %.0f', t, c, p)
+	end
+	if override then
+		local ms = fdiv(fa - now + 999, 1000)
+		if ms < MIN_TEST_TTL_MS then
+			ms = MIN_TEST_TTL_MS
+		end
+		redis.call('SET', k, v, 'PX', ms)
+	else
+		redis.call('SET', k, v, 'PXAT', fdiv(fa + 999, 1000))
+	end
+end
+
+-- gcra is gcra.Params.TakeTo on the TAT t: it returns allowed (1 or 0),
+-- remaining, retry after, reset after, delay, and the new TAT (t when
+-- denied or when cost is 0).
+local function gcra(t, now, x, y, cost, md)
 	local tau = y * x
 	local tat = t
 	if now > tat then
 		tat = now
 	end
 	local ntat = tat + cost * x
-	local wait = ntat - tau - now
-	local r, ok, nt = 0, 1, ntat
+	local wait = ntat - tau - now -- allowAt - now
 	if wait > md then
-		r, ok, nt = tau - (tat - now), 0, t
-	else
-		r = tau - (ntat - now)
+		local r, rem = tau - (tat - now), 0
+		if r > 0 then
+			rem = fdiv(r, x)
+		end
+		return 0, rem, wait, tat - now, 0, t
 	end
-	-- remaining = floor(r / x), exactly (fdiv below)
-	local rem = 0
+	local r, rem, delay = tau - (ntat - now), 0, 0
 	if r > 0 then
-		rem = math.floor(r / x)
-		local m = r - rem * x
-		if m < 0 then
-			rem = rem - 1
-		elseif m >= x then
-			rem = rem + 1
-		end
+		rem = fdiv(r, x)
 	end
-	if ok == 0 then
-		return 0, rem, wait, tat - now, 0
-	end
-	if cost ~= 0 and nt ~= t then
-		if nt >= 9007199254740992 or nt <= -9007199254740992 then
-			return -2, 0, 0, 0, 0
-		end
-		if nt <= now then
-			redis.call('DEL', k)
-		else
-			-- ms = ceil(e / 1000), exactly (fdiv below)
-			local e = nt + 999
-			if override then
-				e = nt - now + 999
-			end
-			local ms = math.floor(e / 1000)
-			local m = e - ms * 1000
-			if m < 0 then
-				ms = ms - 1
-			elseif m >= 1000 then
-				ms = ms + 1
-			end
-			if override then
-				redis.call('SET', k, nt, 'PX', math.max(ms, 600000))
-			else
-				redis.call('SET', k, nt, 'PXAT', ms)
-			end
-		end
-	end
-	local delay = 0
 	if wait > 0 then
 		delay = wait
 	end
-	return 1, rem, 0, ntat - now, delay
+	if cost == 0 then
+		return 1, rem, 0, ntat - now, delay, t
+	end
+	return 1, rem, 0, ntat - now, delay, ntat
+end
+
+-- gcra1 takes cost at now from the state v (a bare TAT, or nil: fresh) of
+-- key k and stores the result at once. It returns allowed (1, 0, or -2 for
+-- a state beyond 2^53), remaining, retry after, reset after, delay.
+local function gcra1(k, v, now, override, x, y, cost, md)
+	local t = 0
+	if v then
+		t = tonumber(v)
+	end
+	local ok, rem, retry, reset, delay, nt = gcra(t, now, x, y, cost, md)
+	if nt ~= t then
+		if nt >= EXACT or nt <= -EXACT then
+			return -2, 0, 0, 0, 0
+		end
+		put(k, nt, nt, 0, 0, now, override)
+	end
+	return ok, rem, retry, reset, delay
 end
 
 -- A 'b' call whose first takes are such GCRA takes decides them here, and
 -- those after the first that is not (bfrom) below, with the reply so far
 -- (bout) and the server clock if read (server_now).
 local server_now, bfrom, bout = 0, 1, nil
+
+-- bnow returns the instant of the 'b' take whose arguments follow ARGV[b]
+-- and whether the caller set it; the server clock is read once a call.
+local function bnow(b)
+	local now = tonumber(ARGV[b + 1])
+	if now ~= 0 then
+		return now, true
+	end
+	if server_now == 0 then
+		local tm = redis.call('TIME')
+		server_now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+	end
+	return server_now, false
+end
 
 if op == 't' and #KEYS == 1 and ARGV[4] == '0' then
 	local k = KEYS[1]
@@ -147,15 +186,7 @@ elseif op == 'b' then
 		if v and string.find(v, ' ', 1, true) then
 			break
 		end
-		local now = tonumber(ARGV[b + 1])
-		local override = now ~= 0
-		if not override then
-			if server_now == 0 then
-				local tm = redis.call('TIME')
-				server_now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-			end
-			now = server_now
-		end
+		local now, override = bnow(b)
 		local n = #bout
 		bout[n + 1], bout[n + 2], bout[n + 3], bout[n + 4], bout[n + 5] = gcra1(k, v, now, override,
 			tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 2]))
@@ -167,60 +198,17 @@ elseif op == 'b' then
 	end
 end
 
--- Every helper below is a closure created anew on each call: there are as
--- few as the code allows, and the GCRA takes above, the hot paths, return
--- before the others are made.
-
-local EXACT = 9007199254740992 -- 2^53
--- With an overridden clock (tests), a key lives at least this long in real
--- time, so that a fake clock running slower than the real one never loses
--- state it still needs.
-local MIN_TEST_TTL_MS = 600000
-
--- floor(a/b) for integers a and b > 0 below 2^53: the rounded double
--- quotient is off by at most one, which the remainder corrects.
-local function fdiv(a, b)
-	local q = math.floor(a / b)
-	local r = a - q * b
-	if r < 0 then
-		q = q - 1
-	elseif r >= b then
-		q = q + 1
-	end
-	return q
-end
-
 -- decide is store.Eval: it returns allowed (1 or 0), remaining, retry
 -- after, reset after, delay, and the new state (the old one when denied or
 -- when cost is 0).
 local function decide(alg, x, y, t, c, p, now, cost, md)
 	if alg == 0 then
-		-- gcra.Params.TakeTo
-		local tau = y * x
-		local tat = t
-		if now > tat then
-			tat = now
+		-- gcra.Params.TakeTo; a charge stores a bare TAT (store.Eval)
+		local ok, rem, retry, reset, delay, nt = gcra(t, now, x, y, cost, md)
+		if nt ~= t then
+			return ok, rem, retry, reset, delay, nt, 0, 0
 		end
-		local ntat = tat + cost * x
-		local wait = ntat - tau - now -- allowAt - now
-		if wait > md then
-			local r, rem = tau - (tat - now), 0
-			if r > 0 then
-				rem = fdiv(r, x)
-			end
-			return 0, rem, wait, tat - now, 0, t, c, p
-		end
-		local r, rem, delay = tau - (ntat - now), 0, 0
-		if r > 0 then
-			rem = fdiv(r, x)
-		end
-		if wait > 0 then
-			delay = wait
-		end
-		if cost == 0 then
-			return 1, rem, 0, ntat - now, delay, t, c, p
-		end
-		return 1, rem, 0, ntat - now, delay, ntat, 0, 0
+		return ok, rem, retry, reset, delay, t, c, p
 	end
 	-- window.current
 	local w, lim = x, y
@@ -325,30 +313,6 @@ local function fresh(alg, w, t, c, p)
 	return fa, fa < EXACT and t > -EXACT and c < EXACT and p < EXACT
 end
 
--- put stores a state decided at now, whose FreshAt is fa, or deletes the
--- key when fa is not after now. The key expires at fa.
-local function put(k, fa, t, c, p, now, override)
-	if fa <= now then
-		redis.call('DEL', k)
-		return
-	end
-	local v
-	if c == 0 and p == 0 then
-		v = string.format('%.0f', t)
-	else
-		v = string.format('%.0f %.0f %.0f', t, c, p)
-	end
-	if override then
-		local ms = fdiv(fa - now + 999, 1000)
-		if ms < MIN_TEST_TTL_MS then
-			ms = MIN_TEST_TTL_MS
-		end
-		redis.call('SET', k, v, 'PX', ms)
-	else
-		redis.call('SET', k, v, 'PXAT', fdiv(fa + 999, 1000))
-	end
-end
-
 local now = tonumber(ARGV[2])
 local override = now ~= 0
 if op ~= 'b' and not override then
@@ -358,7 +322,7 @@ if op ~= 'b' and not override then
 end
 
 if op == 't' and #KEYS == 1 then
-	-- One take: the hot path.
+	-- One take of a window algorithm, or of a GCRA key holding window state.
 	local k, alg, x = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5])
 	local t, c, p = load(k)
 	local ok, rem, retry, reset, delay, nt, nc, np = decide(alg, x, tonumber(ARGV[6]), t, c, p, now, tonumber(ARGV[7]), tonumber(ARGV[3]))
@@ -499,15 +463,7 @@ if op == 'b' then
 	local out = bout
 	for i = bfrom, #KEYS do
 		local b = 2 + (i - 1) * 6
-		local now = tonumber(ARGV[b + 1])
-		local override = now ~= 0
-		if not override then
-			if server_now == 0 then
-				local tm = redis.call('TIME')
-				server_now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-			end
-			now = server_now
-		end
+		local now, override = bnow(b)
 		local n = #out
 		out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = take(KEYS[i],
 			tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]),
