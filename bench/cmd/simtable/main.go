@@ -9,6 +9,7 @@
 //
 //	go run ./cmd/simtable                    # 30 s runs
 //	go run ./cmd/simtable -duration 20s -only 'bare|503'
+//	go run ./cmd/simtable -repeat 5          # medians of 5 tables, and how many runs met each target
 package main
 
 import (
@@ -17,10 +18,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/signal"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,11 +48,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	duration := fs.Duration("duration", 30*time.Second, "length of every run; the hidden limit halves half way")
 	only := fs.String("only", "", "run only dialects matching this regexp")
 	out := fs.String("out", "", "also write the rows, every second included, as JSON to this file")
+	repeat := fs.Int("repeat", 1, "run the table this many times, one after the other, and print the median of each figure and how many runs met each target")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *repeat < 1 || *repeat > 100 {
+		return fmt.Errorf("-repeat must be in [1, 100], got %d", *repeat)
 	}
 	if *duration < 2*time.Second {
 		return fmt.Errorf("-duration must be at least 2s, got %v", *duration)
@@ -77,24 +84,53 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		xrate("x/time/rate 0.5x", 0.5),
 		xrate("x/time/rate 2x", 2),
 	}
-	fmt.Fprintf(stderr, "%d dialects x %d clients, %v each, all at once...\n", len(scenarios), len(contenders), *duration)
-	rows, err := sim.RunTable(ctx, scenarios, contenders, nil)
-	if err != nil {
-		return err
+	runs := make([][]sim.Row, 0, *repeat)
+	for i := range *repeat {
+		fmt.Fprintf(stderr, "run %d of %d: %d dialects x %d clients, %v each, all at once...\n", i+1, *repeat, len(scenarios), len(contenders), *duration)
+		rows, err := sim.RunTable(ctx, scenarios, contenders, nil)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, rows)
+	}
+	rows := runs[0]
+	if len(runs) > 1 {
+		rows = medians(runs)
+		fmt.Fprintf(stdout, "The median of each figure over %d runs (a median of converge or settle seconds counts \"never\" as the longest):\n\n", len(runs))
 	}
 	if err := sim.WriteTable(stdout, rows); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout)
 	fmt.Fprintln(stdout, "targets (issue 5): goodput/limit >= 0.95, throttles <= 1%, bans 0, converge <= 10 s, settle <= 10 s, retries within the budget (0.2 x ops + 1/s)")
-	for _, r := range rows {
+	for i, r := range rows {
 		if !strings.HasPrefix(r.Contender, "sluice") {
 			continue
 		}
-		fmt.Fprintf(stdout, "%-20s %-20s %s\n", r.Scenario, r.Contender, verdict(r.Summary, *duration))
+		if len(runs) == 1 {
+			fmt.Fprintf(stdout, "%-20s %-20s %s\n", r.Scenario, r.Contender, verdict(r.Summary, *duration))
+			continue
+		}
+		met, misses := 0, []string{}
+		for j, run := range runs {
+			v := verdict(run[i].Summary, *duration)
+			if v == meetsAll {
+				met++
+			} else {
+				misses = append(misses, fmt.Sprintf("run %d %s", j+1, v))
+			}
+		}
+		fmt.Fprintf(stdout, "%-20s %-20s met every target in %d of %d runs; median: %s\n", r.Scenario, r.Contender, met, len(runs), verdict(r.Summary, *duration))
+		for _, m := range misses {
+			fmt.Fprintf(stdout, "%42s %s\n", "", m)
+		}
 	}
 	if *out != "" {
-		b, err := json.MarshalIndent(rows, "", "  ")
+		var v any = rows
+		if len(runs) > 1 {
+			v = runs
+		}
+		b, err := json.MarshalIndent(v, "", "  ")
 		if err != nil {
 			return err
 		}
@@ -103,6 +139,57 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// meetsAll is the verdict of a run that missed no target.
+const meetsAll = "meets every target"
+
+// medians returns, for each row of the runs (all in the same order), the
+// median of each figure of its summary; a converge or settle of -1
+// (never) counts as the longest. With an even number of runs it takes the
+// upper of the two middle values.
+func medians(runs [][]sim.Row) []sim.Row {
+	out := make([]sim.Row, len(runs[0]))
+	for i := range out {
+		ss := make([]sim.Summary, len(runs))
+		for j, run := range runs {
+			ss[j] = run[i].Summary
+		}
+		f := func(get func(sim.Summary) float64) float64 {
+			v := make([]float64, len(ss))
+			for j, s := range ss {
+				v[j] = get(s)
+			}
+			slices.Sort(v)
+			return v[len(v)/2]
+		}
+		seconds := func(get func(sim.Summary) int) int {
+			m := f(func(s sim.Summary) float64 {
+				if v := get(s); v >= 0 {
+					return float64(v)
+				}
+				return math.Inf(1)
+			})
+			if math.IsInf(m, 1) {
+				return -1
+			}
+			return int(m)
+		}
+		out[i] = sim.Row{Scenario: runs[0][i].Scenario, Contender: runs[0][i].Contender, Summary: sim.Summary{
+			ConvergeS:     seconds(func(s sim.Summary) int { return s.ConvergeS }),
+			GoodputRatio:  f(func(s sim.Summary) float64 { return s.GoodputRatio }),
+			ThrottleRatio: f(func(s sim.Summary) float64 { return s.ThrottleRatio }),
+			SettleS:       seconds(func(s sim.Summary) int { return s.SettleS }),
+			Bans:          int64(f(func(s sim.Summary) float64 { return float64(s.Bans) })),
+			Ops:           int64(f(func(s sim.Summary) float64 { return float64(s.Ops) })),
+			Offered:       int64(f(func(s sim.Summary) float64 { return float64(s.Offered) })),
+			Throttles:     int64(f(func(s sim.Summary) float64 { return float64(s.Throttles) })),
+			Retries:       int64(f(func(s sim.Summary) float64 { return float64(s.Retries) })),
+			RetryRatio:    f(func(s sim.Summary) float64 { return s.RetryRatio }),
+			MeanGoodput:   f(func(s sim.Summary) float64 { return s.MeanGoodput }),
+		}}
+	}
+	return out
 }
 
 // verdict lists the targets a run missed.
@@ -127,7 +214,7 @@ func verdict(s sim.Summary, d time.Duration) string {
 		miss = append(miss, fmt.Sprintf("retries %d over budget %.0f", s.Retries, budget))
 	}
 	if len(miss) == 0 {
-		return "meets every target"
+		return meetsAll
 	}
 	return fmt.Sprintf("misses: %v", miss)
 }
