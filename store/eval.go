@@ -130,11 +130,10 @@ func (p *Prepared) Eval(st *State, now, cost int64, maxDelay time.Duration, res 
 		var d gcra.Decision
 		gs := gcra.State{TAT: st.Time}
 		_ = p.gp.TakeTo(&gs, now, cost, maxDelay.Microseconds(), &d)
-		if gs.TAT != st.Time {
-			// A charge stores a bare TAT, even on a key whose state
-			// a window algorithm wrote (a policy reload).
-			*st = State{Time: gs.TAT}
-		}
+		// Only the time moves: on a key whose state a window algorithm
+		// wrote (a policy reload), the counts stay, as every backend
+		// stores them.
+		st.Time = gs.TAT
 		res.Allowed = d.Allowed
 		res.Remaining = d.Remaining
 		res.RetryAfter = micros(d.RetryAfter)

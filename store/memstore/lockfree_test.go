@@ -92,7 +92,7 @@ func TestLockFreeTakesNeverOverAdmit(t *testing.T) {
 
 // TestAlgorithmChangeReplacesCell: a limit name that changes algorithm (a
 // policy reload) gets a cell of the new kind, and lock-free takes resume on
-// it once a GCRA decision rewrites it.
+// it once a GCRA decision stores a state with no window counts.
 func TestAlgorithmChangeReplacesCell(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -115,10 +115,21 @@ func TestAlgorithmChangeReplacesCell(t *testing.T) {
 	require.Equal(t, int64(dead), old.time.Load(), "the replaced cell is dead")
 	require.Equal(t, 1, s.Len())
 
+	// Back to GCRA: the decision moves only the time and keeps the
+	// window's count (store.Eval, as every backend), so the key stays in
+	// a locked cell ...
 	res, err = s.Take(ctx, store.TakeParams{Key: "k", Limit: g, Cost: 1, Now: base.Add(3 * time.Hour)})
 	require.NoError(t, err)
 	require.True(t, res.Allowed)
 	require.Equal(t, int64(1), res.Limit)
+	require.False(t, s.shard(h).get(h, "n", "k").gcra(), "the window's count rides along")
+	require.Equal(t, 1, s.Len())
+
+	// ... until nothing is carried: after a reset, lock-free takes resume.
+	require.NoError(t, s.Reset(ctx, store.ResetParams{Key: "k", Limit: g}))
+	res, err = s.Take(ctx, store.TakeParams{Key: "k", Limit: g, Cost: 1, Now: base.Add(4 * time.Hour)})
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
 	require.True(t, s.shard(h).get(h, "n", "k").gcra())
 	require.Equal(t, 1, s.Len())
 }

@@ -302,6 +302,10 @@ func (sh *shard) put(h uint64, c *cell, l *store.Limit, key string, ns store.Sta
 // putFresh is put with the state's fresh time already known; gcra says
 // whether the limit is a GCRA limit.
 func (sh *shard) putFresh(h uint64, c *cell, name, key string, gcra bool, ns store.State, fa, now int64, maxPerShard int) error {
+	// A lock-free cell holds a bare TAT. A GCRA decision keeps the counts
+	// of a key that held window state (store.Eval): such a state stays in
+	// a locked cell.
+	gcra = gcra && ns.Count == 0 && ns.Prev == 0
 	if c != nil {
 		if c.gcra() == gcra {
 			c.thaw(ns, fa)

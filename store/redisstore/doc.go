@@ -84,10 +84,15 @@
 // ends the queue (up to Config.MaxBatch calls) leaves as one pipeline. In
 // it, the single-key Takes of each hash slot travel as one script call
 // that decides them one after the other, in queue order, exactly as if
-// each had been a script call of its own at that instant: one TIME, and
-// one GET and at most one SET per distinct key, however many decisions.
-// Other calls are script calls of their own in the same pipeline. A
-// cluster client splits the pipeline by node by itself.
+// each had been a script call of its own at that instant, with one TIME.
+// The leading GCRA takes of keys holding a bare TAT (the common case) are
+// decided and stored one by one, a GET and at most a SET each; from the
+// first other take on, each distinct key is read once and written at most
+// once, at the end. A script call that fails part way (a key of another
+// type) fails every take it carried, though the GCRA takes decided
+// before the failure may have been charged: quota spent, never extra
+// admissions. Other calls are script calls of their own in the same
+// pipeline. A cluster client splits the pipeline by node by itself.
 //
 // Each call gets its own result and honours its own context: a call whose
 // context ends while it is queued returns at once and is never sent; one

@@ -203,12 +203,9 @@ end
 -- when cost is 0).
 local function decide(alg, x, y, t, c, p, now, cost, md)
 	if alg == 0 then
-		-- gcra.Params.TakeTo; a charge stores a bare TAT (store.Eval)
+		-- gcra.Params.TakeTo: only the time moves (store.Eval)
 		local ok, rem, retry, reset, delay, nt = gcra(t, now, x, y, cost, md)
-		if nt ~= t then
-			return ok, rem, retry, reset, delay, nt, 0, 0
-		end
-		return ok, rem, retry, reset, delay, t, c, p
+		return ok, rem, retry, reset, delay, nt, c, p
 	end
 	-- window.current
 	local w, lim = x, y
