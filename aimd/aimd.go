@@ -126,10 +126,12 @@ type Config struct {
 	Plateau float64
 	// Hold is how long the rate stays at the plateau before probing above
 	// it. Zero means DefaultHold when Plateau is set. A plateau held for a
-	// whole Hold is proven (State.Good): a probe above it that fails
-	// returns to it at once, with no deeper cut, and the next probe waits
-	// twice as long (up to 8 x Hold), so that a key at a limit that does
-	// not move pays for a probe ever more rarely.
+	// whole Hold is proven (State.Good): a probe that fails within 10 %
+	// above it returns to it at once, with no deeper cut (to 98 % of it
+	// when the probe failed within 1 %: the plateau was marginal), and the
+	// next probe waits twice as long (up to 8 x Hold), so that a key at a
+	// limit that does not move pays for a probe ever more rarely. Trouble
+	// further above it, or at it, is an ordinary decrease.
 	Hold time.Duration
 	// UsageMultiple stops growth while the rate is at or above
 	// UsageMultiple times the calls this State has seen complete per
@@ -420,7 +422,14 @@ func (c *Controller) start0(s *State) {
 	}
 	s.Peak, s.CutTo, s.Hint = sane(s.Peak), sane(s.CutTo), sane(s.Hint)
 	s.Target, s.UseRate, s.Good = sane(s.Target), sane(s.UseRate), sane(s.Good)
-	if uint(s.Backoff) > maxHoldShift {
+	if c.plateau == 0 {
+		s.Good = 0 // a proven plateau means nothing without one
+	} else if s.Good > 0 {
+		s.Good = min(max(s.Good, c.floor), c.ceiling)
+	}
+	if s.Good == 0 || s.Backoff < 0 {
+		s.Backoff = 0
+	} else if s.Backoff > maxHoldShift {
 		s.Backoff = maxHoldShift
 	}
 }
@@ -577,7 +586,9 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 		if s.Rate <= probeEarly*s.Good {
 			s.Good = max(probeLower*s.Good, c.floor)
 		}
-		s.Peak = s.Rate
+		// The level that held is the peak of this run of decreases:
+		// trouble at it soon after must not recover above it.
+		s.Peak = s.Good
 		s.Rate = s.Good
 		s.CutTo = s.Rate
 		s.Probing = false

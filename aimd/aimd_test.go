@@ -441,6 +441,54 @@ func TestFailedProbeReturnsToTheProvenPlateau(t *testing.T) {
 	require.Zero(t, s.Backoff)
 }
 
+func TestTroubleAtTheProvenPlateauRecoversBelowIt(t *testing.T) {
+	t.Parallel()
+	// The limit drops while a probe is under way: the probe's throttle
+	// returns to the proven plateau (92), and a throttle there 500 ms
+	// later is an ordinary decrease whose recovery stays below 92.
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.92, Hold: 10 * time.Second})
+	s := c.Init()
+	at := t0
+	busy := func(d int64) {
+		for end := at + d; at < end; {
+			at += 10 * ms
+			c.Observe(&s, at, ok(10*ms))
+		}
+	}
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	busy(17 * 1000 * ms)
+	require.Greater(t, s.Rate, 92.0*probeEarly, "probing above the plateau")
+	require.Less(t, s.Rate, 92.0*probeSpan)
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	require.InDelta(t, 92.0, s.Rate, 1e-9)
+	busy(500 * ms)
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
+	require.Less(t, s.Rate, 92.0)
+	require.Zero(t, s.Good)
+	for range 10 {
+		busy(1000 * ms)
+		require.LessOrEqual(t, s.Rate, 92.0, "recovering below the plateau where the trouble was")
+	}
+}
+
+func TestDamagedProvenPlateau(t *testing.T) {
+	t.Parallel()
+	// A proven plateau below the floor is brought up to it: a failed
+	// probe never returns below the floor.
+	c := mustNew(t, Config{Floor: 10, Ceiling: 100, Plateau: 0.9, Hold: time.Second, SlowStart: -1, IgnoreLatency: true})
+	s := State{Started: true, Rate: 10, Level: 1, Good: 9.5}
+	d := c.Observe(&s, t0, Sample{Outcome: Throttled, Latency: 10 * ms})
+	require.GreaterOrEqual(t, d.Rate, 10.0)
+	// Without a plateau, a proven plateau from elsewhere means nothing:
+	// the throttle is an ordinary decrease.
+	c0 := mustNew(t, Config{Floor: 1, Ceiling: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8})
+	s = State{Started: true, Rate: 50, Level: 1, Good: 48, Backoff: 2}
+	d = c0.Observe(&s, t0, Sample{Outcome: Throttled, Latency: 10 * ms})
+	require.InDelta(t, 40.0, d.Rate, 1e-9)
+	require.Zero(t, s.Good)
+	require.Zero(t, s.Backoff)
+}
+
 func TestRecoveryReturnsToAStatedRate(t *testing.T) {
 	t.Parallel()
 	// A throttle that comes with the provider's rate (50/s, new) cuts to

@@ -27,9 +27,11 @@
 // the key (a Retry-After rounded up to whole seconds), probing rarely near
 // the last cut costs fewer pauses than a sawtooth (the plateau of TCP
 // CUBIC). A plateau held for a whole Hold is proven (State.Good): a probe
-// above it that fails returns to it at once, and the next probe waits
-// twice as long, up to 8 x Hold, so that a key at a limit that does not
-// move pays for a probe ever more rarely.
+// that fails within 10 % above it returns to it at once (to 98 % of it
+// when the probe failed within 1 %), and the next probe waits twice as
+// long, up to 8 x Hold, so that a key at a limit that does not move pays
+// for a probe ever more rarely; trouble at the plateau itself is an
+// ordinary decrease.
 //
 // With Config.Queue set, the latency gradient (as in TCP Vegas) reads a
 // provider that queues calls before it is slow: when the median of the

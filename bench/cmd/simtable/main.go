@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	duration := fs.Duration("duration", 30*time.Second, "length of every run; the hidden limit halves half way")
 	only := fs.String("only", "", "run only dialects matching this regexp")
-	out := fs.String("out", "", "also write the rows, every second included, as JSON to this file")
+	out := fs.String("out", "", "also write the rows, every second included, as JSON to this file (with -repeat, a list of each run's rows)")
 	repeat := fs.Int("repeat", 1, "run the table this many times, one after the other, and print the median of each figure and how many runs met each target")
 	if err := fs.Parse(args); err != nil {
 		return err
