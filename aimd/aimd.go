@@ -588,29 +588,23 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 		}
 		// The level that held is the peak of this run of decreases:
 		// trouble at it soon after must not recover above it.
-		s.Peak = s.Good
-		s.Rate = s.Good
-		s.CutTo = s.Rate
-		s.Probing = false
-		s.LastDecrease = now
-		s.Held = true
-		s.Level = now
+		s.Peak, s.Rate = s.Good, s.Good
+		s.Held, s.Level = true, now
 		s.Backoff = min(s.Backoff+1, maxHoldShift)
-		s.N = 0
-		return
+	} else {
+		s.Good, s.Backoff = 0, 0
+		if s.LastDecrease == 0 || now-s.LastDecrease > chainWindow || s.Rate > s.CutTo {
+			// A new run of decreases: the first, a late one, or one
+			// after the rate grew again (trouble found below the old
+			// Peak).
+			s.Peak = s.Rate
+		}
+		s.Rate = max(s.Rate*f, c.floor)
+		s.Held, s.Level = s.Level != 0, 0
 	}
-	s.Good, s.Backoff = 0, 0
-	if s.LastDecrease == 0 || now-s.LastDecrease > chainWindow || s.Rate > s.CutTo {
-		// A new run of decreases: the first, a late one, or one after
-		// the rate grew again (trouble found below the old Peak).
-		s.Peak = s.Rate
-	}
-	s.Rate = max(s.Rate*f, c.floor)
 	s.CutTo = s.Rate
 	s.Probing = false
 	s.LastDecrease = now
-	s.Held = s.Level != 0
-	s.Level = 0
 	s.N = 0 // the p95 needs fresh evidence before it may cut again
 }
 

@@ -1,6 +1,8 @@
 package memstore
 
 import (
+	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -47,4 +49,19 @@ func (h *hammer) runFor(d time.Duration) time.Duration {
 // rate over the time, and one for rounding.
 func gcraBound(l store.Limit, bursts int64, elapsed time.Duration) int64 {
 	return l.Burst*bursts + int64(float64(l.Rate)*elapsed.Seconds()) + 1
+}
+
+// flood adds a loop that takes short-lived keys of l (fresh soon after a
+// take), which makes s sweep and rebuild its shards' indexes, and sweeps
+// every sweepEvery takes.
+func (h *hammer) flood(s *Store, l store.Limit, sweepEvery int) {
+	h.loop(func(i int) {
+		_, err := s.Take(context.Background(), store.TakeParams{Key: l.Name + strconv.Itoa(i), Limit: l, Cost: 1})
+		if err != nil && err != store.ErrTooManyKeys {
+			panic(err)
+		}
+		if i%sweepEvery == 0 {
+			s.Sweep()
+		}
+	})
 }

@@ -73,14 +73,7 @@ func TestLockFreeTakesNeverOverAdmit(t *testing.T) {
 			panic(err)
 		}
 	})
-	h.loop(func(i int) {
-		if _, err := s.Take(ctx, store.TakeParams{Key: "brief" + strconv.Itoa(i), Limit: brief, Cost: 1}); err != nil && err != store.ErrTooManyKeys {
-			panic(err)
-		}
-		if i%512 == 0 {
-			s.Sweep()
-		}
-	})
+	h.flood(s, brief, 512)
 	elapsed := h.runFor(300 * time.Millisecond)
 
 	bound := gcraBound(hot, 1, elapsed)

@@ -91,15 +91,7 @@ func TestStressMixedOperations(t *testing.T) {
 		}
 		time.Sleep(100 * time.Microsecond) // pace, not a wait: Syncs and Resets are rare
 	})
-	h.loop(func(i int) {
-		_, err := s.Take(ctx, store.TakeParams{Key: "brief" + strconv.Itoa(i), Limit: brief, Cost: 1})
-		if err != nil && err != store.ErrTooManyKeys {
-			panic(err)
-		}
-		if i%300 == 0 {
-			s.Sweep()
-		}
-	})
+	h.flood(s, brief, 300)
 
 	elapsed := h.runFor(400 * time.Millisecond)
 	total := int64(0)

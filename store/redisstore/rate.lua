@@ -141,21 +141,10 @@ end
 -- A 'b' call whose first takes are such GCRA takes decides them here, and
 -- those after the first that is not (bfrom) below, with the reply so far
 -- (bout) and the server clock if read (server_now).
-local server_now, bfrom, bout = 0, 1, nil
-
--- bnow returns the instant of the 'b' take whose arguments follow ARGV[b]
--- and whether the caller set it; the server clock is read once a call.
-local function bnow(b)
-	local now = tonumber(ARGV[b + 1])
-	if now ~= 0 then
-		return now, true
-	end
-	if server_now == 0 then
-		local tm = redis.call('TIME')
-		server_now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-	end
-	return server_now, false
-end
+-- bnow(b), made for 'b' calls only, returns the instant of the take whose
+-- arguments follow ARGV[b] and whether the caller set it; the server clock
+-- is read once a call.
+local server_now, bfrom, bout, bnow = 0, 1, nil, nil
 
 if op == 't' and #KEYS == 1 and ARGV[4] == '0' then
 	local k = KEYS[1]
@@ -175,6 +164,17 @@ if op == 't' and #KEYS == 1 and ARGV[4] == '0' then
 		return { now, ok, ok, rem, retry, reset, delay }
 	end
 elseif op == 'b' then
+	bnow = function(b)
+		local now = tonumber(ARGV[b + 1])
+		if now ~= 0 then
+			return now, true
+		end
+		if server_now == 0 then
+			local tm = redis.call('TIME')
+			server_now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+		end
+		return server_now, false
+	end
 	bout = { 0 }
 	for i = 1, #KEYS do
 		local b = 2 + (i - 1) * 6
