@@ -226,6 +226,23 @@ func FreshAt(l Limit, s State) int64 {
 	}
 }
 
+// Kept returns what a backend stores for the state s that a write under l
+// left at now, and when that becomes fresh: s and FreshAt(l, s), or, when
+// s is already fresh under l, the zero State and 0. The zero State is
+// nothing: every algorithm reads it as a fresh key, whereas a state fresh
+// under one algorithm need not be under another (a window refunded to
+// zero keeps its end, which GCRA would read as a TAT in the future). Every
+// backend stores this (Redis and memstore drop the key, SQLite and
+// PostgreSQL may keep the row, zeroed), so that a key read under another
+// algorithm of the same name after a policy reload reads alike on all.
+func Kept(l Limit, s State, now int64) (State, int64) {
+	fa := FreshAt(l, s)
+	if fa <= now {
+		return State{}, 0
+	}
+	return s, fa
+}
+
 // NowMicros returns the override in p.Now as Unix microseconds, or fallback
 // when it is zero.
 func NowMicros(override time.Time, fallback func() int64) int64 {

@@ -302,6 +302,10 @@ func (sh *shard) put(h uint64, c *cell, l *store.Limit, key string, ns store.Sta
 // putFresh is put with the state's fresh time already known; gcra says
 // whether the limit is a GCRA limit.
 func (sh *shard) putFresh(h uint64, c *cell, name, key string, gcra bool, ns store.State, fa, now int64, maxPerShard int) error {
+	if fa <= now {
+		// Fresh under the limit that wrote it: nothing (store.Kept).
+		ns, fa = store.State{}, 0
+	}
 	// A lock-free cell holds a bare TAT. A GCRA decision keeps the counts
 	// of a key that held window state (store.Eval): such a state stays in
 	// a locked cell.
@@ -439,6 +443,7 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 		c      *cell
 		before store.State
 		st     store.State
+		by     *store.Limit // the limit of the last item that changed st
 	}
 	cells := make(map[ref]*held, len(p.Items))
 	thawAll := func() {
@@ -471,9 +476,13 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 	out := store.AllResult{Allowed: true, Results: make([]store.Result, len(p.Items))}
 	for i, it := range p.Items {
 		hc := cells[ref{hs[i], it.Limit.Name, it.Key}]
+		was := hc.st
 		if err := store.Eval(&it.Limit, &hc.st, now, it.Cost, p.MaxDelay, &out.Results[i]); err != nil {
 			thawAll()
 			return store.AllResult{}, err
+		}
+		if hc.st != was {
+			hc.by = &p.Items[i].Limit
 		}
 		out.Allowed = out.Allowed && out.Results[i].Allowed
 	}
@@ -502,7 +511,14 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 				continue
 			}
 			done[r] = true
-			if err := s.shard(hs[i]).put(hs[i], hc.c, &it.Limit, it.Key, hc.st, now, s.maxPerShard); err != nil {
+			if hc.st == hc.before {
+				if hc.c != nil {
+					hc.c.unfreeze(hc.before)
+				}
+				continue
+			}
+			// The limit that wrote the state decides when it is fresh.
+			if err := s.shard(hs[i]).put(hs[i], hc.c, hc.by, it.Key, hc.st, now, s.maxPerShard); err != nil {
 				return store.AllResult{}, err // unreachable: room was made above
 			}
 		}
@@ -511,8 +527,8 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 }
 
 // update runs f on the state of one key under its shard's lock, at the
-// clamped store time (or the override), and stores what f returns. The
-// result is a peek after the update.
+// clamped store time (or the override), and stores what f returns if that
+// differs. The result is a peek after the update.
 func (s *Store) update(key string, l store.Limit, override int64, f func(cur store.State, now int64) (store.State, error)) (store.Result, error) {
 	if key == "" {
 		return store.Result{}, store.ErrEmptyKey
@@ -532,13 +548,16 @@ func (s *Store) update(key string, l store.Limit, override int64, f func(cur sto
 	}
 	now := s.lockedNow(sh, c, override, t)
 	ns, err := f(cur, now)
-	if err == nil {
+	put := err == nil && ns != cur
+	if put {
+		// An unchanged state is not written: one fresh under l but
+		// written under another algorithm stays (store.Kept).
 		err = sh.put(h, c, &l, key, ns, now, s.maxPerShard)
 	}
+	if (!put || err != nil) && c != nil {
+		c.unfreeze(cur)
+	}
 	if err != nil {
-		if c != nil {
-			c.unfreeze(cur)
-		}
 		return store.Result{}, err
 	}
 	var res store.Result

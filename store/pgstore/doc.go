@@ -29,7 +29,8 @@
 // row's state equals a fresh key's; Cleanup deletes the rows past it. Writes
 // move fresh_at a minute beyond the true time, and only when the true time
 // passes it, so that most decisions update the row in place (a HOT update,
-// no index writes).
+// no index writes). A write that leaves a state fresh already stores zeros
+// (store.Kept, migration 0005), as Redis and memstore drop the key.
 //
 // The store is also a store.LeaseStore (lease.go, migration 0003): one
 // PL/pgSQL call per operation, acquires and releases of a key serialised by

@@ -103,6 +103,19 @@ func TestDifferential(t *testing.T) {
 	}
 }
 
+// TestStoretestDifferential runs the shared differential of store/storetest
+// on one server (its TakeAll items have no common hash tag, which a cluster
+// needs).
+func TestStoretestDifferential(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, single(t), Config{})
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			storetest.Differential(t, s, memstore.New(memstore.Config{}), seed, 1500)
+		})
+	}
+}
+
 func differential(t *testing.T, rs *Store, seed uint64, n int) {
 	ctx := context.Background()
 	ms := memstore.New(memstore.Config{})
@@ -117,6 +130,10 @@ func differential(t *testing.T, rs *Store, seed uint64, n int) {
 		{Name: run + "sliding", Algorithm: store.SlidingWindow, Rate: 7, Period: 2 * time.Second},
 		{Name: run + "sliding-short", Algorithm: store.SlidingWindow, Rate: 3, Period: 300 * time.Millisecond},
 		{Name: run + "sliding-odd", Algorithm: store.SlidingWindow, Rate: 13, Period: 777777 * time.Microsecond},
+		// One name under three algorithms (policy reloads).
+		{Name: run + "reloaded", Algorithm: store.GCRA, Rate: 8, Period: time.Second, Burst: 4},
+		{Name: run + "reloaded", Algorithm: store.FixedWindow, Rate: 6, Period: 700 * time.Millisecond},
+		{Name: run + "reloaded", Algorithm: store.SlidingWindow, Rate: 5, Period: 400 * time.Millisecond},
 		{Name: run + "invalid", Algorithm: store.GCRA, Rate: 0, Period: time.Second},
 		{Name: "", Algorithm: store.GCRA, Rate: 1, Period: time.Second},
 	}

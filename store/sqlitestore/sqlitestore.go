@@ -363,12 +363,13 @@ func (tx *txn) get(name, key string) (st store.State, found bool, err error) {
 	return st, true, nil
 }
 
-// put writes ns for (l.Name, key) as memstore does: an existing row always
-// takes the new state; a missing one is created only if the state holds
-// something (is not yet fresh at now). A write raises the high-water mark.
+// put writes ns, which a write under l left, for (l.Name, key) as memstore
+// does: an existing row always takes the new state (zeros when it is fresh
+// already: store.Kept); a missing one is created only if the state holds
+// something. A write raises the high-water mark.
 func (tx *txn) put(l *store.Limit, key string, ns store.State, found bool) error {
 	st := &tx.s.stmts
-	fa := store.FreshAt(*l, ns)
+	ns, fa := store.Kept(*l, ns, tx.now)
 	var err error
 	switch {
 	case found:
@@ -449,7 +450,7 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 	type row struct {
 		stored, cur store.State
 		found       bool
-		last        int // the last item on this row: its limit sets fresh_at
+		last        int // the last item that changed this row: its limit wrote it
 	}
 	var out store.AllResult
 	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
@@ -469,10 +470,13 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 				rows[r] = rw
 				order = append(order, r)
 			}
-			rw.last = i
 			// Items on the same row see each other's charges.
+			was := rw.cur
 			if err := store.Eval(&it.Limit, &rw.cur, tx.now, it.Cost, p.MaxDelay, &out.Results[i]); err != nil {
 				return err
+			}
+			if rw.cur != was {
+				rw.last = i
 			}
 			out.Allowed = out.Allowed && out.Results[i].Allowed
 		}
@@ -506,7 +510,7 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 }
 
 // update runs f on one key's state in a transaction, stores what it
-// returns, and answers with a peek at it.
+// returns if that differs, and answers with a peek at it.
 func (s *Store) update(ctx context.Context, key string, l *store.Limit, override int64, f func(cur store.State, now int64) (store.State, error)) (store.Result, error) {
 	if key == "" {
 		return store.Result{}, store.ErrEmptyKey
@@ -524,8 +528,12 @@ func (s *Store) update(ctx context.Context, key string, l *store.Limit, override
 		if err != nil {
 			return err
 		}
-		if err := tx.put(l, key, ns, found); err != nil {
-			return err
+		if ns != cur {
+			// An unchanged state is not written: one fresh under l but
+			// written under another algorithm stays (store.Kept).
+			if err := tx.put(l, key, ns, found); err != nil {
+				return err
+			}
 		}
 		return store.Eval(l, &ns, tx.now, 0, 0, &res)
 	})

@@ -18,11 +18,17 @@ var diffLimits = []store.Limit{
 	{Name: "fixed", Algorithm: store.FixedWindow, Rate: 10, Period: time.Second},
 	{Name: "sliding", Algorithm: store.SlidingWindow, Rate: 7, Period: 500 * time.Millisecond},
 	{Name: "sliding-odd", Algorithm: store.SlidingWindow, Rate: 5, Period: 333333 * time.Microsecond},
+	// One name under three algorithms, as after policy reloads: each reads
+	// the state the others wrote.
+	{Name: "reloaded", Algorithm: store.GCRA, Rate: 8, Period: time.Second, Burst: 4},
+	{Name: "reloaded", Algorithm: store.FixedWindow, Rate: 6, Period: 700 * time.Millisecond},
+	{Name: "reloaded", Algorithm: store.SlidingWindow, Rate: 5, Period: 400 * time.Millisecond},
 }
 
 // Differential runs n random operations (Take, TakeAll, Settle, Sync and
-// Reset over GCRA, fixed and sliding windows, weighted costs, MaxDelay, a
-// clock that sometimes steps back) against got and the reference want (a
+// Reset over GCRA, fixed and sliding windows, one name under all three
+// algorithms (policy reloads), weighted costs, MaxDelay, a clock that
+// sometimes steps back) against got and the reference want (a
 // fresh memstore: memstore.New(memstore.Config{})) with the same Now
 // sequence, and fails at the first answer that differs: every backend must
 // decide exactly as memstore does. Keys carry a random tag, so got may be
