@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"testing"
@@ -80,4 +81,60 @@ func BenchmarkTake(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkScript breaks a serial decision down, one round trip each: the
+// whole Take, the rate script called directly with a Take's arguments, a
+// script doing only the Redis calls a take makes (TIME, GET, SET with an
+// expiry) and returning a reply of the same shape, a bare `return 1`
+// script, and a plain GET. The differences are the Go side's work, the
+// script's arithmetic, and what its Redis calls cost.
+func BenchmarkScript(b *testing.B) {
+	c := single(b)
+	ctx := context.Background()
+	s := newStore(b, c, Config{})
+	key, _ := rateKey(s.Prefix(), "k", benchLimit.Name)
+	calls := redis.NewScript(`local tm = redis.call('TIME')
+local v = redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], '1893456000000000', 'PXAT', 1893456000000)
+return {1, 2, 3, 4, 5, 6, 7}`)
+	bare := redis.NewScript("return 1")
+	alg, x, y, err := limitArgs(&benchLimit)
+	if err != nil {
+		b.Fatal(err)
+	}
+	args := []any{"t", 0, 0, alg, x, y, 1}
+	check := func(err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("take", func(b *testing.B) {
+		for b.Loop() {
+			_, err := s.Take(ctx, store.TakeParams{Key: "k", Limit: benchLimit, Cost: 1})
+			check(err)
+		}
+	})
+	b.Run("rate-script", func(b *testing.B) {
+		for b.Loop() {
+			check(rateScript.Run(ctx, c, []string{key}, args...).Err())
+		}
+	})
+	b.Run("redis-calls-only", func(b *testing.B) {
+		for b.Loop() {
+			check(calls.Run(ctx, c, []string{key}, args...).Err())
+		}
+	})
+	b.Run("bare-script", func(b *testing.B) {
+		for b.Loop() {
+			check(bare.Run(ctx, c, []string{key}).Err())
+		}
+	})
+	b.Run("get", func(b *testing.B) {
+		for b.Loop() {
+			if err := c.Get(ctx, key).Err(); err != nil && !errors.Is(err, redis.Nil) {
+				b.Fatal(err)
+			}
+		}
+	})
 }
