@@ -305,15 +305,8 @@ func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams
 			return store.TakeAllAcquireResult{}, err
 		}
 	}
-	type ref struct{ name, key string }
-	type row struct {
-		stored, cur store.State
-		found       bool
-		last        int
-	}
 	var out store.TakeAllAcquireResult
 	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
-		out = store.TakeAllAcquireResult{Rates: store.AllResult{Allowed: true, Results: make([]store.Result, len(p.Items))}}
 		st, err := tx.leases(lp.Name, lp.Key)
 		if err != nil {
 			return err
@@ -322,53 +315,21 @@ func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams
 		if out.Lease, err = trial.Acquire(tx.now, &lp, func() (int64, error) { return 0, nil }); err != nil {
 			return err
 		}
-		rows := make(map[ref]*row, len(p.Items))
-		var order []ref
-		for i := range p.Items {
-			it := &p.Items[i]
-			r := ref{it.Limit.Name, it.Key}
-			rw := rows[r]
-			if rw == nil {
-				cur, found, err := tx.get(r.name, r.key)
-				if err != nil {
-					return err
-				}
-				rw = &row{stored: cur, cur: cur, found: found}
-				rows[r] = rw
-				order = append(order, r)
-			}
-			rw.last = i
-			cost := it.Cost
-			if !out.Lease.Acquired {
-				cost = 0 // a peek: nothing will be charged
-			}
-			if err := store.Eval(&it.Limit, &rw.cur, tx.now, cost, 0, &out.Rates.Results[i]); err != nil {
-				return err
-			}
-			out.Rates.Allowed = out.Rates.Allowed && out.Rates.Results[i].Allowed
+		// Without a permit, the items are only peeked at: nothing will be
+		// charged.
+		var rows allRows
+		if out.Rates, rows, err = tx.decideAll(p.Items, 0, out.Lease.Acquired); err != nil {
+			return err
 		}
 		if !out.Lease.Acquired {
 			return nil
 		}
 		if !out.Rates.Allowed {
-			for i := range p.Items {
-				if out.Rates.Results[i].Allowed {
-					it := &p.Items[i]
-					cur := rows[ref{it.Limit.Name, it.Key}].stored
-					_ = store.Eval(&it.Limit, &cur, tx.now, 0, 0, &out.Rates.Results[i])
-				}
-			}
 			out.Lease = store.AcquireResult{Held: int64(len(st.Holders)), At: tx.now}
 			return nil
 		}
-		for _, r := range order {
-			rw := rows[r]
-			if rw.cur == rw.stored {
-				continue
-			}
-			if err := tx.put(&p.Items[rw.last].Limit, r.key, rw.cur, rw.found); err != nil {
-				return err
-			}
+		if err := tx.commitAll(p.Items, rows); err != nil {
+			return err
 		}
 		if out.Lease, err = tx.acquire(&lp); err != nil {
 			return err

@@ -441,72 +441,97 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 		return store.AllResult{Allowed: true}, nil
 	}
 	for i := range p.Items {
-		it := &p.Items[i]
-		if err := it.Check(); err != nil {
+		if err := p.Items[i].Check(); err != nil {
 			return store.AllResult{}, err
 		}
 	}
-	type ref struct{ name, key string }
-	type row struct {
-		stored, cur store.State
-		found       bool
-		last        int // the last item that changed this row: its limit wrote it
-	}
 	var out store.AllResult
 	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
-		rows := make(map[ref]*row, len(p.Items))
-		order := make([]ref, 0, len(p.Items))
-		out = store.AllResult{Allowed: true, Results: make([]store.Result, len(p.Items))}
-		for i := range p.Items {
-			it := &p.Items[i]
-			r := ref{it.Limit.Name, it.Key}
-			rw := rows[r]
-			if rw == nil {
-				st, found, err := tx.get(r.name, r.key)
-				if err != nil {
-					return err
-				}
-				rw = &row{stored: st, cur: st, found: found}
-				rows[r] = rw
-				order = append(order, r)
-			}
-			// Items on the same row see each other's charges.
-			was := rw.cur
-			if err := store.Eval(&it.Limit, &rw.cur, tx.now, it.Cost, p.MaxDelay, &out.Results[i]); err != nil {
-				return err
-			}
-			if rw.cur != was {
-				rw.last = i
-			}
-			out.Allowed = out.Allowed && out.Results[i].Allowed
+		var rows allRows
+		var err error
+		out, rows, err = tx.decideAll(p.Items, p.MaxDelay, true)
+		if err != nil || !out.Allowed {
+			return err
 		}
-		if !out.Allowed {
-			// Nothing is charged. An item that had room on its own says
-			// so, with what it has now: a peek at its stored state.
-			for i := range p.Items {
-				if out.Results[i].Allowed {
-					it := &p.Items[i]
-					st := rows[ref{it.Limit.Name, it.Key}].stored
-					_ = store.Eval(&it.Limit, &st, tx.now, 0, 0, &out.Results[i])
-				}
-			}
-			return nil
-		}
-		for _, r := range order {
-			rw := rows[r]
-			if rw.cur == rw.stored {
-				continue
-			}
-			if err := tx.put(&p.Items[rw.last].Limit, r.key, rw.cur, rw.found); err != nil {
-				return err
-			}
-		}
-		return nil
+		return tx.commitAll(p.Items, rows)
 	})
 	if err != nil {
 		return store.AllResult{}, err
 	}
 	return out, nil
+}
+
+// allRow is the state of one (limit name, key) row that a TakeAll's items
+// share.
+type allRow struct {
+	name, key   string
+	stored, cur store.State
+	found       bool
+	last        int // the last item that changed this row: its limit wrote it
+}
+
+// allRows are a TakeAll's rows in the order its items first name them.
+type allRows []*allRow
+
+// decideAll decides items in order at tx.now, each against its row's state
+// with the charges of the items before it on that row (items on the same
+// row see each other's charges); with charge false every item is a peek.
+// When some item is refused, nothing will be charged, and an item that had
+// room on its own says so with what it has now: a peek at its stored state.
+func (tx *txn) decideAll(items []store.Item, maxDelay time.Duration, charge bool) (store.AllResult, allRows, error) {
+	out := store.AllResult{Allowed: true, Results: make([]store.Result, len(items))}
+	type ref struct{ name, key string }
+	index := make(map[ref]*allRow, len(items))
+	rows := make(allRows, 0, len(items))
+	for i := range items {
+		it := &items[i]
+		rw := index[ref{it.Limit.Name, it.Key}]
+		if rw == nil {
+			st, found, err := tx.get(it.Limit.Name, it.Key)
+			if err != nil {
+				return out, nil, err
+			}
+			rw = &allRow{name: it.Limit.Name, key: it.Key, stored: st, cur: st, found: found}
+			index[ref{it.Limit.Name, it.Key}] = rw
+			rows = append(rows, rw)
+		}
+		cost := it.Cost
+		if !charge {
+			cost = 0
+		}
+		was := rw.cur
+		if err := store.Eval(&it.Limit, &rw.cur, tx.now, cost, maxDelay, &out.Results[i]); err != nil {
+			return out, nil, err
+		}
+		if rw.cur != was {
+			rw.last = i
+		}
+		out.Allowed = out.Allowed && out.Results[i].Allowed
+	}
+	if !out.Allowed {
+		for i := range items {
+			if out.Results[i].Allowed {
+				it := &items[i]
+				st := index[ref{it.Limit.Name, it.Key}].stored
+				_ = store.Eval(&it.Limit, &st, tx.now, 0, 0, &out.Results[i])
+			}
+		}
+	}
+	return out, rows, nil
+}
+
+// commitAll writes every row that decideAll changed, under the limit of
+// the last item that changed it.
+func (tx *txn) commitAll(items []store.Item, rows allRows) error {
+	for _, rw := range rows {
+		if rw.cur == rw.stored {
+			continue
+		}
+		if err := tx.put(&items[rw.last].Limit, rw.key, rw.cur, rw.found); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // update runs f on one key's state in a transaction, stores what it

@@ -556,6 +556,29 @@ func testTakeAllAcquire(b *leaseBundle) {
 	})
 	require.ErrorIs(t, err, store.ErrCostExceedsLimit)
 	require.Empty(t, b.holders("k2", now))
+
+	// A charge followed on the same row by a peek of the same name under
+	// another algorithm (a policy reload): the peek changes nothing, so the
+	// charge's limit says whether the row is fresh, and the charge stays.
+	g := store.Limit{Name: b.name + "/reloaded", Rate: 8, Period: time.Second, Burst: 4}
+	fixed := store.Limit{Name: g.Name, Algorithm: store.FixedWindow, Rate: 6, Period: 700 * time.Millisecond}
+	for i, before := range []int64{0, 1} {
+		key := fmt.Sprintf("reloaded-%d", i)
+		if before > 0 {
+			_, err := b.s.(store.RateStore).Take(b.ctx, store.TakeParams{Key: key, Limit: g, Cost: before, Now: now})
+			require.NoError(t, err)
+		}
+		r, err := s.TakeAllAcquire(b.ctx, store.TakeAllAcquireParams{
+			Items: []store.Item{{Key: key, Limit: g, Cost: 3}, {Key: key, Limit: fixed, Cost: 0}},
+			Lease: store.AcquireParams{Name: b.name, Key: key, Holder: "d", Permits: 1, TTL: time.Minute},
+			Now:   now,
+		})
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+		res, err := b.s.(store.RateStore).Take(b.ctx, store.TakeParams{Key: key, Limit: g, Now: now})
+		require.NoError(t, err)
+		require.Equal(t, 4-3-before, res.Remaining, "%d taken before: the charge was kept", before)
+	}
 }
 
 // LeaseAcrossStores has goroutines on every store (several Store values on
