@@ -500,7 +500,12 @@ func (c *Client) notePause(ctx context.Context, ks *keyState, d time.Duration) {
 		ks.mu.Unlock()
 		return
 	}
-	c.ctl.Observe(&ks.adapt, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d.Microseconds()})
+	dec := c.ctl.Observe(&ks.adapt, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d.Microseconds()})
+	if dec.Change == aimd.Decreased {
+		// As after a throttle of its own (observe): the last rate cut
+		// from bounds the recovery.
+		ks.adapt.Peak = min(ks.adapt.Peak, ks.adapt.Rate/c.decrease)
+	}
 	if until > ks.syncedUntil {
 		ks.syncedUntil = until
 	}

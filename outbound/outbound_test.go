@@ -460,6 +460,65 @@ func TestNoFastRecoveryTowardsADisprovedPeak(t *testing.T) {
 	require.Greater(t, rate, 25.0, "never grew again")
 }
 
+// A process that hears of a run of Retry-After pauses from the store (the
+// throttles went to another process) bounds its recovery as the throttled
+// process does: it does not rush back towards the peak the run began at.
+func TestPausesHeardOfBoundTheRecoveryToo(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	st := memstore.New(memstore.Config{Clock: clk})
+	ok := response(200, "ok")
+	throttled := response(429, "", "Retry-After", "1")
+	a := &scripted{resps: []func() *http.Response{ok, throttled, throttled, ok}}
+	b := &scripted{resps: []func() *http.Response{ok}}
+	cfg := func(base http.RoundTripper) outbound.Config {
+		return outbound.Config{Base: base, Store: st, Clock: clk, Burst: 1000,
+			AIMD:  aimd.Config{Start: 100, SlowStart: -1, Decrease: 0.5, IgnoreLatency: true},
+			Retry: retry.Config{MaxAttempts: 1}}
+	}
+	ca, err := outbound.New(cfg(a))
+	require.NoError(t, err)
+	cb, err := outbound.New(cfg(b))
+	require.NoError(t, err)
+	// A call during a pause waits for it: move the clock until it is done.
+	call := func(c http.RoundTripper) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			resp := get(t, c, "http://api.test/")
+			_ = resp.Body.Close()
+		}()
+		for waiting := true; waiting; {
+			select {
+			case <-done:
+				waiting = false
+			case <-time.After(time.Millisecond):
+				clk.Advance(50 * time.Millisecond)
+			}
+		}
+	}
+	call(cb)
+	call(ca)
+	clk.Advance(10 * time.Millisecond)
+	call(ca) // 429: A at 50/s, the key paused 1 s
+	call(cb) // B hears of the pause: 50/s
+	rate, _ := cb.Rate("api.test")
+	require.InDelta(t, 50, rate, 1e-9)
+	call(ca) // 429 again: A at 25/s
+	call(cb) // B at 25/s
+	rate, _ = cb.Rate("api.test")
+	require.InDelta(t, 25, rate, 1e-9)
+	clk.Advance(1100 * time.Millisecond)
+	for range 300 { // three seconds of successes
+		call(cb)
+		clk.Advance(10 * time.Millisecond)
+	}
+	rate, _ = cb.Rate("api.test")
+	t.Logf("B's rate after recovery: %v", rate)
+	require.Less(t, rate, 30.0, "B rushed back towards the 100/s the run of pauses began at")
+	require.Greater(t, rate, 25.0, "B never grew again")
+}
+
 // A window budget the provider never states (Binance's used weight) is
 // learned by the process that was refused, and taken up by the others
 // when they find the key paused: the whole fleet then paces within it.
