@@ -235,6 +235,13 @@ func FreshAt(l Limit, s State) int64 {
 // backend stores this (Redis and memstore drop the key, SQLite and
 // PostgreSQL may keep the row, zeroed), so that a key read under another
 // algorithm of the same name after a policy reload reads alike on all.
+//
+// What it does not cover: a state that becomes fresh later, with no write.
+// Redis expires such a key at that instant; memstore, SQLite and
+// PostgreSQL keep the state until a sweep or Cleanup. Read under the same
+// limit both are a fresh key; read under another algorithm they may differ
+// (a fixed window's count just after its end is, to a sliding window of
+// the same name, the previous window's).
 func Kept(l Limit, s State, now int64) (State, int64) {
 	fa := FreshAt(l, s)
 	if fa <= now {
