@@ -5,12 +5,14 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/aimd"
 	"github.com/sluicerl/sluice/clock"
+	"github.com/sluicerl/sluice/clock/clocktest"
 	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/retry"
 	"github.com/sluicerl/sluice/store"
@@ -44,6 +46,27 @@ func attempts(t *testing.T, reg *prometheus.Registry, key, outcome string) float
 type ioReadCloser = io.ReadCloser
 
 func nopBody(s string) io.ReadCloser { return io.NopCloser(strings.NewReader(s)) }
+
+// getAdvancing makes one call through c to u and closes its body, moving
+// clk on by 50 ms a millisecond of real time until the call returns: a call
+// that waits (for a pause, or its turn) waits on clk.
+func getAdvancing(t *testing.T, clk *clocktest.Clock, c http.RoundTripper, u string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp := get(t, c, u)
+		_ = resp.Body.Close()
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		case <-time.After(time.Millisecond):
+			clk.Advance(50 * time.Millisecond)
+		}
+	}
+}
 
 // fleetOf returns two clients, as two processes sharing st, over a and b:
 // a start far above any limit, no latency rule, no retries.

@@ -480,23 +480,8 @@ func TestPausesHeardOfBoundTheRecoveryToo(t *testing.T) {
 	require.NoError(t, err)
 	cb, err := outbound.New(cfg(b))
 	require.NoError(t, err)
-	// A call during a pause waits for it: move the clock until it is done.
-	call := func(c http.RoundTripper) {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			resp := get(t, c, "http://api.test/")
-			_ = resp.Body.Close()
-		}()
-		for waiting := true; waiting; {
-			select {
-			case <-done:
-				waiting = false
-			case <-time.After(time.Millisecond):
-				clk.Advance(50 * time.Millisecond)
-			}
-		}
-	}
+	// A call during a pause waits for it on the clock.
+	call := func(c http.RoundTripper) { getAdvancing(t, clk, c, "http://api.test/") }
 	call(cb)
 	call(ca)
 	clk.Advance(10 * time.Millisecond)
@@ -564,20 +549,7 @@ func weightFleet(t *testing.T, usedB string) float64 {
 	rate, _ = cb.Rate("api.exchange.test")
 	require.Greater(t, rate, 1000.0, "B has not heard of it yet")
 
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		resp := get(t, cb, "http://api.exchange.test/v3/ticker")
-		_ = resp.Body.Close()
-	}()
-	for waiting := true; waiting; {
-		select {
-		case <-done:
-			waiting = false
-		case <-time.After(time.Millisecond):
-			clk.Advance(50 * time.Millisecond)
-		}
-	}
+	getAdvancing(t, clk, cb, "http://api.exchange.test/v3/ticker")
 	rate, _ = cb.Rate("api.exchange.test")
 	return rate
 }
