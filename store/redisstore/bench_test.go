@@ -104,7 +104,7 @@ return {1, 2, 3, 4, 5, 6, 7}`)
 		b.Fatal(err)
 	}
 	args := []any{"t", 0, 0, alg, x, y, 1}
-	check := func(err error) {
+	check := func(b *testing.B, err error) {
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -112,22 +112,22 @@ return {1, 2, 3, 4, 5, 6, 7}`)
 	b.Run("take", func(b *testing.B) {
 		for b.Loop() {
 			_, err := s.Take(ctx, store.TakeParams{Key: "k", Limit: benchLimit, Cost: 1})
-			check(err)
+			check(b, err)
 		}
 	})
 	b.Run("rate-script", func(b *testing.B) {
 		for b.Loop() {
-			check(rateScript.Run(ctx, c, []string{key}, args...).Err())
+			check(b, rateScript.Run(ctx, c, []string{key}, args...).Err())
 		}
 	})
 	b.Run("redis-calls-only", func(b *testing.B) {
 		for b.Loop() {
-			check(calls.Run(ctx, c, []string{key}, args...).Err())
+			check(b, calls.Run(ctx, c, []string{key}, args...).Err())
 		}
 	})
 	b.Run("bare-script", func(b *testing.B) {
 		for b.Loop() {
-			check(bare.Run(ctx, c, []string{key}).Err())
+			check(b, bare.Run(ctx, c, []string{key}).Err())
 		}
 	})
 	b.Run("get", func(b *testing.B) {

@@ -307,6 +307,8 @@ func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams
 	}
 	var out store.TakeAllAcquireResult
 	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
+		// A batch may run this again after a rollback: start afresh.
+		out = store.TakeAllAcquireResult{}
 		st, err := tx.leases(lp.Name, lp.Key)
 		if err != nil {
 			return err
