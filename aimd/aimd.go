@@ -529,7 +529,15 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// once), so that a queue built up drains quickly.
 				f = min(f, max(0.5, c.factor*s.Target/float64(p95(s))))
 			}
+			from := s.Rate
 			c.cut(s, now, f)
+			if in.RetryAfter > 0 {
+				// Every Retry-After costs a pause: recovery does not
+				// rush back towards a peak a run of them disproved
+				// (after a slow start, the overshoot); the rate cut
+				// from is the best known bound.
+				s.Peak = min(s.Peak, from)
+			}
 			s.Stated = s.HintAt != 0 && now-s.HintAt <= chainWindow
 			s.Queued = queued
 			if reason == ReasonQueue {

@@ -335,6 +335,34 @@ func TestFastRecoveryArrives(t *testing.T) {
 	require.Greater(t, s.Rate, 95.0, "recovered to 90 within seconds, then +2/s")
 }
 
+// TestRetryAfterBoundsTheRecovery: each Retry-After pauses the key, so a
+// run of decreases that came with one does not recover towards the rate the
+// run began at (after a slow start, the overshoot) but towards the rate it
+// last cut from, as TestFastRecoveryArrives's run without one does not.
+func TestRetryAfterBoundsTheRecovery(t *testing.T) {
+	t.Parallel()
+	for _, ra := range []int64{0, ms} {
+		c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true})
+		s := c.Init()
+		at := t0
+		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: ra})
+		at += 20 * ms
+		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: ra})
+		require.InDelta(t, 81.0, s.Rate, 1e-9)
+		for range 200 { // two seconds of successes
+			at += 10 * ms
+			c.Observe(&s, at, ok(10*ms))
+		}
+		if ra == 0 {
+			require.Equal(t, 100.0, s.Peak)
+			require.Greater(t, s.Rate, 88.0, "recovered towards 90 of the run's peak")
+			continue
+		}
+		require.Equal(t, 90.0, s.Peak, "the rate the last Retry-After cut from")
+		require.Less(t, s.Rate, 86.0, "81 is 90 percent of it: only the additive increase (1.8/s) since")
+	}
+}
+
 func TestPlateauHoldsNearTheLastCut(t *testing.T) {
 	t.Parallel()
 	// A throttle at 100 cuts to 80. With a plateau the rate recovers to

@@ -13,7 +13,8 @@
 //     timeouts) or a Retry-After, once per episode: a signal about a request
 //     sent before the last decrease was already answered by it, so a burst of
 //     429s from requests in flight at the same time decreases once, not once
-//     per response;
+//     per response. After a decrease with a Retry-After (each one pauses the
+//     key), recovery aims no higher than the rate it cut from;
 //   - latency: when the p95 of the last RingSize successes is above
 //     Config.LatencyFactor times the latency target, by up to half when the
 //     p95 is far above it. The target is an EWMA of fast successes' latency

@@ -131,7 +131,6 @@ type Client struct {
 	maxKeys    int
 	keyLabels  bool
 	instance   string
-	decrease   float64
 	parser     *signal.Parser
 	metrics    *metrics
 	policy     policy
@@ -178,10 +177,7 @@ func New(cfg Config) (*Client, error) {
 		maxConc: cfg.MaxConcurrent, timeout: cfg.Timeout, burst: cfg.Burst, maxReserve: cfg.MaxReserve,
 		ctl: ctl, shared: cfg.SharedRate, idempotent: cfg.Idempotent, idleTTL: cfg.IdleTTL,
 		maxKeys: cfg.MaxKeys, keyLabels: cfg.KeyLabels, parser: parser, policy: pol,
-		keys: make(map[string]*keyState), instance: cfg.Instance, decrease: cfg.AIMD.Decrease,
-	}
-	if c.decrease == 0 {
-		c.decrease = aimd.DefaultDecrease
+		keys: make(map[string]*keyState), instance: cfg.Instance,
 	}
 	if c.instance == "" {
 		var b [8]byte
@@ -500,12 +496,7 @@ func (c *Client) notePause(ctx context.Context, ks *keyState, d time.Duration) {
 		ks.mu.Unlock()
 		return
 	}
-	dec := c.ctl.Observe(&ks.adapt, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d.Microseconds()})
-	if dec.Change == aimd.Decreased {
-		// As after a throttle of its own (observe): the last rate cut
-		// from bounds the recovery.
-		ks.adapt.Peak = min(ks.adapt.Peak, ks.adapt.Rate/c.decrease)
-	}
+	c.ctl.Observe(&ks.adapt, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d.Microseconds()})
 	if until > ks.syncedUntil {
 		ks.syncedUntil = until
 	}
@@ -705,13 +696,6 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 		}
 	}
 	d := c.ctl.Observe(&ks.adapt, now, s)
-	if d.Change == aimd.Decreased && s.RetryAfter > 0 {
-		// Every throttle with a Retry-After costs a pause: do not recover
-		// quickly towards a peak a run of such cuts already disproved
-		// (after a slow start overshoot, the peak is the overshoot). The
-		// last rate cut from is the best known bound.
-		ks.adapt.Peak = min(ks.adapt.Peak, ks.adapt.Rate/c.decrease)
-	}
 	rate := c.effectiveRate(ks)
 	// A pause (Retry-After, a ban, an exhausted quota) goes to the store
 	// once per episode, so every process sharing the key waits too.

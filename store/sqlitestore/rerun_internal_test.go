@@ -26,22 +26,23 @@ func TestTakeAllAcquireRerunStartsAfresh(t *testing.T) {
 	lim := store.Limit{Name: "r", Rate: 10, Period: time.Second}
 	lp := store.AcquireParams{Name: "l", Key: "k", Holder: "b", Permits: 1, TTL: time.Minute}
 
+	// queued waits until a leader runs (blocked on s.mu) and n calls
+	// wait behind it.
 	queued := func(n int) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 			s.qmu.Lock()
-			l := len(s.queue)
+			l, leading := len(s.queue), s.leading
 			s.qmu.Unlock()
-			if l == n {
+			if leading && l == n {
 				return
 			}
 			time.Sleep(time.Millisecond)
 		}
-		t.Fatalf("the queue never held %d calls", n)
+		t.Fatalf("no leader with %d calls queued behind it", n)
 	}
 	s.mu.Lock()
 	go func() { _, _ = s.Take(ctx, store.TakeParams{Key: "z", Limit: lim, Now: now}) }()
-	time.Sleep(50 * time.Millisecond) // X0 leads, blocked on s.mu
 	queued(0)
 
 	xCalls := 0

@@ -464,7 +464,7 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 // allRow is the state of one (limit name, key) row that a TakeAll's items
 // share.
 type allRow struct {
-	name, key   string
+	key         string
 	stored, cur store.State
 	found       bool
 	last        int // the last item that changed this row: its limit wrote it
@@ -491,7 +491,7 @@ func (tx *txn) decideAll(items []store.Item, maxDelay time.Duration, charge bool
 			if err != nil {
 				return out, nil, err
 			}
-			rw = &allRow{name: it.Limit.Name, key: it.Key, stored: st, cur: st, found: found}
+			rw = &allRow{key: it.Key, stored: st, cur: st, found: found}
 			index[ref{it.Limit.Name, it.Key}] = rw
 			rows = append(rows, rw)
 		}
