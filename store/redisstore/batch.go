@@ -192,7 +192,7 @@ func (s *Store) flush(batch []*call) {
 		}
 		u.calls = append(u.calls, c)
 		u.keys = append(u.keys, c.keys[0])
-		u.args = append(u.args, c.args[1:]...) // now, max delay, alg, x, y, cost
+		u.args = appendBatchTake(u.args, c.args)
 	}
 
 	ctx, cancel := batchContext(live)
@@ -226,9 +226,8 @@ func (s *Store) flush(batch []*call) {
 		if err == nil && len(v) != 1+5*len(u.calls) {
 			err = errUnexpectedReply(len(v))
 		}
-		// Hand each take the reply of a "t" call of its own: now, then
-		// allowed twice (as all and as the item), then the item's four
-		// numbers.
+		// Hand each take the reply of a call of its own, "t" or "g" (see
+		// takeResult).
 		var vals []int64
 		if err == nil {
 			vals = make([]int64, 7*len(u.calls))
@@ -238,12 +237,19 @@ func (s *Store) flush(batch []*call) {
 				c.err = err
 			} else {
 				cv := vals[7*i : 7*i+7 : 7*i+7]
-				cv[0] = c.args[1].(int64)
+				cv[0], _ = takeTimes(c.args)
 				if cv[0] == 0 {
 					cv[0] = v[0]
 				}
-				cv[1] = v[1+5*i]
-				copy(cv[2:], v[1+5*i:1+5*i+5])
+				item := v[1+5*i : 1+5*i+5] // allowed, remaining, retry after, reset after, delay
+				if c.args[0] == "g" {
+					// allowed, remaining, reset after, retry after, delay
+					cv[1], cv[2], cv[3], cv[4], cv[5] = item[0], item[1], item[3], item[2], item[4]
+					cv = cv[:6]
+				} else {
+					cv[1] = item[0]
+					copy(cv[2:], item)
+				}
 				c.val = cv
 			}
 			close(c.done)

@@ -81,7 +81,7 @@ func TestBatchDifferential(t *testing.T) {
 						require.NoError(t, c.err)
 						continue
 					}
-					got, err := takeResult(&ps[i].Limit, c.val, c.err)
+					got, err := takeResult(&ps[i].Limit, c.args, c.val, c.err)
 					require.NoError(t, err)
 					require.Equal(t, want[i], got, "round %d take %d: %+v", round, i, ps[i])
 					stats[got.Allowed]++
@@ -140,7 +140,7 @@ func TestNoScript(t *testing.T) {
 			s.flush(batch)
 			for i, cl := range batch {
 				<-cl.done
-				res, err := takeResult(&l, cl.val, cl.err)
+				res, err := takeResult(&l, cl.args, cl.val, cl.err)
 				require.NoError(t, err, i)
 				require.True(t, res.Allowed, i)
 				require.Equal(t, int64(99-i/8), res.Remaining, i)

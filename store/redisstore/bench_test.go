@@ -97,13 +97,12 @@ func BenchmarkScript(b *testing.B) {
 	calls := redis.NewScript(`local tm = redis.call('TIME')
 local v = redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], '1893456000000000', 'PXAT', 1893456000000)
-return {1, 2, 3, 4, 5, 6, 7}`)
+return {1893456000000000, 1, 2, 3}`)
 	bare := redis.NewScript("return 1")
-	alg, x, y, err := limitArgs(&benchLimit)
+	_, args, _, err := s.takeArgs(&store.TakeParams{Key: "k", Limit: benchLimit, Cost: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
-	args := []any{"t", 0, 0, alg, x, y, 1}
 	check := func(b *testing.B, err error) {
 		if err != nil {
 			b.Fatal(err)

@@ -4,14 +4,20 @@
 -- those first. The Go side validates every request and passes only numbers
 -- below 2^53, where Lua's doubles are exact integers.
 --
--- ARGV[1] op: 't' take (one or more items, all or nothing), 'b' a batch
---             of independent takes, 's' settle, 'y' sync, 'r' reset
+-- ARGV[1] op: 'g' one GCRA take, 't' take (one or more items, all or
+--             nothing), 'b' a batch of independent takes, 's' settle,
+--             'y' sync, 'r' reset
 -- ARGV[2] now in Unix microseconds, or 0 for the server clock (TIME)
 --
 -- A limit is three numbers: alg (0 gcra, 1 fixed window, 2 sliding window),
 -- x (gcra: the emission interval T; windows: the window w, both in us) and
 -- y (gcra: the burst; windows: the limit).
 --
+-- 'g': one key; ARGV[2..4] x, y, cost; ARGV[5] now (absent: 0) and
+--      ARGV[6] max delay (absent: 0). The take of 't' with alg 0, in the
+--      fewest arguments and the shortest reply: {now, allowed, remaining,
+--      reset after, retry after, delay}, without the trailing zeros of an
+--      allowed take (retry after 0) and of an undelayed one (delay 0).
 -- 't': ARGV[3] max delay (us), then per key i: alg, x, y, cost.
 --      Returns {now, all allowed, then per key: allowed, remaining,
 --      retry after, reset after, delay}.
@@ -37,6 +43,95 @@
 -- its state would become fresh (store.FreshAt).
 
 local op = ARGV[1]
+
+-- The hot path, first and with nothing made before it: one GCRA take of
+-- a key holding a bare TAT or nothing. It is gcra1 below, inlined. A key
+-- holding window state (its limit changed algorithm) goes on to the
+-- general code.
+if op == 'g' then
+	local k = KEYS[1]
+	local v = redis.call('GET', k)
+	local t = 0
+	if v then
+		t = tonumber(v) -- nil for window state, "t c p"
+	end
+	if t then
+		local x, y, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+		local now, md = tonumber(ARGV[5] or 0), tonumber(ARGV[6] or 0)
+		local override = now ~= 0
+		if not override then
+			local tm = redis.call('TIME')
+			now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+		end
+		local tau = y * x
+		local tat = t
+		if now > tat then
+			tat = now
+		end
+		local ntat = tat + cost * x
+		local wait = ntat - tau - now -- allowAt - now
+		local r, rem, q, m
+		if wait > md then
+			r, rem = tau - (tat - now), 0
+			if r > 0 then
+				-- fdiv(r, x), inlined here and below
+				rem = math.floor(r / x)
+				m = r - rem * x
+				if m < 0 then
+					rem = rem - 1
+				elseif m >= x then
+					rem = rem + 1
+				end
+			end
+			return { now, 0, rem, tat - now, wait }
+		end
+		r, rem = tau - (ntat - now), 0
+		if r > 0 then
+			rem = math.floor(r / x)
+			m = r - rem * x
+			if m < 0 then
+				rem = rem - 1
+			elseif m >= x then
+				rem = rem + 1
+			end
+		end
+		if cost ~= 0 then
+			-- put(k, ntat, ntat, 0, 0, now, override)
+			if ntat >= 9007199254740992 or ntat <= -9007199254740992 then
+				return { now, -2 }
+			end
+			if ntat <= now then
+				redis.call('DEL', k)
+			else
+				if override then
+					q = ntat - now + 999
+				else
+					q = ntat + 999
+				end
+				local ms = math.floor(q / 1000)
+				m = q - ms * 1000
+				if m < 0 then
+					ms = ms - 1
+				elseif m >= 1000 then
+					ms = ms + 1
+				end
+				if override then
+					if ms < 600000 then
+						ms = 600000 -- MIN_TEST_TTL_MS
+					end
+					redis.call('SET', k, ntat, 'PX', ms)
+				else
+					redis.call('SET', k, ntat, 'PXAT', ms)
+				end
+			end
+		end
+		if wait > 0 then
+			return { now, 1, rem, ntat - now, 0, wait }
+		end
+		return { now, 1, rem, ntat - now }
+	end
+end
+
 if op == 'r' then
 	return redis.call('DEL', KEYS[1])
 end
@@ -310,7 +405,12 @@ local function fresh(alg, w, t, c, p)
 	return fa, fa < EXACT and t > -EXACT and c < EXACT and p < EXACT
 end
 
-local now = tonumber(ARGV[2])
+local now
+if op == 'g' then
+	now = tonumber(ARGV[5] or 0)
+else
+	now = tonumber(ARGV[2])
+end
 local override = now ~= 0
 if op ~= 'b' and not override then
 	local tm = redis.call('TIME')
@@ -318,17 +418,25 @@ if op ~= 'b' and not override then
 	server_now = now
 end
 
-if op == 't' and #KEYS == 1 then
+if op == 'g' or (op == 't' and #KEYS == 1) then
 	-- One take of a window algorithm, or of a GCRA key holding window state.
-	local k, alg, x = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5])
+	local k, alg, x, y, cost, md = KEYS[1], 0, 0, 0, 0, 0
+	if op == 'g' then
+		x, y, cost, md = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6] or 0)
+	else
+		alg, x, y, cost, md = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[3])
+	end
 	local t, c, p = load(k)
-	local ok, rem, retry, reset, delay, nt, nc, np = decide(alg, x, tonumber(ARGV[6]), t, c, p, now, tonumber(ARGV[7]), tonumber(ARGV[3]))
+	local ok, rem, retry, reset, delay, nt, nc, np = decide(alg, x, y, t, c, p, now, cost, md)
 	if nt ~= t or nc ~= c or np ~= p then
 		local fa, fits = fresh(alg, x, nt, nc, np)
 		if not fits then
 			return { now, -2 }
 		end
 		put(k, fa, nt, nc, np, now, override)
+	end
+	if op == 'g' then
+		return { now, ok, rem, reset, retry, delay }
 	end
 	return { now, ok, ok, rem, retry, reset, delay }
 end

@@ -208,7 +208,7 @@ func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, err
 		return store.Result{}, err
 	}
 	v, err := s.run(ctx, keys, args, true, g)
-	return takeResult(&p.Limit, v, err)
+	return takeResult(&p.Limit, args, v, err)
 }
 
 // takeArgs validates a Take and returns its script call's keys and
@@ -233,18 +233,77 @@ func (s *Store) takeArgs(p *store.TakeParams) ([]string, []any, group, error) {
 		return nil, nil, group{}, err
 	}
 	key, tag := rateKey(s.prefix, p.Key, p.Limit.Name)
-	return []string{key}, []any{"t", now, maxDelay(p.MaxDelay), alg, x, y, p.Cost}, s.groupOf(tag), nil
+	md := maxDelay(p.MaxDelay)
+	if alg != 0 {
+		return []string{key}, []any{"t", now, md, alg, x, y, p.Cost}, s.groupOf(tag), nil
+	}
+	// GCRA, the common case: the script's "g", whose trailing zeros
+	// (the server clock, no delay) are left out.
+	args := make([]any, 4, 6)
+	args[0], args[1], args[2], args[3] = "g", x, y, p.Cost
+	switch {
+	case md != 0:
+		args = append(args, now, md)
+	case now != 0:
+		args = append(args, now)
+	}
+	return []string{key}, args, s.groupOf(tag), nil
 }
 
-// takeResult reads the reply of a Take.
-func takeResult(l *store.Limit, v []int64, err error) (store.Result, error) {
-	if err == nil {
-		err = check(v, 7)
+// takeTimes returns the instant (0: the server clock) and the max delay of
+// the Take whose call's arguments are args.
+func takeTimes(args []any) (now, md int64) {
+	if args[0] != "g" {
+		return args[1].(int64), args[2].(int64)
+	}
+	if len(args) > 4 {
+		now = args[4].(int64)
+	}
+	if len(args) > 5 {
+		md = args[5].(int64)
+	}
+	return now, md
+}
+
+// appendBatchTake appends to a "b" call's arguments those of the Take
+// whose own call's arguments are args: now, max delay, alg, x, y, cost.
+func appendBatchTake(b, args []any) []any {
+	now, md := takeTimes(args)
+	if args[0] != "g" {
+		return append(append(b, now, md), args[3:]...)
+	}
+	return append(append(b, now, md, int64(0)), args[1:4]...)
+}
+
+// takeResult reads the reply of a Take whose call's arguments were args.
+// A "t" reply is now, allowed for all, then the item's five numbers; a
+// "g" reply is now, allowed, remaining, reset after, then retry after and
+// delay unless they are zero.
+func takeResult(l *store.Limit, args []any, v []int64, err error) (store.Result, error) {
+	if args[0] != "g" {
+		if err == nil {
+			err = check(v, 7)
+		}
+		if err != nil {
+			return store.Result{}, err
+		}
+		return result(l, v[0], v[2:]), nil
+	}
+	if err == nil && (len(v) < 4 || len(v) > 6) {
+		err = check(v, 4) // a failure, or a reply of the wrong length
 	}
 	if err != nil {
 		return store.Result{}, err
 	}
-	return result(l, v[0], v[2:]), nil
+	var r [5]int64 // allowed, remaining, retry after, reset after, delay
+	r[0], r[1], r[3] = v[1], v[2], v[3]
+	if len(v) > 4 {
+		r[2] = v[4]
+	}
+	if len(v) > 5 {
+		r[4] = v[5]
+	}
+	return result(l, v[0], r[:]), nil
 }
 
 // maxDelay clamps a MaxDelay to what the script compares with: any delay
