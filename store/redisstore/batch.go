@@ -14,8 +14,8 @@ type call struct {
 	ctx  context.Context
 	keys []string
 	args []any
-	// take marks a single-key Take ("t" with one key), which a batch
-	// combines with the other takes of its group into one script call.
+	// take marks a single-key Take ("g", or "t" with one key), which a
+	// batch combines with the other takes of its group into one "b" call.
 	take  bool
 	group group
 	state atomic.Int32 // queued, sent or abandoned

@@ -7,7 +7,8 @@
 -- ARGV[1] op: 'g' one GCRA take, 't' take (one or more items, all or
 --             nothing), 'b' a batch of independent takes, 's' settle,
 --             'y' sync, 'r' reset
--- ARGV[2] now in Unix microseconds, or 0 for the server clock (TIME)
+-- ARGV[2] now in Unix microseconds, or 0 for the server clock (TIME);
+--         'g' has it in ARGV[5]
 --
 -- A limit is three numbers: alg (0 gcra, 1 fixed window, 2 sliding window),
 -- x (gcra: the emission interval T; windows: the window w, both in us) and
@@ -16,8 +17,9 @@
 -- 'g': one key; ARGV[2..4] x, y, cost; ARGV[5] now (absent: 0) and
 --      ARGV[6] max delay (absent: 0). The take of 't' with alg 0, in the
 --      fewest arguments and the shortest reply: {now, allowed, remaining,
---      reset after, retry after, delay}, without the trailing zeros of an
---      allowed take (retry after 0) and of an undelayed one (delay 0).
+--      reset after, retry after, delay}; its fast path leaves out the
+--      trailing zeros of an allowed take (retry after 0) and of an
+--      undelayed one (delay 0). {now, -2} is a state beyond 2^53.
 -- 't': ARGV[3] max delay (us), then per key i: alg, x, y, cost.
 --      Returns {now, all allowed, then per key: allowed, remaining,
 --      retry after, reset after, delay}.

@@ -289,8 +289,10 @@ func takeResult(l *store.Limit, args []any, v []int64, err error) (store.Result,
 		}
 		return result(l, v[0], v[2:]), nil
 	}
-	if err == nil && (len(v) < 4 || len(v) > 6) {
-		err = check(v, 4) // a failure, or a reply of the wrong length
+	if err == nil && (len(v) < 4 || len(v) > 6 || v[1] < 0) {
+		// A failure (a batch hands one as six numbers), or a reply of
+		// the wrong length.
+		err = check(v, 4)
 	}
 	if err != nil {
 		return store.Result{}, err

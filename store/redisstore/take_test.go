@@ -1,0 +1,216 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/memstore"
+)
+
+// TestServerClockDifferential takes on the server's clock (no Now), alone
+// and in batches, and checks every result against memstore deciding the
+// same take at the instant the script read (Result.At). It covers what the
+// differentials with a fixed Now cannot: the script's paths that read
+// TIME, its GCRA fast path ("g") allowed, denied and delayed, and a GCRA
+// take of a key holding window state (a limit whose algorithm changed).
+func TestServerClockDifferential(t *testing.T) {
+	t.Parallel()
+	c := single(t)
+	ctx := context.Background()
+	limits := []store.Limit{
+		{Name: "gcra", Algorithm: store.GCRA, Rate: 20, Period: time.Second, Burst: 3},
+		{Name: "gcra-slow", Algorithm: store.GCRA, Rate: 2, Period: time.Second, Burst: 2},
+		{Name: "fixed", Algorithm: store.FixedWindow, Rate: 4, Period: 300 * time.Millisecond},
+		{Name: "sliding", Algorithm: store.SlidingWindow, Rate: 5, Period: 400 * time.Millisecond},
+		// One name under two algorithms: its keys hold window state that
+		// a GCRA take must read past the fast path, and a TAT that a
+		// window take reads.
+		{Name: "reloaded", Algorithm: store.GCRA, Rate: 10, Period: time.Second, Burst: 2},
+		{Name: "reloaded", Algorithm: store.FixedWindow, Rate: 3, Period: 500 * time.Millisecond},
+	}
+	keys := []string{"a", "b", "c"}
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprint("batched=", batched), func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t, c, Config{})
+			ms := memstore.New(memstore.Config{})
+			rng := rand.New(rand.NewPCG(11, map[bool]uint64{false: 3, true: 4}[batched]))
+			outcomes := map[string]int{}
+			deadline := time.Now().Add(3 * time.Second)
+			for round := 0; round < 150 && time.Now().Before(deadline); round++ {
+				if rng.IntN(4) == 0 {
+					// Let the limits refill a little.
+					time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+				}
+				var ps []store.TakeParams
+				for range 1 + rng.IntN(6) {
+					p := store.TakeParams{Key: keys[rng.IntN(len(keys))], Limit: limits[rng.IntN(len(limits))]}
+					p.Cost = rng.Int64N(p.Limit.Max() + 1)
+					if rng.IntN(3) == 0 {
+						p.MaxDelay = time.Duration(rng.Int64N(int64(time.Second)))
+					}
+					ps = append(ps, p)
+				}
+				got := make([]store.Result, len(ps))
+				if batched {
+					batch := make([]*call, len(ps))
+					for i := range ps {
+						rkeys, args, g, err := s.takeArgs(&ps[i])
+						require.NoError(t, err)
+						batch[i] = &call{ctx: ctx, keys: rkeys, args: args, take: true, group: g, done: make(chan struct{})}
+					}
+					s.flush(batch)
+					for i, cl := range batch {
+						<-cl.done
+						res, err := takeResult(&ps[i].Limit, cl.args, cl.val, cl.err)
+						require.NoError(t, err)
+						got[i] = res
+					}
+				} else {
+					for i := range ps {
+						res, err := s.Take(ctx, ps[i])
+						require.NoError(t, err)
+						got[i] = res
+					}
+				}
+				for i, p := range ps {
+					p.Now = time.UnixMicro(got[i].At)
+					want, err := ms.Take(ctx, p)
+					require.NoError(t, err)
+					require.Equal(t, want, got[i], "round %d take %d: %+v", round, i, ps[i])
+					switch {
+					case !got[i].Allowed:
+						outcomes["denied"]++
+					case got[i].Delay > 0:
+						outcomes["delayed"]++
+					default:
+						outcomes["allowed"]++
+					}
+				}
+			}
+			t.Logf("%v", outcomes)
+			// The mix must reach every outcome, or the test shows less
+			// than it claims.
+			require.Positive(t, outcomes["denied"])
+			require.Positive(t, outcomes["delayed"])
+			require.Positive(t, outcomes["allowed"])
+		})
+	}
+}
+
+// TestGCRATakeOnWindowState checks the fall-through of the GCRA fast path
+// on the server's clock: the take reads the window state, replies in the
+// fast path's shape, and keeps the window's counts beside the new time.
+func TestGCRATakeOnWindowState(t *testing.T) {
+	t.Parallel()
+	c := single(t)
+	s := newStore(t, c, Config{})
+	ms := memstore.New(memstore.Config{})
+	ctx := context.Background()
+	win := store.Limit{Name: "n", Algorithm: store.FixedWindow, Rate: 5, Period: time.Hour}
+	gcra := store.Limit{Name: "n", Algorithm: store.GCRA, Rate: 10, Period: time.Hour, Burst: 10}
+	for _, tc := range []struct {
+		l    store.Limit
+		cost int64
+	}{{win, 2}, {gcra, 1}} {
+		res, err := s.Take(ctx, store.TakeParams{Key: "k", Limit: tc.l, Cost: tc.cost})
+		require.NoError(t, err)
+		want, err := ms.Take(ctx, store.TakeParams{Key: "k", Limit: tc.l, Cost: tc.cost, Now: time.UnixMicro(res.At)})
+		require.NoError(t, err)
+		require.Equal(t, want, res, tc.l.Algorithm.String())
+	}
+	key, _ := rateKey(s.Prefix(), "k", "n")
+	v, err := c.Get(ctx, key).Result()
+	require.NoError(t, err)
+	require.Len(t, strings.Fields(v), 3, "window state kept beside the TAT: %q", v)
+	ttl, err := c.PTTL(ctx, key).Result()
+	require.NoError(t, err)
+	require.Positive(t, ttl)
+}
+
+// TestGCRATakeOutOfRange checks that a take whose TAT would pass 2^53 us
+// fails with ErrOutOfRange and writes nothing, alone and in a batch.
+func TestGCRATakeOutOfRange(t *testing.T) {
+	t.Parallel()
+	c := single(t)
+	s := newStore(t, c, Config{})
+	ctx := context.Background()
+	// The TAT moves by Cost hours a take; two such takes from 2100 pass
+	// 2^53 us (year 2255). The max delay lets the second through to the
+	// write.
+	l := store.Limit{Name: "far", Algorithm: store.GCRA, Rate: 1, Period: time.Hour, Burst: 1_000_000}
+	p := store.TakeParams{Key: "direct", Limit: l, Cost: 1_000_000, MaxDelay: 200 * 365 * 24 * time.Hour,
+		Now: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}
+	key, _ := rateKey(s.Prefix(), "direct", l.Name)
+
+	res, err := s.Take(ctx, p)
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	before, err := c.Get(ctx, key).Result()
+	require.NoError(t, err)
+	_, err = s.Take(ctx, p)
+	require.ErrorIs(t, err, ErrOutOfRange)
+	after, err := c.Get(ctx, key).Result()
+	require.NoError(t, err)
+	require.Equal(t, before, after, "a failed take wrote")
+
+	p.Key = "batched"
+	batch := make([]*call, 2)
+	for i := range batch {
+		rkeys, args, g, err := s.takeArgs(&p)
+		require.NoError(t, err)
+		batch[i] = &call{ctx: ctx, keys: rkeys, args: args, take: true, group: g, done: make(chan struct{})}
+	}
+	s.flush(batch)
+	<-batch[0].done
+	<-batch[1].done
+	res, err = takeResult(&l, batch[0].args, batch[0].val, batch[0].err)
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	_, err = takeResult(&l, batch[1].args, batch[1].val, batch[1].err)
+	require.ErrorIs(t, err, ErrOutOfRange)
+}
+
+// TestTakeResult checks the reading of the script's replies to a take,
+// whatever their shape.
+func TestTakeResult(t *testing.T) {
+	l := store.Limit{Name: "l", Algorithm: store.GCRA, Rate: 10, Period: time.Second}
+	g := []any{"g", int64(100000), int64(10), int64(1)}
+	tt := []any{"t", int64(0), int64(0), int64(0), int64(100000), int64(10), int64(1)}
+	for _, tc := range []struct {
+		name string
+		args []any
+		v    []int64
+		want store.Result
+		err  error
+	}{
+		{"g allowed", g, []int64{7, 1, 8, 200}, store.Result{Allowed: true, Limit: 10, Remaining: 8, ResetAfter: 200 * time.Microsecond, At: 7}, nil},
+		{"g denied", g, []int64{7, 0, 0, 900, 30}, store.Result{Limit: 10, ResetAfter: 900 * time.Microsecond, RetryAfter: 30 * time.Microsecond, At: 7}, nil},
+		{"g delayed", g, []int64{7, 1, 0, 1100, 0, 100}, store.Result{Allowed: true, Limit: 10, ResetAfter: 1100 * time.Microsecond, Delay: 100 * time.Microsecond, At: 7}, nil},
+		{"g out of range", g, []int64{7, -2}, store.Result{}, ErrOutOfRange},
+		{"g out of range, batched", g, []int64{7, -2, 0, 0, 0, 0}, store.Result{}, ErrOutOfRange},
+		{"g too short", g, []int64{7, 1, 8}, store.Result{}, errUnexpectedReply(3)},
+		{"g too long", g, []int64{7, 1, 1, 8, 0, 200, 0}, store.Result{}, errUnexpectedReply(7)},
+		{"t allowed", tt, []int64{7, 1, 1, 8, 0, 200, 0}, store.Result{Allowed: true, Limit: 10, Remaining: 8, ResetAfter: 200 * time.Microsecond, At: 7}, nil},
+		{"t out of range", tt, []int64{7, -2}, store.Result{}, ErrOutOfRange},
+		{"t short", tt, []int64{7, 1, 8, 200}, store.Result{}, errUnexpectedReply(4)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := takeResult(&l, tc.args, tc.v, nil)
+			if tc.err != nil {
+				require.Error(t, err)
+				require.Equal(t, tc.err.Error(), err.Error())
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
