@@ -72,22 +72,12 @@ if op == 'g' then
 		end
 		local ntat = tat + cost * x
 		local wait = ntat - tau - now -- allowAt - now
-		local r, rem, q, m
-		if wait > md then
-			r, rem = tau - (tat - now), 0
-			if r > 0 then
-				-- fdiv(r, x), inlined here and below
-				rem = math.floor(r / x)
-				m = r - rem * x
-				if m < 0 then
-					rem = rem - 1
-				elseif m >= x then
-					rem = rem + 1
-				end
-			end
-			return { now, 0, rem, tat - now, wait }
+		-- Remaining, after the take if allowed: fdiv(r, x), inlined.
+		local denied = wait > md
+		local r, rem, q, m = tau - (ntat - now), 0, 0, 0
+		if denied then
+			r = tau - (tat - now)
 		end
-		r, rem = tau - (ntat - now), 0
 		if r > 0 then
 			rem = math.floor(r / x)
 			m = r - rem * x
@@ -96,6 +86,9 @@ if op == 'g' then
 			elseif m >= x then
 				rem = rem + 1
 			end
+		end
+		if denied then
+			return { now, 0, rem, tat - now, wait }
 		end
 		if cost ~= 0 then
 			-- put(k, ntat, ntat, 0, 0, now, override)
