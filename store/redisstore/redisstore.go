@@ -291,8 +291,10 @@ func takeResult(l *store.Limit, args []any, v []int64, err error) (store.Result,
 	}
 	if err == nil && (len(v) < 4 || len(v) > 6 || v[1] < 0) {
 		// A failure (a batch hands one as six numbers), or a reply of
-		// the wrong length.
-		err = check(v, 4)
+		// the wrong length or with an allowed the script never sends.
+		if err = check(v, 0); err == nil {
+			err = errUnexpectedReply(len(v))
+		}
 	}
 	if err != nil {
 		return store.Result{}, err

@@ -197,6 +197,8 @@ func TestTakeResult(t *testing.T) {
 		{"g out of range", g, []int64{7, -2}, store.Result{}, ErrOutOfRange},
 		{"g out of range, batched", g, []int64{7, -2, 0, 0, 0, 0}, store.Result{}, ErrOutOfRange},
 		{"g too short", g, []int64{7, 1, 8}, store.Result{}, errUnexpectedReply(3)},
+		{"g empty", g, []int64{}, store.Result{}, errUnexpectedReply(0)},
+		{"g unknown failure", g, []int64{7, -3, 0, 0}, store.Result{}, errUnexpectedReply(4)},
 		{"g too long", g, []int64{7, 1, 1, 8, 0, 200, 0}, store.Result{}, errUnexpectedReply(7)},
 		{"t allowed", tt, []int64{7, 1, 1, 8, 0, 200, 0}, store.Result{Allowed: true, Limit: 10, Remaining: 8, ResetAfter: 200 * time.Microsecond, At: 7}, nil},
 		{"t out of range", tt, []int64{7, -2}, store.Result{}, ErrOutOfRange},
