@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"testing"
@@ -83,57 +82,60 @@ func BenchmarkTake(b *testing.B) {
 	}
 }
 
-// BenchmarkScript breaks a serial decision down, one round trip each: the
-// whole Take, the rate script called directly with a Take's arguments, a
-// script doing only the Redis calls a take makes (TIME, GET, SET with an
-// expiry) and returning a reply of the same shape, a bare `return 1`
-// script, and a plain GET. The differences are the Go side's work, the
-// script's arithmetic, and what its Redis calls cost.
+// BenchmarkScript breaks a serial decision down, one round trip each, in
+// one loop that makes every call in turn, starting each turn one call
+// further on, so that a noisy host weighs on all alike. It reports each call's mean latency:
+//
+//   - bare-us: a `return 1` script with the take's key (the floor);
+//   - shape-us: the same with a take's arguments and a reply of its shape;
+//   - calls-us: a script making only the Redis calls a take makes (TIME,
+//     GET, SET with an expiry), with the same arguments and reply;
+//   - script-us: the rate script called directly with a take's arguments;
+//   - take-us: the whole Take.
+//
+// The differences are the Redis calls, the script's arithmetic, and the Go
+// side's work.
 func BenchmarkScript(b *testing.B) {
 	c := single(b)
 	ctx := context.Background()
 	s := newStore(b, c, Config{})
-	key, _ := rateKey(s.Prefix(), "k", benchLimit.Name)
+	p := store.TakeParams{Key: "k", Limit: benchLimit, Cost: 1}
+	keys, args, _, err := s.takeArgs(&p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bare := redis.NewScript("return 1")
+	shape := redis.NewScript("return {1893456000000000, 1, 2, 3}")
 	calls := redis.NewScript(`local tm = redis.call('TIME')
 local v = redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], '1893456000000000', 'PXAT', 1893456000000)
 return {1893456000000000, 1, 2, 3}`)
-	bare := redis.NewScript("return 1")
-	_, args, _, err := s.takeArgs(&store.TakeParams{Key: "k", Limit: benchLimit, Cost: 1})
-	if err != nil {
-		b.Fatal(err)
+	variants := []struct {
+		name string
+		call func() error
+	}{
+		{"bare-us", func() error { return bare.Run(ctx, c, keys).Err() }},
+		{"shape-us", func() error { return shape.Run(ctx, c, keys, args...).Err() }},
+		{"calls-us", func() error { return calls.Run(ctx, c, keys, args...).Err() }},
+		{"script-us", func() error { return rateScript.Run(ctx, c, keys, args...).Err() }},
+		{"take-us", func() error { _, err := s.Take(ctx, p); return err }},
 	}
-	check := func(b *testing.B, err error) {
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.Run("take", func(b *testing.B) {
-		for b.Loop() {
-			_, err := s.Take(ctx, store.TakeParams{Key: "k", Limit: benchLimit, Cost: 1})
-			check(b, err)
-		}
-	})
-	b.Run("rate-script", func(b *testing.B) {
-		for b.Loop() {
-			check(b, rateScript.Run(ctx, c, []string{key}, args...).Err())
-		}
-	})
-	b.Run("redis-calls-only", func(b *testing.B) {
-		for b.Loop() {
-			check(b, calls.Run(ctx, c, []string{key}, args...).Err())
-		}
-	})
-	b.Run("bare-script", func(b *testing.B) {
-		for b.Loop() {
-			check(b, bare.Run(ctx, c, []string{key}).Err())
-		}
-	})
-	b.Run("get", func(b *testing.B) {
-		for b.Loop() {
-			if err := c.Get(ctx, key).Err(); err != nil && !errors.Is(err, redis.Nil) {
+	spent := make([]time.Duration, len(variants))
+	n := 0
+	for b.Loop() {
+		// Each call's place in the turn moves, for the place weighs too
+		// (the first call after the loop's own work is slower).
+		for j := range variants {
+			i := (j + n) % len(variants)
+			start := time.Now()
+			if err := variants[i].call(); err != nil {
 				b.Fatal(err)
 			}
+			spent[i] += time.Since(start)
 		}
-	})
+		n++
+	}
+	for i, v := range variants {
+		b.ReportMetric(float64(spent[i].Microseconds())/float64(n), v.name)
+	}
 }

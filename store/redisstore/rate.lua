@@ -47,9 +47,10 @@
 local op = ARGV[1]
 
 -- The hot path, first and with nothing made before it: one GCRA take of
--- a key holding a bare TAT or nothing. It is gcra1 below, inlined. A key
--- holding window state (its limit changed algorithm) goes on to the
--- general code.
+-- a key holding a bare TAT or nothing. It is gcra1 below, inlined: calling
+-- gcra1 instead (after making the helpers) cost 0.8 us more a call, 12 %,
+-- under pipelined load. A key holding window state (its limit changed
+-- algorithm) goes on to the general code.
 if op == 'g' then
 	local k = KEYS[1]
 	local v = redis.call('GET', k)
