@@ -74,7 +74,7 @@ func (s *Server) readJSON(r *http.Request, v any, want string) *problem {
 // tooLarge is the 413 problem, naming the cap.
 func (s *Server) tooLarge() *problem {
 	return &problem{Type: typeBlank, Status: http.StatusRequestEntityTooLarge,
-		Detail: fmt.Sprintf("request body is larger than %s, the most this server reads (serve --max-body)", formatBytes(s.maxBody))}
+		Detail: fmt.Sprintf("request body is larger than %s, the most this server reads", formatBytes(s.maxBody))}
 }
 
 // formatBytes writes a byte count, with its binary unit when it has one:

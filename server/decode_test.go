@@ -208,3 +208,19 @@ func TestDefaultBodyCapFitsMaxBatch(t *testing.T) {
 	p := requireProblem(t, rec, http.StatusRequestEntityTooLarge, "about:blank")
 	require.Contains(t, p.Detail, "1048576 bytes (1 MiB)")
 }
+
+// TestHolderDetail: a bad holder's detail names the field once.
+func TestHolderDetail(t *testing.T) {
+	t.Parallel()
+	b := leaseSetup(t)
+	for body, want := range map[string]string{
+		`{"policy":"bulk","key":"k","holder":"` + strings.Repeat("h", 100000) + `"}`: "holder of 100000 bytes is longer than 256",
+		`{"policy":"bulk","key":"k","holder":"a\u0000b"}`:                           `holder "a\x00b" is not valid UTF-8 without NUL`,
+	} {
+		rec, _ := b.leaseDo(t, http.MethodPost, "/v1/leases", body)
+		p := requireProblem(t, rec, http.StatusUnprocessableEntity, server.TypeInvalidRequest)
+		require.Equal(t, want, p.Detail)
+		require.Equal(t, want, p.Errors[0].Detail)
+		require.Equal(t, "#/holder", p.Errors[0].Pointer)
+	}
+}

@@ -211,7 +211,9 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 		_, _ = rand.Read(b[:])
 		body.Holder = hex.EncodeToString(b[:])
 	} else if err := store.CheckHolder(body.Holder); err != nil {
-		errs.add(TypeInvalidRequest, []string{"holder"}, "%s", strings.TrimPrefix(err.Error(), store.ErrInvalidLease.Error()+": "))
+		// The store's words start with "holder" too: say it once.
+		detail := strings.TrimPrefix(strings.TrimPrefix(err.Error(), store.ErrInvalidLease.Error()+": "), "holder ")
+		errs.add(TypeInvalidRequest, []string{"holder"}, "%s", detail)
 	}
 	if len(body.Items) > s.maxItems {
 		errs.add(TypeInvalidRequest, []string{"items"}, "holds %d items; at most %d are allowed", len(body.Items), s.maxItems)
