@@ -215,7 +215,7 @@ func TestHolderDetail(t *testing.T) {
 	b := leaseSetup(t)
 	for body, want := range map[string]string{
 		`{"policy":"bulk","key":"k","holder":"` + strings.Repeat("h", 100000) + `"}`: "holder of 100000 bytes is longer than 256",
-		`{"policy":"bulk","key":"k","holder":"a\u0000b"}`:                           `holder "a\x00b" is not valid UTF-8 without NUL`,
+		`{"policy":"bulk","key":"k","holder":"a\u0000b"}`:                            `holder "a\x00b" is not valid UTF-8 without NUL`,
 	} {
 		rec, _ := b.leaseDo(t, http.MethodPost, "/v1/leases", body)
 		p := requireProblem(t, rec, http.StatusUnprocessableEntity, server.TypeInvalidRequest)
