@@ -418,9 +418,10 @@ func (s *Server) flushSlotConfigs(w http.ResponseWriter, r *http.Request) {
 func (s *Server) slotError(w http.ResponseWriter, err error, config string) {
 	switch {
 	case errors.Is(err, store.ErrConfigNotFound):
+		var errs fieldErrs
+		errs.add(TypeUnknownConfig, []string{"configName"}, "names no active slot config %q; create it with POST %s", truncate(config, 64), routeSlotConfig)
 		writeProblem(w, &problem{Type: TypeUnknownConfig, Title: "Unknown slot config", Status: http.StatusUnprocessableEntity,
-			Detail: fmt.Sprintf("configName names no active slot config %q; create it with POST %s", truncate(config, 64), routeSlotConfig),
-			Errors: []fieldError{{Pointer: pointer("configName"), Detail: "no active slot config of that name"}}})
+			Detail: joinDetails(errs), Errors: errs})
 	case errors.Is(err, store.ErrSlotNotFound):
 		writeProblem(w, &problem{Type: TypeSlotNotFound, Title: "Slot not found", Status: http.StatusNotFound,
 			Detail: "no slot has been assigned to that event id"})
