@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Every JSON body the API reads goes through readJSON and decodeJSON, so
@@ -96,104 +97,219 @@ func formatBytes(n int64) string {
 // is the pointer of data within the request body (nil: the body itself);
 // want lists the fields of v, for the unknown-field message.
 func decodeJSON(data []byte, v any, at []string, want string) *problem {
-	if p := checkTokens(data, reflect.TypeOf(v), at, want); p != nil {
+	if len(bytes.Trim(data, " \t\r\n")) == 0 {
+		return malformed(nilIfEmpty(at), "%s is empty; want a JSON object", name(at))
+	}
+	if !json.Valid(data) {
+		// The decoder says where: a syntax error in the first value, or
+		// something after it.
+		var first json.RawMessage
+		if err := json.NewDecoder(bytes.NewReader(data)).Decode(&first); err != nil {
+			return decodeProblem(err, at)
+		}
+		return malformed(nilIfEmpty(at), "%s has data after the JSON object; send exactly one object", name(at))
+	}
+	w := walker{data: data, root: at, want: want}
+	w.path = w.buf[:0]
+	if p := w.value(reflect.TypeOf(v)); p != nil {
 		return p
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields() // checkTokens has refused them; a second guard
-	if err := dec.Decode(v); err != nil {
+	// The walker has refused unknown fields; what is left is type errors.
+	if err := json.Unmarshal(data, v); err != nil {
 		return decodeProblem(err, at)
 	}
 	return nil
 }
 
-// checkTokens walks data token by token beside t, the Go type it decodes
-// into, and refuses what encoding/json lets through: a field name that is
-// not one of the struct's exact names, a name given twice in one object,
-// and anything after the value. Type mismatches are left to the decoder.
-func checkTokens(data []byte, t reflect.Type, at []string, want string) *problem {
-	if len(bytes.Trim(data, " \t\r\n")) == 0 {
-		return malformed(nilIfEmpty(at), "%s is empty; want a JSON object", name(at))
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if p := checkValue(dec, t, at, at, want); p != nil {
-		return p
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return malformed(nilIfEmpty(at), "%s has data after the JSON object; send exactly one object", name(at))
-	}
-	return nil
+// walker walks valid JSON beside the Go type it decodes into, and refuses
+// what encoding/json lets through: a field name that is not one of the
+// struct's exact names, and a name given twice in one object. It
+// allocates nothing on the way unless it finds one of those. Type
+// mismatches are left to the decoder.
+type walker struct {
+	data []byte
+	i    int
+	root []string // the pointer of data in the request body
+	want string
+	path []segment // below root
+	buf  [8]segment
 }
 
-// checkValue reads one value, at path at, from dec; t is the type it
-// decodes into (nil when unknown: a json.RawMessage, an interface, a type
-// mismatch). Syntax errors point at root, the value being decoded: the
-// body or one item of it.
-func checkValue(dec *json.Decoder, t reflect.Type, root, at []string, want string) *problem {
-	tok, err := dec.Token()
-	if err != nil {
-		return decodeProblem(err, root)
-	}
+// segment is one step of a path: an object key (raw, as in data) or an
+// array index.
+type segment struct {
+	key     []byte
+	escaped bool // key holds escapes (\n, \u0061...)
+	index   int  // -1 for a key
+}
+
+// value walks one value; t is the Go type it decodes into (nil when
+// unknown: a json.RawMessage, an interface, a type mismatch).
+func (w *walker) value(t reflect.Type) *problem {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	if t == rawMessage {
 		t = nil
 	}
-	switch tok {
-	case json.Delim('{'):
-		var fields map[string]reflect.Type
-		if t != nil && t.Kind() == reflect.Struct {
-			fields = jsonFields(t)
-		}
-		seen := map[string]bool{}
-		for dec.More() {
-			kt, err := dec.Token()
-			if err != nil {
-				return decodeProblem(err, root)
-			}
-			key, _ := kt.(string)
-			path := append(append([]string(nil), at...), key)
-			if seen[key] {
-				return malformed(path, "%s is given twice; give each field once", name(path))
-			}
-			seen[key] = true
-			var ft reflect.Type
-			if fields != nil {
-				var ok bool
-				if ft, ok = fields[key]; !ok {
-					return unknownField(path, key, fields, want)
-				}
-			}
-			if p := checkValue(dec, ft, root, path, want); p != nil {
-				return p
-			}
-		}
-	case json.Delim('['):
+	w.space()
+	switch w.data[w.i] {
+	case '{':
+		return w.object(t)
+	case '[':
 		var et reflect.Type
 		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
 			et = t.Elem()
 		}
-		for i := 0; dec.More(); i++ {
-			if p := checkValue(dec, et, root, append(append([]string(nil), at...), strconv.Itoa(i)), want); p != nil {
+		w.i++
+		for n := 0; ; n++ {
+			w.space()
+			if w.data[w.i] == ']' {
+				w.i++
+				return nil
+			}
+			w.path = append(w.path, segment{index: n})
+			if p := w.value(et); p != nil {
 				return p
 			}
+			w.path = w.path[:len(w.path)-1]
+			w.space()
+			if w.data[w.i] == ',' {
+				w.i++
+			}
 		}
-	default:
-		return nil // a scalar
-	}
-	if _, err := dec.Token(); err != nil { // the closing delimiter
-		return decodeProblem(err, root)
+	case '"':
+		w.str()
+	default: // a number, true, false or null
+		for w.i < len(w.data) && !isDelim(w.data[w.i]) {
+			w.i++
+		}
 	}
 	return nil
 }
 
+func (w *walker) object(t reflect.Type) *problem {
+	var fields map[string]reflect.Type
+	if t != nil && t.Kind() == reflect.Struct {
+		fields = fieldsOf(t)
+	}
+	var (
+		small [8][]byte // the keys seen, unescaped
+		seen  = small[:0]
+		many  map[string]bool // past 8 keys
+	)
+	w.i++
+	for {
+		w.space()
+		if w.data[w.i] == '}' {
+			w.i++
+			return nil
+		}
+		raw, escaped := w.str()
+		key := raw
+		if escaped {
+			key = []byte(unquote(raw))
+		}
+		w.path = append(w.path, segment{key: raw, escaped: escaped, index: -1})
+		dup := false
+		if many != nil {
+			dup = many[string(key)]
+			many[string(key)] = true
+		} else {
+			for _, k := range seen {
+				dup = dup || bytes.Equal(k, key)
+			}
+			if seen = append(seen, key); len(seen) == len(small) {
+				many = make(map[string]bool, 2*len(small))
+				for _, k := range seen {
+					many[string(k)] = true
+				}
+			}
+		}
+		if dup {
+			path := w.where()
+			return malformed(path, "%s is given twice; give each field once", name(path))
+		}
+		var ft reflect.Type
+		if fields != nil {
+			var ok bool
+			if ft, ok = fields[string(key)]; !ok {
+				return unknownField(w.where(), string(key), fields, w.want)
+			}
+		}
+		w.space()
+		w.i++ // ':'
+		if p := w.value(ft); p != nil {
+			return p
+		}
+		w.path = w.path[:len(w.path)-1]
+		w.space()
+		if w.data[w.i] == ',' {
+			w.i++
+		}
+	}
+}
+
+// str reads a string at w.i and returns its raw contents and whether they
+// hold escapes.
+func (w *walker) str() ([]byte, bool) {
+	w.i++ // '"'
+	start, escaped := w.i, false
+	for w.data[w.i] != '"' {
+		if w.data[w.i] == '\\' {
+			escaped = true
+			w.i++
+		}
+		w.i++
+	}
+	w.i++
+	return w.data[start : w.i-1], escaped
+}
+
+func (w *walker) space() {
+	for w.i < len(w.data) && isSpace(w.data[w.i]) {
+		w.i++
+	}
+}
+
+// where is the path of the value being walked, for a problem.
+func (w *walker) where() []string {
+	out := append([]string(nil), w.root...)
+	for _, s := range w.path {
+		switch {
+		case s.index >= 0:
+			out = append(out, strconv.Itoa(s.index))
+		case s.escaped:
+			out = append(out, unquote(s.key))
+		default:
+			out = append(out, string(s.key))
+		}
+	}
+	return out
+}
+
+// unquote decodes the raw contents of a valid JSON string.
+func unquote(raw []byte) string {
+	var s string
+	_ = json.Unmarshal(append(append([]byte{'"'}, raw...), '"'), &s)
+	return s
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func isDelim(c byte) bool { return c == ',' || c == ']' || c == '}' || isSpace(c) }
+
 var rawMessage = reflect.TypeFor[json.RawMessage]()
 
-// jsonFields maps the JSON names of a struct's exported fields to their
-// types (no embedded structs: the API's bodies have none).
-func jsonFields(t reflect.Type) map[string]reflect.Type {
+// fieldCache holds fieldsOf's answers: reflect.Type -> map[string]reflect.Type.
+var fieldCache sync.Map
+
+// fieldsOf maps the JSON names of a struct's exported fields to their types
+// (no embedded structs: the API's bodies have none).
+func fieldsOf(t reflect.Type) map[string]reflect.Type {
+	if m, ok := fieldCache.Load(t); ok {
+		return m.(map[string]reflect.Type)
+	}
 	out := make(map[string]reflect.Type, t.NumField())
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -209,6 +325,7 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 		}
 		out[n] = f.Type
 	}
+	fieldCache.Store(t, out)
 	return out
 }
 
