@@ -340,11 +340,14 @@ func unknownField(path []string, key string, fields map[string]reflect.Type, wan
 	return malformed(path, "unknown field %q (want %s)", truncate(key, 64), want)
 }
 
-// name is how a detail names the value at path: "items.1.cost", or
-// "request body".
+// name is how a detail names the value at path: "items.1.cost", "request
+// body", or for a query parameter (#/query/key) "query parameter key".
 func name(path []string) string {
-	if len(path) == 0 {
+	switch {
+	case len(path) == 0:
 		return "request body"
+	case len(path) == 2 && path[0] == "query":
+		return "query parameter " + path[1]
 	}
 	return strings.Join(path, ".")
 }

@@ -224,3 +224,19 @@ func TestHolderDetail(t *testing.T) {
 		require.Equal(t, "#/holder", p.Errors[0].Pointer)
 	}
 }
+
+// TestQueryParameterDetail: errors in query parameters name them as such,
+// in the same idiom as body fields.
+func TestQueryParameterDetail(t *testing.T) {
+	t.Parallel()
+	b := leaseSetup(t)
+	rec, _ := b.leaseDo(t, http.MethodGet, "/v1/leases", "")
+	p := requireProblem(t, rec, http.StatusUnprocessableEntity, server.TypeInvalidRequest)
+	require.Equal(t, "query parameter key is required; query parameter policy is required: the server holds 2 concurrency policies", p.Detail)
+	require.Equal(t, "#/query/key", p.Errors[0].Pointer)
+	require.Equal(t, "#/query/policy", p.Errors[1].Pointer)
+
+	rec, _ = b.leaseDo(t, http.MethodGet, "/v1/leases?key=k&policy=api", "")
+	p = requireProblem(t, rec, http.StatusUnprocessableEntity, server.TypeInvalidRequest)
+	require.Equal(t, `query parameter policy names gcra policy "api", not concurrency: leases need a concurrency policy`, p.Detail)
+}
