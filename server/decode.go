@@ -26,8 +26,8 @@ import (
 //   - an object may not name a field twice (encoding/json keeps the last);
 //   - the body is one JSON value with nothing after it.
 //
-// Each failure is a 400 malformed-request problem whose errors[] points at
-// the offending field.
+// Each failure but the 415 is a 400 malformed-request problem whose
+// errors[] points at the offending field.
 
 // contentTypeProblem is the 415 for a request body that is not JSON, or nil.
 func contentTypeProblem(r *http.Request) *problem {
@@ -39,9 +39,9 @@ func contentTypeProblem(r *http.Request) *problem {
 	case err != nil || mt != contentJSON:
 		why = fmt.Sprintf(", not %q", truncate(ct, 64))
 	default:
-		for name, v := range params {
-			if name != "charset" {
-				why = fmt.Sprintf(", without parameters but charset=utf-8; %q has %s", truncate(ct, 64), truncate(name, 32))
+		for param, v := range params {
+			if param != "charset" {
+				why = fmt.Sprintf(", without parameters but charset=utf-8; %q has %s", truncate(ct, 64), truncate(param, 32))
 			} else if !strings.EqualFold(v, "utf-8") {
 				why = fmt.Sprintf(" in UTF-8; %q names charset %s", truncate(ct, 64), truncate(v, 32))
 			}
