@@ -1,11 +1,9 @@
 package server_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,17 +16,13 @@ import (
 	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
-	"github.com/sluicerl/sluice/store/sqlitestore"
 )
 
 // fullSetup is a server with rate, lease and slot policies: every
-// endpoint, and a slot config named "default".
+// endpoint, and a slot config named "default". Slots are in memory.
 func fullSetup(t *testing.T, cfg server.Config) *bundle {
 	t.Helper()
-	st, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "slots.db"), sqlitestore.Config{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, st.Close()) })
-	sch, err := slot.New(slot.Config{Store: st})
+	sch, err := slot.New(slot.Config{})
 	require.NoError(t, err)
 	b := setup(t, server.Config{})
 	lim, err := limiter.New(limiter.Config{
