@@ -80,18 +80,23 @@
 //
 // # Errors
 //
+// Every endpoint reads its JSON body the same strict way: field names
+// match exactly (case included), unknown fields and fields named twice are
+// refused, and nothing may follow the object.
+//
 // Errors are RFC 9457 application/problem+json bodies with type, title,
 // status and detail; field errors add "errors":[{"pointer":"#/items/2/cost",
 // "detail":"..."}] naming each wrong field as a JSON Pointer.
 //
-//	400 TypeMalformedRequest  not JSON, trailing data, an unknown field, a wrong JSON type
-//	413 about:blank           body over Config.MaxBodyBytes (1 MiB)
-//	415 about:blank           Content-Type is not application/json (or application/*+json)
+//	400 TypeMalformedRequest  not JSON, trailing data, an unknown field, a wrong JSON type,
+//	                          a field named twice in one object
+//	413 about:blank           body over Config.MaxBodyBytes (4 MiB); the detail names the cap
+//	415 about:blank           Content-Type is not application/json (charset, if any, utf-8)
 //	422 TypeInvalidRequest    empty policy or key, negative, fractional or > 2^53 cost,
 //	                          empty or too many items, both single fields and items
 //	422 TypeUnknownPolicy     a policy the server does not hold
 //	422 TypeCostExceedsLimit  a cost above the policy's burst or window limit
-//	404 about:blank           no such endpoint
+//	404 about:blank           no such endpoint (the detail lists every endpoint)
 //	405 about:blank           wrong method (with an Allow header)
 //	500 about:blank           a bug (a recovered panic, logged)
 //	503 TypeStoreUnavailable  the rate store could not decide (with Retry-After: 1)

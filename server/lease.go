@@ -95,15 +95,14 @@ const (
 	routeLeaseRenew = "/v1/leases/{id}/renew"
 )
 
-// leaseRoutes adds the lease endpoints to mux.
-func (s *Server) leaseRoutes(mux *http.ServeMux) {
-	mux.Handle("POST "+routeLeases, s.wrap(routeLeases, s.acquireLease))
-	mux.Handle("GET "+routeLeases, s.wrap(routeLeases, s.listLeases))
-	mux.Handle(routeLeases, s.wrap(routeLeases, methodNotAllowed("GET, HEAD, POST")))
-	mux.Handle("POST "+routeLeaseRenew, s.wrap(routeLeaseRenew, s.renewLease))
-	mux.Handle(routeLeaseRenew, s.wrap(routeLeaseRenew, methodNotAllowed("POST")))
-	mux.Handle("DELETE "+routeLease, s.wrap(routeLease, s.releaseLease))
-	mux.Handle(routeLease, s.wrap(routeLease, methodNotAllowed("DELETE")))
+// leaseRoutes are the lease endpoints.
+func (s *Server) leaseRoutes() []route {
+	return []route{
+		{http.MethodPost, routeLeases, s.acquireLease},
+		{http.MethodGet, routeLeases, s.listLeases},
+		{http.MethodPost, routeLeaseRenew, s.renewLease},
+		{http.MethodDelete, routeLease, s.releaseLease},
+	}
 }
 
 // leaseBody is the body of POST /v1/leases: a concurrency policy and key,
@@ -198,43 +197,38 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	var body leaseBody
 	// The TTL and permits come from the policy, not the request.
-	if p := s.decodeStrict(r, &body, "policy, key, and optionally holder and items; the policy sets permits and ttl"); p != nil {
+	if p := s.readJSON(r, &body, "policy, key, and optionally holder and items; the policy sets permits and ttl"); p != nil {
 		writeProblem(w, p)
 		return
 	}
-	var errs []fieldError
-	add := func(ptr, kind, detail string) {
-		errs = append(errs, fieldError{Pointer: pointer(ptr), kind: kind, Detail: ptr + " " + detail})
-	}
-	errs = append(errs, s.checkLeasePolicy(body.Policy)...)
+	var errs fieldErrs
+	s.checkLeasePolicy(&errs, body.Policy, "policy")
 	if body.Key == "" {
-		add("key", TypeInvalidRequest, "is required")
+		errs.add(TypeInvalidRequest, []string{"key"}, "is required")
 	}
 	if body.Holder == "" {
 		var b [12]byte
 		_, _ = rand.Read(b[:])
 		body.Holder = hex.EncodeToString(b[:])
 	} else if err := store.CheckHolder(body.Holder); err != nil {
-		add("holder", TypeInvalidRequest, strings.TrimPrefix(err.Error(), store.ErrInvalidLease.Error()+": "))
+		// The store's words start with "holder" too: say it once.
+		detail := strings.TrimPrefix(strings.TrimPrefix(err.Error(), store.ErrInvalidLease.Error()+": "), "holder ")
+		errs.add(TypeInvalidRequest, []string{"holder"}, "%s", detail)
 	}
 	if len(body.Items) > s.maxItems {
-		add("items", TypeInvalidRequest, fmt.Sprintf("holds %d items; at most %d are allowed", len(body.Items), s.maxItems))
+		errs.add(TypeInvalidRequest, []string{"items"}, "holds %d items; at most %d are allowed", len(body.Items), s.maxItems)
 		body.Items = nil
 	}
 	reqs := make([]limiter.Request, 0, len(body.Items))
 	for i, raw := range body.Items {
 		var ti takeItem
-		d := json.NewDecoder(bytes.NewReader(raw))
-		d.DisallowUnknownFields()
-		if err := d.Decode(&ti); err != nil {
-			p := s.decodeProblem(err, []string{"items", strconv.Itoa(i)})
-			writeProblem(w, &problem{Type: TypeMalformedRequest, Status: http.StatusBadRequest, Detail: p.Detail, Errors: p.Errors})
+		if p := decodeJSON(raw, &ti, []string{"items", strconv.Itoa(i)}, "policy, key and cost"); p != nil {
+			writeProblem(w, p)
 			return
 		}
 		v, ierrs := s.validateItem(ti, []string{"items", strconv.Itoa(i)})
 		if len(ierrs) == 0 && v.info.handle.Policy().Shadow {
-			ierrs = append(ierrs, fieldError{Pointer: pointer("items", strconv.Itoa(i), "policy"), kind: TypeInvalidRequest,
-				Detail: fmt.Sprintf("items.%d.policy names shadow policy %q, which cannot be mixed with a lease", i, ti.Policy)})
+			errs.add(TypeInvalidRequest, []string{"items", strconv.Itoa(i), "policy"}, "names shadow policy %q, which cannot be mixed with a lease", ti.Policy)
 		}
 		errs = append(errs, ierrs...)
 		reqs = append(reqs, v.req)
@@ -313,24 +307,25 @@ func (s *Server) permits(policy string) int64 {
 	return h.Policy().Permits
 }
 
-// checkLeasePolicy validates the policy of a lease request.
-func (s *Server) checkLeasePolicy(policy string) []fieldError {
+// checkLeasePolicy validates the policy of a lease request, found at path,
+// adding to errs what is wrong with it. It reports whether it is valid.
+func (s *Server) checkLeasePolicy(errs *fieldErrs, policy string, path ...string) bool {
 	switch info := s.policies[policy]; {
 	case policy == "":
-		return []fieldError{{Pointer: pointer("policy"), kind: TypeInvalidRequest, Detail: "policy is required"}}
+		errs.add(TypeInvalidRequest, path, "is required")
 	case info == nil:
-		return []fieldError{{Pointer: pointer("policy"), kind: TypeUnknownPolicy,
-			Detail: fmt.Sprintf("policy names an unknown policy %q; GET /v1/policies lists them", truncate(policy, 64))}}
+		errs.add(TypeUnknownPolicy, path, "names an unknown policy %q; GET /v1/policies lists them", truncate(policy, 64))
 	case info.handle.Policy().Algorithm != store.Concurrency:
-		return []fieldError{{Pointer: pointer("policy"), kind: TypeInvalidRequest,
-			Detail: fmt.Sprintf("policy %q is %s, not concurrency: leases need a concurrency policy", policy, info.handle.Policy().Algorithm)}}
+		errs.add(TypeInvalidRequest, path, "names %s policy %q, not concurrency: leases need a concurrency policy", info.handle.Policy().Algorithm, policy)
+	default:
+		return true
 	}
-	return nil
+	return false
 }
 
 func (s *Server) leaseFromPath(w http.ResponseWriter, r *http.Request, op string) (store.Lease, bool) {
 	l, ok := parseLeaseID(r.PathValue("id"))
-	if ok && s.checkLeasePolicy(l.Name) == nil {
+	if ok && s.checkLeasePolicy(new(fieldErrs), l.Name) {
 		return l, true
 	}
 	s.countLease(l.Name, op, leaseNotHeld)
@@ -373,9 +368,9 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	q := r.URL.Query()
 	key, policy := q.Get("key"), q.Get("policy")
-	var errs []fieldError
+	var errs fieldErrs
 	if key == "" {
-		errs = append(errs, fieldError{Pointer: "#/query/key", kind: TypeInvalidRequest, Detail: "query parameter key is required"})
+		errs.add(TypeInvalidRequest, []string{"query", "key"}, "is required")
 	}
 	if policy == "" {
 		// One concurrency policy needs no naming.
@@ -388,12 +383,10 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
 		if len(only) == 1 {
 			policy = only[0]
 		} else {
-			errs = append(errs, fieldError{Pointer: "#/query/policy", kind: TypeInvalidRequest,
-				Detail: fmt.Sprintf("query parameter policy is required: the server holds %d concurrency policies", len(only))})
+			errs.add(TypeInvalidRequest, []string{"query", "policy"}, "is required: the server holds %d concurrency policies", len(only))
 		}
-	} else if pe := s.checkLeasePolicy(policy); pe != nil {
-		pe[0].Pointer = "#/query/policy"
-		errs = append(errs, pe...)
+	} else {
+		s.checkLeasePolicy(&errs, policy, "query", "policy")
 	}
 	if len(errs) > 0 {
 		writeProblem(w, invalid(errs))

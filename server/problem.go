@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"unicode/utf8"
@@ -42,6 +43,16 @@ type fieldError struct {
 	Pointer string `json:"pointer"`
 	Detail  string `json:"detail"`
 	kind    string // the problem type this error alone would have
+}
+
+// fieldErrs collects the field errors of one request. add is the one way
+// the server words them: the field's dotted path, then what is wrong with
+// it ("items.2.cost must not be negative"), with a pointer to the field.
+type fieldErrs []fieldError
+
+func (f *fieldErrs) add(kind string, path []string, format string, args ...any) {
+	*f = append(*f, fieldError{Pointer: pointer(path...), kind: kind,
+		Detail: name(path) + " " + fmt.Sprintf(format, args...)})
 }
 
 func writeProblem(w http.ResponseWriter, p *problem) {

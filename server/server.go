@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -20,8 +22,11 @@ import (
 
 // Defaults for the zero fields of Config.
 const (
-	// DefaultMaxBodyBytes bounds a request body (1 MiB).
-	DefaultMaxBodyBytes = 1 << 20
+	// DefaultMaxBodyBytes bounds a request body (4 MiB): room for a slot
+	// batch of slot.DefaultMaxBatch (10,000) events with event ids of the
+	// longest length, store.MaxEventIDLen (256 bytes), written compactly
+	// with nanosecond times (3,200,035 bytes).
+	DefaultMaxBodyBytes = 4 << 20
 	// DefaultMaxItems bounds the items of one all-or-nothing take.
 	DefaultMaxItems = 64
 )
@@ -160,42 +165,105 @@ const (
 	routeOther    = "other"
 )
 
-func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
+// route is one endpoint: a method on a path pattern. path is also the
+// route label of sluice_http_requests_total.
+type route struct {
+	method, path string
+	h            http.HandlerFunc
+}
+
+// endpoints is the route table: every endpoint the server answers, in the
+// order the 404 lists them.
+func (s *Server) endpoints() []route {
 	metricsHandler := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelError),
 		ErrorHandling:     promhttp.ContinueOnError,
 		EnableOpenMetrics: false,
 	})
-	type route struct {
-		path, method, allow string
-		h                   http.HandlerFunc
+	rts := []route{
+		{http.MethodPost, routeTake, s.take},
+		{http.MethodGet, routePolicies, s.listPolicies},
+		{http.MethodGet, routeHealth, s.health},
+		{http.MethodGet, routeMetrics, metricsHandler.ServeHTTP},
 	}
-	for _, rt := range []route{
-		{routeTake, http.MethodPost, "POST", s.take},
-		{routePolicies, http.MethodGet, "GET, HEAD", s.listPolicies},
-		{routeHealth, http.MethodGet, "GET, HEAD", s.health},
-		{routeMetrics, http.MethodGet, "GET, HEAD", metricsHandler.ServeHTTP},
-	} {
-		// The method pattern is more specific than the bare path, so the
-		// bare path only sees the other methods.
+	rts = append(rts, s.leaseRoutes()...) // lease.go
+	return append(rts, s.slotRoutes()...) // slot.go
+}
+
+// methods405 are the methods a path answers 405 to when it does not serve
+// them; any other method gets the path's catch-all 405 where it has one.
+var methods405 = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+	http.MethodDelete, http.MethodOptions}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	rts := s.endpoints()
+	var paths []string
+	allowed := map[string][]string{} // path -> its methods
+	for _, rt := range rts {
+		if allowed[rt.path] == nil {
+			paths = append(paths, rt.path)
+		}
+		allowed[rt.path] = append(allowed[rt.path], rt.method)
 		mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, rt.h))
-		mux.Handle(rt.path, s.wrap(rt.path, methodNotAllowed(rt.allow)))
 	}
-	s.leaseRoutes(mux) // lease.go
-	for _, rt := range s.slotRoutes() {
-		mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, rt.h))
-		if !rt.shadowed {
-			mux.Handle(rt.path, s.wrap(rt.path, methodNotAllowed(rt.allow())))
+	for _, path := range paths {
+		allow := allowHeader(allowed[path])
+		h := s.wrap(path, methodNotAllowed(allow))
+		// A 405 for each other method, so that a more specific path's
+		// answer (POST /api/v1/slots/batch) wins over a wildcard path's
+		// (GET /api/v1/slots/{eventId...}) for every method...
+		for _, m := range methods405 {
+			if !slices.Contains(allowed[path], m) && !(m == http.MethodHead && slices.Contains(allowed[path], http.MethodGet)) {
+				mux.Handle(m+" "+path, h)
+			}
+		}
+		// ...and the bare path for the rest, unless it would conflict
+		// with a wildcard route of another method that also matches it.
+		if !shadowed(path, rts) {
+			mux.Handle(path, h)
 		}
 	}
+	list := make([]string, len(rts))
+	for i, rt := range rts {
+		list[i] = rt.method + " " + rt.path
+	}
+	detail := "no such endpoint; the endpoints are " + strings.Join(list, ", ")
 	mux.Handle("/", s.wrap(routeOther, func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, &problem{
-			Type: typeBlank, Title: http.StatusText(http.StatusNotFound), Status: http.StatusNotFound,
-			Detail: "no such endpoint; see GET /v1/policies, POST /v1/take, POST|GET /v1/leases, GET /healthz, GET /metrics",
+			Type: typeBlank, Title: http.StatusText(http.StatusNotFound), Status: http.StatusNotFound, Detail: detail,
 		})
 	}))
 	return mux
+}
+
+// allowHeader is the Allow header of a path serving methods: GET answers
+// HEAD too.
+func allowHeader(methods []string) string {
+	var out []string
+	for _, m := range methods {
+		out = append(out, m)
+		if m == http.MethodGet {
+			out = append(out, http.MethodHead)
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(slices.Compact(out), ", ")
+}
+
+// shadowed reports whether another route's wildcard path matches path
+// literally: "/api/v1/slots/batch" under "/api/v1/slots/{eventId...}".
+func shadowed(path string, rts []route) bool {
+	for _, rt := range rts {
+		if rt.path == path || !strings.Contains(rt.path, "{") {
+			continue
+		}
+		pre, _, _ := strings.Cut(rt.path, "{")
+		if strings.HasPrefix(path, pre) && strings.HasSuffix(rt.path, "...}") && !strings.Contains(path[len(pre):], "{") {
+			return true
+		}
+	}
+	return false
 }
 
 func methodNotAllowed(allow string) http.HandlerFunc {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -71,36 +70,19 @@ func newSlotMetrics(reg prometheus.Registerer) (*slotMetrics, error) {
 	return m, nil
 }
 
-// slotRoute is one slot endpoint: one method per path.
-type slotRoute struct {
-	path, method string
-	h            http.HandlerFunc
-	// shadowed: no 405 fallback of its own; the batch path's would
-	// conflict with GET /api/v1/slots/{eventId}, whose fallback covers it.
-	shadowed bool
-}
-
-// allow is the route's Allow header: GET routes answer HEAD too.
-func (rt slotRoute) allow() string {
-	if rt.method == http.MethodGet {
-		return "GET, HEAD"
-	}
-	return rt.method
-}
-
 // slotRoutes returns the slot endpoints, or none without Config.Slots.
-func (s *Server) slotRoutes() []slotRoute {
+func (s *Server) slotRoutes() []route {
 	if s.slots == nil {
 		return nil
 	}
-	return []slotRoute{
-		{routeSlots, http.MethodPost, s.assignSlot, false},
-		{routeSlotsBatch, http.MethodPost, s.assignSlots, true},
-		{routeSlot, http.MethodGet, s.getSlot, false},
-		{routeSlotConfig, http.MethodPost, s.putSlotConfig, false},
-		{routeSlotConfigName, http.MethodGet, s.getSlotConfig, false},
-		{routeSlotDeactivate, http.MethodPost, s.deactivateSlotConfig, false},
-		{routeSlotFlush, http.MethodPost, s.flushSlotConfigs, false},
+	return []route{
+		{http.MethodPost, routeSlots, s.assignSlot},
+		{http.MethodPost, routeSlotsBatch, s.assignSlots},
+		{http.MethodGet, routeSlot, s.getSlot},
+		{http.MethodPost, routeSlotConfig, s.putSlotConfig},
+		{http.MethodGet, routeSlotConfigName, s.getSlotConfig},
+		{http.MethodPost, routeSlotDeactivate, s.deactivateSlotConfig},
+		{http.MethodPost, routeSlotFlush, s.flushSlotConfigs},
 	}
 }
 
@@ -150,45 +132,6 @@ func toSlotConfigJSON(c store.SlotConfig) slotConfigJSON {
 		Active:       c.Active,
 		CreatedAt:    formatTime(c.CreatedAt),
 	}
-}
-
-// decodeStrict reads one JSON object into v: no unknown fields, nothing
-// after it. want lists the fields, for the unknown-field message.
-func (s *Server) decodeStrict(r *http.Request, v any, want string) *problem {
-	if p := contentTypeProblem(r); p != nil {
-		return p
-	}
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			if f, uerr := strconv.Unquote(field); uerr == nil {
-				field = f
-			}
-			detail := fmt.Sprintf("unknown field %q (want %s)", truncate(field, 64), want)
-			return &problem{Type: TypeMalformedRequest, Status: http.StatusBadRequest, Detail: detail,
-				Errors: []fieldError{{Pointer: pointer(field), Detail: detail}}}
-		}
-		return s.decodeProblem(err, nil)
-	}
-	var extra json.RawMessage
-	switch err := dec.Decode(&extra); {
-	case errors.Is(err, io.EOF):
-		return nil
-	case err == nil || isSyntaxError(err):
-		return &problem{Type: TypeMalformedRequest, Status: http.StatusBadRequest,
-			Detail: "request body has data after the JSON object; send exactly one object"}
-	default:
-		return s.decodeProblem(err, nil)
-	}
-}
-
-// fieldErrs collects validation errors of one request.
-type fieldErrs []fieldError
-
-func (f *fieldErrs) add(kind string, path []string, format string, args ...any) {
-	*f = append(*f, fieldError{Pointer: pointer(path...), kind: kind,
-		Detail: strings.Join(path, ".") + " " + fmt.Sprintf(format, args...)})
 }
 
 // parseRequested reads an RFC 3339 time; it adds an error and returns the
@@ -249,7 +192,7 @@ type assignBody struct {
 func (s *Server) assignSlot(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	var body assignBody
-	if p := s.decodeStrict(r, &body, "eventId, configName and requestedTime"); p != nil {
+	if p := s.readJSON(r, &body, "eventId, configName and requestedTime"); p != nil {
 		writeProblem(w, p)
 		return
 	}
@@ -304,7 +247,7 @@ type batchJSON struct {
 func (s *Server) assignSlots(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	var body batchBody
-	if p := s.decodeStrict(r, &body, "configName and events"); p != nil {
+	if p := s.readJSON(r, &body, "configName and events"); p != nil {
 		writeProblem(w, p)
 		return
 	}
@@ -323,15 +266,8 @@ func (s *Server) assignSlots(w http.ResponseWriter, r *http.Request) {
 	events := make([]slot.Event, len(body.Events))
 	for i, raw := range body.Events {
 		var e batchEvent
-		dec := json.NewDecoder(strings.NewReader(string(raw)))
-		dec.DisallowUnknownFields()
-		at := []string{"events", strconv.Itoa(i)}
-		if err := dec.Decode(&e); err != nil {
-			p := s.decodeProblem(err, at)
-			if strings.HasPrefix(err.Error(), "json: unknown field ") {
-				p.Errors = []fieldError{{Pointer: pointer(at...), Detail: "events." + strconv.Itoa(i) + " has an unknown field (want eventId and requestedTime)"}}
-			}
-			writeProblem(w, &problem{Type: TypeMalformedRequest, Status: http.StatusBadRequest, Detail: joinDetails(p.Errors), Errors: p.Errors})
+		if p := decodeJSON(raw, &e, []string{"events", strconv.Itoa(i)}, "eventId and requestedTime"); p != nil {
+			writeProblem(w, p)
 			return
 		}
 		errs.eventID(e.EventID, "events", strconv.Itoa(i), "eventId")
@@ -392,7 +328,7 @@ type configBody struct {
 func (s *Server) putSlotConfig(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	var body configBody
-	if p := s.decodeStrict(r, &body, "configName, maxPerWindow, windowSize and headroom"); p != nil {
+	if p := s.readJSON(r, &body, "configName, maxPerWindow, windowSize and headroom"); p != nil {
 		writeProblem(w, p)
 		return
 	}
@@ -482,9 +418,10 @@ func (s *Server) flushSlotConfigs(w http.ResponseWriter, r *http.Request) {
 func (s *Server) slotError(w http.ResponseWriter, err error, config string) {
 	switch {
 	case errors.Is(err, store.ErrConfigNotFound):
+		var errs fieldErrs
+		errs.add(TypeUnknownConfig, []string{"configName"}, "names no active slot config %q; create it with POST %s", truncate(config, 64), routeSlotConfig)
 		writeProblem(w, &problem{Type: TypeUnknownConfig, Title: "Unknown slot config", Status: http.StatusUnprocessableEntity,
-			Detail: fmt.Sprintf("configName names no active slot config %q; create it with POST %s", truncate(config, 64), routeSlotConfig),
-			Errors: []fieldError{{Pointer: pointer("configName"), Detail: "no active slot config of that name"}}})
+			Detail: joinDetails(errs), Errors: errs})
 	case errors.Is(err, store.ErrSlotNotFound):
 		writeProblem(w, &problem{Type: TypeSlotNotFound, Title: "Slot not found", Status: http.StatusNotFound,
 			Detail: "no slot has been assigned to that event id"})

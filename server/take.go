@@ -1,13 +1,10 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -74,28 +71,9 @@ type validated struct {
 	req  limiter.Request
 }
 
-// contentTypeProblem is the 415 for a request body that is not JSON, or nil.
-func contentTypeProblem(r *http.Request) *problem {
-	ct := r.Header.Get("Content-Type")
-	if isJSON(ct) {
-		return nil
-	}
-	detail := "Content-Type must be application/json"
-	if ct == "" {
-		detail += "; the request has none"
-	} else {
-		detail += fmt.Sprintf(", not %q", truncate(ct, 64))
-	}
-	return &problem{Type: typeBlank, Status: http.StatusUnsupportedMediaType, Detail: detail}
-}
-
 func (s *Server) take(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	if p := contentTypeProblem(r); p != nil {
-		writeProblem(w, p)
-		return
-	}
-	body, p := s.decode(r.Body)
+	body, p := s.decode(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -218,50 +196,23 @@ func (s *Server) storeError(w http.ResponseWriter, err error, ptr string) {
 		Status: http.StatusServiceUnavailable, Detail: detail})
 }
 
-// isJSON reports whether a Content-Type names JSON: application/json or
-// application/*+json, with any parameters.
-func isJSON(ct string) bool {
-	if ct == "" {
-		return false
-	}
-	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil {
-		return false
-	}
-	return mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")
-}
-
-// decode reads a take body strictly: one JSON object, no unknown fields,
-// nothing after it.
-func (s *Server) decode(r io.Reader) (*takeBody, *problem) {
+// decode reads a take body (see readJSON), then each of its items.
+func (s *Server) decode(r *http.Request) (*takeBody, *problem) {
 	var body takeBody
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		return nil, s.decodeProblem(err, nil)
-	}
-	var extra json.RawMessage
-	switch err := dec.Decode(&extra); {
-	case errors.Is(err, io.EOF):
-	case err == nil || isSyntaxError(err):
-		return nil, &problem{Type: TypeMalformedRequest, Status: http.StatusBadRequest,
-			Detail: "request body has data after the JSON object; send exactly one object"}
-	default:
-		return nil, s.decodeProblem(err, nil)
+	if p := s.readJSON(r, &body, "policy, key and cost, or items"); p != nil {
+		return nil, p
 	}
 	if len(body.Items) > s.maxItems {
 		// Before decoding each item: a body of a million "{}" is cheap to
 		// send and should be cheap to refuse.
-		return nil, invalid([]fieldError{{Pointer: pointer("items"), kind: TypeInvalidRequest,
-			Detail: fmt.Sprintf("items holds %d items; at most %d are allowed", len(body.Items), s.maxItems)}})
+		var errs fieldErrs
+		errs.add(TypeInvalidRequest, []string{"items"}, "holds %d items; at most %d are allowed", len(body.Items), s.maxItems)
+		return nil, invalid(errs)
 	}
 	var errs []fieldError
 	body.items = make([]takeItem, len(body.Items))
 	for i, raw := range body.Items {
-		d := json.NewDecoder(bytes.NewReader(raw))
-		d.DisallowUnknownFields()
-		if err := d.Decode(&body.items[i]); err != nil {
-			p := s.decodeProblem(err, []string{"items", strconv.Itoa(i)})
+		if p := decodeJSON(raw, &body.items[i], []string{"items", strconv.Itoa(i)}, "policy, key and cost"); p != nil {
 			errs = append(errs, p.Errors...)
 		}
 	}
@@ -272,78 +223,6 @@ func (s *Server) decode(r io.Reader) (*takeBody, *problem) {
 	return &body, nil
 }
 
-func isSyntaxError(err error) bool {
-	var se *json.SyntaxError
-	return errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF)
-}
-
-// decodeProblem turns a JSON decoding error into a problem. at is the
-// pointer of the value being decoded.
-func (s *Server) decodeProblem(err error, at []string) *problem {
-	var (
-		mbe *http.MaxBytesError
-		se  *json.SyntaxError
-		ute *json.UnmarshalTypeError
-	)
-	malformed := func(detail string, ptr ...string) *problem {
-		p := &problem{Type: TypeMalformedRequest, Status: http.StatusBadRequest, Detail: detail}
-		if ptr != nil {
-			p.Errors = []fieldError{{Pointer: pointer(ptr...), Detail: detail}}
-		} else if at != nil {
-			p.Errors = []fieldError{{Pointer: pointer(at...), Detail: detail}}
-		}
-		return p
-	}
-	where := func(field string) []string {
-		path := append([]string(nil), at...)
-		if field != "" {
-			path = append(path, strings.Split(field, ".")...)
-		}
-		return path
-	}
-	switch {
-	case errors.As(err, &mbe):
-		return &problem{Type: typeBlank, Status: http.StatusRequestEntityTooLarge,
-			Detail: fmt.Sprintf("request body is larger than %d bytes", s.maxBody)}
-	case errors.Is(err, io.EOF):
-		return malformed("request body is empty; want a JSON object")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return malformed("request body ends in the middle of a JSON value")
-	case errors.As(err, &se):
-		return malformed(fmt.Sprintf("malformed JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: ")))
-	case errors.As(err, &ute):
-		path := where(ute.Field)
-		name := "request body"
-		if len(path) > 0 {
-			name = strings.Join(path, ".")
-		}
-		return malformed(fmt.Sprintf("%s must be %s, got a JSON %s", name, jsonKind(ute.Type.Kind().String()), ute.Value), path...)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		field, uerr := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
-		if uerr != nil {
-			field = "?"
-		}
-		path := where(field)
-		return malformed(fmt.Sprintf("unknown field %q (want policy, key and cost, or items)", truncate(field, 64)), path...)
-	default:
-		return malformed("request body is not valid JSON: " + strings.TrimPrefix(err.Error(), "json: "))
-	}
-}
-
-func jsonKind(goKind string) string {
-	switch goKind {
-	case "string":
-		return "a string"
-	case "slice", "array":
-		return "an array"
-	case "struct", "map":
-		return "an object"
-	case "bool":
-		return "true or false"
-	}
-	return "a number"
-}
-
 // validate checks every field of a decoded body against the limits of the
 // API and the server's policies. It returns one validated item per item of
 // the request (info nil for an unknown policy) and every problem found.
@@ -352,14 +231,12 @@ func (s *Server) validate(body *takeBody) ([]validated, []fieldError) {
 		it, errs := s.validateItem(takeItem{Policy: body.Policy, Key: body.Key, Cost: body.Cost}, nil)
 		return []validated{it}, errs
 	}
-	var errs []fieldError
+	var errs fieldErrs
 	if body.Policy != "" || body.Key != "" || (body.Cost != nil && string(body.Cost) != "null") {
-		errs = append(errs, fieldError{Pointer: pointer("items"), kind: TypeInvalidRequest,
-			Detail: "give either policy, key and cost, or items; not both"})
+		errs.add(TypeInvalidRequest, []string{"items"}, "comes with policy, key or cost: give either policy, key and cost, or items; not both")
 	}
 	if len(body.items) == 0 {
-		errs = append(errs, fieldError{Pointer: pointer("items"), kind: TypeInvalidRequest,
-			Detail: "items must not be empty"})
+		errs.add(TypeInvalidRequest, []string{"items"}, "must not be empty")
 		return nil, errs
 	}
 	out := make([]validated, len(body.items))
@@ -372,14 +249,9 @@ func (s *Server) validate(body *takeBody) ([]validated, []fieldError) {
 }
 
 func (s *Server) validateItem(ti takeItem, at []string) (validated, []fieldError) {
-	var errs []fieldError
-	field := func(name string) (ptr, label string) {
-		path := append(append([]string(nil), at...), name)
-		return pointer(path...), strings.Join(path, ".")
-	}
+	var errs fieldErrs
 	add := func(name, kind, format string, args ...any) {
-		ptr, label := field(name)
-		errs = append(errs, fieldError{Pointer: ptr, kind: kind, Detail: label + " " + fmt.Sprintf(format, args...)})
+		errs.add(kind, append(append([]string(nil), at...), name), format, args...)
 	}
 	v := validated{req: limiter.Request{Policy: ti.Policy, Key: ti.Key, Cost: 1}}
 	if ti.Policy == "" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/term"
 
 	"github.com/sluicerl/sluice/limiter"
 )
@@ -161,4 +162,28 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// requireFlags fails naming every flag of names not given on the command
+// line.
+func requireFlags(c *cobra.Command, names ...string) error {
+	var missing []string
+	for _, n := range names {
+		if !c.Flags().Changed(n) {
+			missing = append(missing, "--"+n)
+		}
+	}
+	switch len(missing) {
+	case 0:
+		return nil
+	case 1:
+		return usagef("%s is required", missing[0])
+	}
+	return usagef("%s and %s are required", strings.Join(missing[:len(missing)-1], ", "), missing[len(missing)-1])
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

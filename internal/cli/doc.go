@@ -5,7 +5,7 @@
 //
 // Commands:
 //
-//	sluice serve [--addr host:port] [--config FILE] [--log-level L] [--log-format text|json] [--shutdown-timeout D]
+//	sluice serve [--addr host:port] [--config FILE] [--log-level L] [--log-format text|json] [--shutdown-timeout D] [--max-body SIZE]
 //	sluice policies check FILE
 //	sluice lease acquire|renew|release|list ... [--server URL]
 //	sluice version
@@ -14,9 +14,13 @@
 // process's SIGINT or SIGTERM), then shuts down gracefully. Without a policy
 // file it enforces DefaultPolicies, so `sluice serve` works with no flags.
 // Every serve flag has an environment variable (SLUICE_ADDR, SLUICE_CONFIG,
-// SLUICE_LOG_LEVEL, SLUICE_LOG_FORMAT, SLUICE_SHUTDOWN_TIMEOUT); a flag given
+// SLUICE_LOG_LEVEL, SLUICE_LOG_FORMAT, SLUICE_SHUTDOWN_TIMEOUT,
+// SLUICE_MAX_BODY...); a flag given
 // on the command line wins over its variable, and an invalid value is
 // reported naming whichever of the two supplied it.
+//
+// Commands that only read a database (slots verify, migrate status and
+// down) refuse a SQLite path with no file rather than create one.
 //
 // Exit codes: ExitOK (0), ExitFailure (1: the command failed, e.g. a policy
 // file with errors, each printed as file:line:col: path: message), ExitUsage

@@ -85,7 +85,11 @@ holder may release early), and never later than the server's Retry-After.`,
 					backoff = min(2*backoff, 2*time.Second)
 					continue
 				}
-				return answer(opts, code, http.StatusCreated, out)
+				err = answer(opts, code, http.StatusCreated, out)
+				if d, ok := serverRetryAfter(hdr, out); ok && code == http.StatusConflict {
+					err = fmt.Errorf("%w; a permit frees within %s (Retry-After)", err, d)
+				}
+				return err
 			}
 		},
 	}
@@ -199,6 +203,22 @@ func retryAfter(h http.Header, body []byte) time.Duration {
 		d = time.Duration(s) * time.Second
 	}
 	return max(d, 10*time.Millisecond)
+}
+
+// serverRetryAfter is when the server says to try again: the body's
+// retryAfterMs, else the Retry-After header's seconds; false when it says
+// neither.
+func serverRetryAfter(h http.Header, body []byte) (time.Duration, bool) {
+	var p struct {
+		RetryAfterMs *int64 `json:"retryAfterMs"`
+	}
+	if json.Unmarshal(body, &p) == nil && p.RetryAfterMs != nil && *p.RetryAfterMs >= 0 {
+		return time.Duration(*p.RetryAfterMs) * time.Millisecond, true
+	}
+	if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second, true
+	}
+	return 0, false
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -27,12 +27,8 @@ func openRecords(ctx context.Context, flag, raw string) (*migration.Migrator, er
 }
 
 func openMigrator(ctx context.Context, flag, raw string) (*migration.Migrator, error) {
-	kind, _, err := parseStoreURL(flag, raw)
-	if err != nil {
+	if _, _, err := parseDBURL(flag, raw); err != nil {
 		return nil, err
-	}
-	if kind != kindSQLite && kind != kindPostgres {
-		return nil, usagef("invalid %s %q: records need sqlite:PATH or postgres://...", flag, raw)
 	}
 	m, err := migration.Open(ctx, raw)
 	if err != nil {
@@ -63,10 +59,16 @@ prefer to do it explicitly.`,
 	}
 	cmd.PersistentFlags().StringVar(&dbURL, "db", DefaultDB, "database `URL` (env SLUICE_DB): sqlite:PATH or postgres://...")
 	// withMigrator opens the database for one subcommand and runs f on it.
+	// Only up may create the database.
 	withMigrator := func(c *cobra.Command, f func(*migration.Migrator) error) error {
 		source, err := applyEnv(c.Flags(), opts.Getenv, []envFlag{{"db", "SLUICE_DB"}})
 		if err != nil {
 			return err
+		}
+		if c.Name() != "up" {
+			if err := requireDB(source["db"], dbURL); err != nil {
+				return err
+			}
 		}
 		m, err := openMigrator(c.Context(), source["db"], dbURL)
 		if err != nil {

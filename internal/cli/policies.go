@@ -35,6 +35,9 @@ every problem as file:line:col: path: message and exit 1.`,
 			if _, err := limiter.New(limiter.Config{Policies: policies}); err != nil {
 				return err
 			}
+			if len(policies) == 0 {
+				return fmt.Errorf("%s defines no policies: a server on it would refuse every take and lease", args[0])
+			}
 			tw := tabwriter.NewWriter(opts.Stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tALGORITHM\tRATE\tBURST\tSHADOW")
 			for _, p := range policies {

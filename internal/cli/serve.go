@@ -47,6 +47,35 @@ type serveFlags struct {
 	logFormat       string
 	shutdownTimeout time.Duration
 	cleanupInterval time.Duration
+	maxBody         byteSize
+}
+
+// byteSize is a flag holding a count of bytes: a whole number with an
+// optional unit, B, KiB, MiB, GiB (powers of 1024) or KB, MB, GB (of 1000):
+// 4194304, 4MiB, 512KiB.
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+func (b *byteSize) Type() string   { return "bytes" }
+
+func (b *byteSize) Set(s string) error {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 1 || n > (1<<40)/mult {
+		return fmt.Errorf("want a positive size in bytes such as 4194304 or 4MiB (units B, KiB, MiB, GiB, KB, MB, GB)")
+	}
+	*b = byteSize(n * mult)
+	return nil
 }
 
 func newServeCmd(opts *Options) *cobra.Command {
@@ -81,6 +110,7 @@ command line wins.`,
 				{"log-format", "SLUICE_LOG_FORMAT"},
 				{"shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT"},
 				{"cleanup-interval", "SLUICE_CLEANUP_INTERVAL"},
+				{"max-body", "SLUICE_MAX_BODY"},
 			})
 			if err != nil {
 				return err
@@ -103,6 +133,8 @@ command line wins.`,
 		"how long to let in-flight requests finish on shutdown (env SLUICE_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", DefaultCleanupInterval,
 		"how often to delete stale rate rows and expired leases from a SQLite or PostgreSQL --state; 0 never (env SLUICE_CLEANUP_INTERVAL)")
+	f.maxBody = server.DefaultMaxBodyBytes
+	fs.Var(&f.maxBody, "max-body", "largest request body the API reads, in bytes or with a unit (4MiB, 512KiB); larger ones get 413 (env SLUICE_MAX_BODY)")
 	return cmd
 }
 
@@ -120,10 +152,8 @@ func (f *serveFlags) validate(source map[string]string) (slog.Level, error) {
 	if _, _, err := parseStoreURL(source["state"], f.state); err != nil {
 		return 0, err
 	}
-	if kind, _, err := parseStoreURL(source["db"], f.db); err != nil {
+	if _, _, err := parseDBURL(source["db"], f.db); err != nil {
 		return 0, err
-	} else if kind != kindSQLite && kind != kindPostgres {
-		return 0, usagef("invalid %s %q: records need sqlite:PATH or postgres://...", source["db"], f.db)
 	}
 	if f.storeTimeout <= 0 {
 		return 0, usagef("invalid %s %s: want a positive duration such as 50ms", source["store-timeout"], f.storeTimeout)
@@ -135,6 +165,15 @@ func (f *serveFlags) validate(source map[string]string) (slog.Level, error) {
 		return 0, usagef("invalid %s %s: want a positive duration such as 10s", source["shutdown-timeout"], f.shutdownTimeout)
 	}
 	return level, nil
+}
+
+// readableDurations writes durations in logs as Go durations ("1.5s"),
+// not the JSON handler's nanosecond integers.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 // checkAddr checks a listen address: host:port with a numeric port (the
@@ -155,7 +194,7 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	if err != nil {
 		return err
 	}
-	hopts := &slog.HandlerOptions{Level: level}
+	hopts := &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}
 	var handler slog.Handler = slog.NewTextHandler(opts.Stderr, hopts)
 	if f.logFormat == "json" {
 		handler = slog.NewJSONHandler(opts.Stderr, hopts)
@@ -168,6 +207,9 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 			return err
 		}
 		from = f.config
+		if len(policies) == 0 {
+			log.Warn("the policy file defines no policies: /v1/take and /v1/leases refuse every request", "config", f.config)
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -199,7 +241,7 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg, Slots: slots})
+	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg, Slots: slots, MaxBodyBytes: int64(f.maxBody)})
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -238,6 +239,10 @@ func runSim(cmd *cobra.Command, opts *Options, f *simFlags) error {
 		case !f.report && ext != ".png" && ext != ".svg":
 			return usagef("--out: want FILE.png or FILE.svg, got %q", f.out)
 		}
+		// Before the run, not after it.
+		if err := checkWritableDir(f.out); err != nil {
+			return usagef("--out %s: %v", f.out, err)
+		}
 	}
 	if f.report {
 		if f.target != "" || f.serve != "" {
@@ -304,11 +309,15 @@ func runSim(cmd *cobra.Command, opts *Options, f *simFlags) error {
 		}
 	}
 	sum := sim.Summarize(res)
-	fmt.Fprintf(opts.Stdout, "\n%s, %s: %s\n", sc.Name, c.Name, describe(sum))
+	name := sc.Name
+	if f.target != "" {
+		name = f.target // not the simulated dialect, which did not run
+	}
+	fmt.Fprintf(opts.Stdout, "\n%s, %s: %s\n", name, c.Name, describe(sum))
 	if f.out == "" {
 		return nil
 	}
-	if err := writeChart(f.out, fmt.Sprintf("%s: %s", sc.Name, c.Name), res); err != nil {
+	if err := writeChart(f.out, fmt.Sprintf("%s: %s", name, c.Name), res); err != nil {
 		return err
 	}
 	js := strings.TrimSuffix(f.out, filepath.Ext(f.out)) + ".json"
@@ -376,6 +385,23 @@ func runSimReport(cmd *cobra.Command, opts *Options, f *simFlags) error {
 		fmt.Fprintf(opts.Stdout, "wrote %s\n", f.out)
 	}
 	return nil
+}
+
+// checkWritableDir checks that the directory of path exists and takes
+// new files.
+func checkWritableDir(path string) error {
+	dir := filepath.Dir(path)
+	if st, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("no directory %s", dir)
+	} else if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	f, err := os.CreateTemp(dir, ".sluice-sim-*")
+	if err != nil {
+		return fmt.Errorf("cannot write in %s: %w", dir, errors.Unwrap(err))
+	}
+	_ = f.Close()
+	return os.Remove(f.Name())
 }
 
 func writeJSON(path string, v any) error {

@@ -27,7 +27,7 @@ import (
 // openSlots opens the slot store in the records database a --db URL names
 // (migrating it) and returns a Scheduler over it and how to release it.
 func openSlots(ctx context.Context, flag, raw string, cfg slot.Config) (*slot.Scheduler, func(), error) {
-	kind, path, err := parseStoreURL(flag, raw)
+	kind, path, err := parseDBURL(flag, raw)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -96,10 +96,17 @@ verify the invariants. Slots live in the records database (--db), the same
 one 'sluice serve' uses.`,
 	}
 	cmd.PersistentFlags().StringVar(&dbURL, "db", DefaultDB, "records database `URL` (env SLUICE_DB): sqlite:PATH or postgres://...")
+	// with opens the slot store for one subcommand and runs f on it.
+	// Commands that only read (verify) must not create the database.
 	with := func(c *cobra.Command, cfg slot.Config, f func(*slot.Scheduler) error) error {
 		source, err := applyEnv(c.Flags(), opts.Getenv, []envFlag{{"db", "SLUICE_DB"}})
 		if err != nil {
 			return err
+		}
+		if c.Name() == "verify" {
+			if err := requireDB(source["db"], dbURL); err != nil {
+				return err
+			}
 		}
 		s, closeFn, err := openSlots(c.Context(), source["db"], dbURL, cfg)
 		if err != nil {
@@ -123,6 +130,9 @@ one 'sluice serve' uses.`,
 		Short: "Store a new version of a slot config and make it active",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
+			if err := requireFlags(c, "max", "window"); err != nil {
+				return err
+			}
 			d, err := store.ParseWindowSize(window)
 			if err != nil {
 				return usagef("invalid --window: %v", err)
@@ -152,6 +162,9 @@ one 'sluice serve' uses.`,
 		Short: "Assign one event a slot (or print the one it has)",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
+			if err := requireFlags(c, "at"); err != nil {
+				return err
+			}
 			t, err := time.Parse(time.RFC3339Nano, at)
 			if err != nil {
 				return usagef("invalid --at %q: want an RFC 3339 time such as 2025-06-01T12:00:00Z", at)
@@ -202,7 +215,7 @@ that, the first character. Use - for standard input.`,
 	load.Flags().StringVar(&loadCfg, "config", "default", "slot config `name`")
 	load.Flags().StringVar(&format, "format", "", "csv or jsonl (default: from the file)")
 	load.Flags().IntVar(&batch, "batch", 5000, "events per batch")
-	load.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
+	load.Flags().BoolVar(&quiet, "quiet", false, "no progress bar (there is none unless stderr is a terminal)")
 
 	verify := &cobra.Command{
 		Use:   "verify",
@@ -349,6 +362,11 @@ func loadEvents(ctx context.Context, opts *Options, s *slot.Scheduler, cfgName s
 	if _, err := s.Config(ctx, cfgName); err != nil {
 		return fmt.Errorf("config %q: %w", cfgName, err)
 	}
+	// The bar redraws itself with \r: only on a terminal. Elsewhere (a
+	// file, a pipe, a CI log) the summary on stdout says it all.
+	if !isTerminal(opts.Stderr) {
+		quiet = true
+	}
 	bar := progressbar.NewOptions(len(events),
 		progressbar.OptionSetWriter(opts.Stderr),
 		progressbar.OptionSetDescription("assigning"),
@@ -359,6 +377,9 @@ func loadEvents(ctx context.Context, opts *Options, s *slot.Scheduler, cfgName s
 		progressbar.OptionSetVisibility(!quiet),
 		progressbar.OptionOnCompletion(func() { fmt.Fprintln(opts.Stderr) }),
 	)
+	// Start the clock now: started by the first Add, the bar would time
+	// the first batch from its end, and show a rate of millions a second.
+	bar.StartWithoutRender()
 	start := time.Now()
 	var news, existing, exhausted int
 	var first, last time.Time

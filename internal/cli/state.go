@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 	"time"
 
@@ -73,6 +75,33 @@ func parseStoreURL(flag, raw string) (stateKind, string, error) {
 		return kindPostgres, "", nil
 	}
 	return 0, "", usagef("invalid %s %q: unknown scheme %q (want memory, sqlite, redis, redis+cluster or postgres)", flag, raw, scheme)
+}
+
+// parseDBURL checks a --db URL: the records database is SQLite or
+// PostgreSQL, so other schemes are refused naming those two only.
+func parseDBURL(flag, raw string) (stateKind, string, error) {
+	scheme, _, _ := strings.Cut(raw, ":")
+	switch strings.ToLower(scheme) {
+	case "sqlite", "sqlite3", "postgres", "postgresql":
+		return parseStoreURL(flag, raw)
+	}
+	return 0, "", usagef("invalid %s %q: records need sqlite:PATH or postgres://...", flag, raw)
+}
+
+// requireDB fails when a --db URL names a SQLite file that does not exist:
+// commands that only read (slots verify, migrate status) must not create
+// an empty database on a mistyped path and report on it.
+func requireDB(flag, raw string) error {
+	kind, path, err := parseDBURL(flag, raw)
+	if err != nil || kind != kindSQLite {
+		return err
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: no database at %s ('sluice migrate up' or 'sluice serve' creates one)", flag, path)
+	} else if err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	return nil
 }
 
 // stateStore is an opened rate store and how to release it.
