@@ -711,8 +711,8 @@ func TestFresh(t *testing.T) {
 	require.True(t, c.Fresh(&s, t0+s1))
 }
 
-// The latency statistics of a state with no samples are zero, not a panic:
-// State is exported, and a caller may hand Observe any of it.
+// The latency statistics of a state with no samples are zero, not a panic
+// (the zero State is a caller's to hand in).
 func TestLatencyStatisticsOfNoSamples(t *testing.T) {
 	t.Parallel()
 	var s State
