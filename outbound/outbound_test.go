@@ -386,9 +386,10 @@ func TestSlowlyGrowingLatencyDecreases(t *testing.T) {
 	require.LessOrEqual(t, k.P95Latency, 60*time.Millisecond)
 }
 
-// Idle keys are dropped once MaxKeys are held; their pacing lives on in the
-// store, so nothing is given away.
-func TestIdleKeysAreEvicted(t *testing.T) {
+// Idle keys are dropped when a new key comes while MaxKeys are held, not
+// only by the idle sweep; their pacing lives on in the store, so nothing
+// is given away.
+func TestIdleKeysAreEvictedAtMaxKeys(t *testing.T) {
 	t.Parallel()
 	clk := clocktest.New(t0)
 	base := &scripted{resps: []func() *http.Response{response(200, "ok")}}
@@ -406,11 +407,17 @@ func TestIdleKeysAreEvicted(t *testing.T) {
 		resp := get(t, c, "http://"+h+"/")
 		_ = resp.Body.Close()
 	}
-	clk.Advance(30 * time.Second)
+	clk.Advance(29 * time.Second)
 	resp := get(t, c, "http://c.test/")
 	_ = resp.Body.Close()
 	require.ElementsMatch(t, []string{"a.test", "b.test", "c.test"}, keys(), "nothing idle long enough yet")
-	clk.Advance(45 * time.Second) // a and b idle 75 s, c 45 s
+	// The idle sweep due at +30 s (it runs every 30 s) runs as the clock
+	// reaches +60 s: a and b have been idle for exactly the TTL, not
+	// more, and stay. Its next run is at +90 s.
+	clk.Advance(31 * time.Second)
+	clk.BlockUntilTimers(1)
+	require.ElementsMatch(t, []string{"a.test", "b.test", "c.test"}, keys())
+	clk.Advance(time.Second) // a and b idle 61 s, c 32 s
 	resp = get(t, c, "http://d.test/")
 	_ = resp.Body.Close()
 	require.ElementsMatch(t, []string{"c.test", "d.test"}, keys())

@@ -23,7 +23,8 @@ type KeySnapshot struct {
 	// paused); nextEarliest - now in seed 001's terms.
 	PausedFor time.Duration `json:"paused_for"`
 	// AvgLatency is an EWMA of attempt latency; P95Latency the 95th
-	// percentile of the controller's recent successes (0 before any).
+	// percentile of the controller's successes since its last decrease
+	// (aimd.State.P95; 0 before any).
 	AvgLatency time.Duration   `json:"avg_latency"`
 	P95Latency time.Duration   `json:"p95_latency"`
 	Requests   int64           `json:"requests"`
