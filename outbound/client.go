@@ -119,7 +119,7 @@ type Config struct {
 
 // Client is an outbound client: the layers of the package doc composed
 // over per-key state. It is safe for concurrent use; calls to different
-// keys share no lock. Build it with New; the zero value is not usable.
+// keys take no lock of the client's in common. Build it with New; the zero value is not usable.
 type Client struct {
 	base       http.RoundTripper
 	store      store.RateStore

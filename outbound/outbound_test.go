@@ -231,11 +231,13 @@ func TestDoClassifiesErrors(t *testing.T) {
 func TestBulkhead(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
+	entered := make(chan struct{}, 5)
 	var inFlight, peak atomic.Int64
 	base := roundTripFunc(func(*http.Request) (*http.Response, error) {
 		n := inFlight.Add(1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 		}
+		entered <- struct{}{}
 		<-release
 		inFlight.Add(-1)
 		return response(200, "ok")(), nil
@@ -250,10 +252,18 @@ func TestBulkhead(t *testing.T) {
 			_ = resp.Body.Close()
 		})
 	}
-	require.Eventually(t, func() bool { return inFlight.Load() == 2 }, 5*time.Second, time.Millisecond)
+	for i := range 2 {
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d calls of 5 reached the provider, want 2", i)
+		}
+	}
+	require.EqualValues(t, 2, c.Snapshot(0).Keys[0].InFlight)
 	close(release)
 	wg.Wait()
 	require.EqualValues(t, 2, peak.Load())
+	require.Len(t, entered, 3, "the other three went once the first two were done")
 }
 
 func TestTimeoutBoundsTheCall(t *testing.T) {
