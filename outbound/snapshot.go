@@ -7,8 +7,9 @@ import (
 	"github.com/sluicerl/sluice/breaker"
 )
 
-// KeySnapshot is one key's state (seed 001 section 11): a plain value, a
-// copy taken under the key's lock.
+// KeySnapshot is one key's state (seed 001 section 11): a plain value,
+// copied from each of the key's parts under that part's own guard, so the
+// counters of a key busy at the time may be a call apart.
 type KeySnapshot struct {
 	Key      string `json:"key"`
 	Label    string `json:"label"`
