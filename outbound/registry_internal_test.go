@@ -150,3 +150,36 @@ func TestClientDropsIdleKeysOnATimer(t *testing.T) {
 type roundTrip func(*http.Request) (*http.Response, error)
 
 func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A key in use is never evicted, however idle and however full the
+// registry: while a call holds it, its state is the one the registry
+// hands out.
+func TestRegistryNeverEvictsAKeyInUse(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(regT0)
+	r := testRegistry(clk, time.Minute, 4)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 300 {
+				key := fmt.Sprint("k", (g*7+i)%16)
+				ks := r.acquire(key, "")
+				clk.Advance(2 * time.Minute) // every key idle
+				// A new key while the registry is full: an
+				// eviction pass (here, or one running elsewhere).
+				fresh := r.acquire(fmt.Sprint("fresh", g, "-", i), "")
+				got, ok := r.lookup(key)
+				r.release(fresh)
+				r.release(ks)
+				if !ok || got != ks {
+					t.Errorf("key %s evicted while in use", key)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+		clk.Advance(2 * time.Minute)
+	r.evict(clk.Now().UnixMicro())
+	require.Zero(t, r.count.Load(), "released and idle: all gone")
+}
