@@ -179,7 +179,7 @@ func TestRegistryNeverEvictsAKeyInUse(t *testing.T) {
 		})
 	}
 	wg.Wait()
-		clk.Advance(2 * time.Minute)
+	clk.Advance(2 * time.Minute)
 	r.evict(clk.Now().UnixMicro())
 	require.Zero(t, r.count.Load(), "released and idle: all gone")
 }
