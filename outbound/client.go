@@ -87,7 +87,7 @@ type Config struct {
 	Idempotent func(*http.Request) bool
 	// IdleTTL drops a key's local state (its adapted rate, breaker and
 	// retry budget, counters) once it has been idle this long with no
-	// call in flight: a sweep on Clock every IdleTTL/2 (at least every
+	// call in flight: a sweep on Clock every IdleTTL/2 (but at most once a
 	// second) drops it, and so does a new key's arrival while MaxKeys
 	// keys are held. Its pacing and pauses live on in Store. The sweep
 	// runs only while the client holds keys. Zero means DefaultIdleTTL.
