@@ -19,11 +19,11 @@ const RingSize = 32
 // belong to the same run of decreases, which keeps its Peak.
 const chainWindow = 2_000_000
 
-// A probe above a proven plateau (State.Good) that fails doubles the hold
+// A probe above a proven plateau (State.good) that fails doubles the hold
 // before the next one, up to 1<<maxHoldShift times Config.Hold.
 const maxHoldShift = 3
 
-// A probe that fails below probeSpan x State.Good returns to Good; trouble
+// A probe that fails below probeSpan x the proven plateau returns to it; trouble
 // found further above it means the limit had moved up, and the decrease
 // is an ordinary one. One that fails before it is probeEarly x Good above
 // it suggests Good itself was marginal: it returns to probeLower x Good.
@@ -327,70 +327,73 @@ func (r Reason) String() string {
 
 // State is one key's adaptive state. The zero value is a key that has seen
 // nothing: its rate is the Controller's Start. It is a plain value: copy
-// it, store it, and pass it back; it is not safe for concurrent use.
+// it, keep it, and pass it back to the same Controller's methods, which
+// are the only way to read or change it (Controller.Rate, State.Paused,
+// State.Hint, State.P95, ...). It is not safe for concurrent use; Locked
+// wraps one behind a mutex.
 type State struct {
-	// Rate is the current rate (0 until the first observation: Start).
-	Rate float64
-	// Probing is true while in slow start (before the first decrease).
-	// Started says Probing and Rate have been initialized.
-	Probing, Started bool
-	// LastDecrease is when the rate last decreased (Unix µs, 0 never): a
+	// rate is the current rate (0 until the first observation: Start).
+	rate float64
+	// probing is true while in slow start (before the first decrease).
+	// started says probing and rate have been initialized.
+	probing, started bool
+	// lastDecrease is when the rate last decreased (Unix µs, 0 never): a
 	// signal about a request sent before it belongs to that episode.
-	LastDecrease int64
-	// Peak is the rate at which the last run of decreases began: the
-	// highest rate known to have been (nearly) fine. Below Decrease x Peak
+	lastDecrease int64
+	// peak is the rate at which the last run of decreases began: the
+	// highest rate known to have been (nearly) fine. Below Decrease x peak
 	// the rate recovers quickly towards it.
-	Peak float64
-	// CutTo is the rate the last decrease left.
-	CutTo float64
-	// Level is when the rate reached the plateau after the last decrease
-	// (Unix µs, 0 not yet); it probes above it from Level + Hold. Held
+	peak float64
+	// cutTo is the rate the last decrease left.
+	cutTo float64
+	// level is when the rate reached the plateau after the last decrease
+	// (Unix µs, 0 not yet); it probes above it from level + Hold. held
 	// says the last decrease came while holding there or probing above
 	// it, not while still recovering.
-	Level int64
-	Held  bool
-	// Good is the plateau's rate once it held for a whole hold without
-	// trouble (0 none since the last ordinary decrease); Backoff counts
+	level int64
+	held  bool
+	// good is the plateau's rate once it held for a whole hold without
+	// trouble (0 none since the last ordinary decrease); backoff counts
 	// the probes above it that failed since (the hold before the next
-	// probe is Hold << Backoff, at most 3).
-	Good    float64
-	Backoff int
-	// Stated says a new, lower Hint came shortly before the last
+	// probe is Hold << backoff, at most 3).
+	good    float64
+	backoff int
+	// stated says a new, lower hint came shortly before the last
 	// decrease, with it or after it (the provider told its rate as it
-	// refused): recovery goes back to it. HintAt is when the Hint last
+	// refused): recovery goes back to it. hintAt is when the hint last
 	// fell (Unix µs, 0 never).
-	Stated bool
-	HintAt int64
-	// LastIncrease is the instant the increase was last accounted to.
-	LastIncrease int64
-	// PausedUntil is when the last Retry-After ends (Unix µs).
-	PausedUntil int64
-	// Hint is the last provider-reported rate, 0 when none.
-	Hint float64
-	// Target is the latency target in µs (0 until known), last moved at
-	// TargetAt.
-	Target   float64
-	TargetAt int64
-	// Ring holds the last RingSize success latencies; N is how many were
-	// added since the last decrease (capped at RingSize), Next the slot
+	stated bool
+	hintAt int64
+	// lastIncrease is the instant the increase was last accounted to.
+	lastIncrease int64
+	// pausedUntil is when the last Retry-After ends (Unix µs).
+	pausedUntil int64
+	// hint is the last provider-reported rate, 0 when none.
+	hint float64
+	// target is the latency target in µs (0 until known), last moved at
+	// targetAt.
+	target   float64
+	targetAt int64
+	// ring holds the last RingSize success latencies; n is how many were
+	// added since the last decrease (capped at RingSize), next the slot
 	// for the next one.
-	Ring    [RingSize]int64
-	N, Next int
-	// Queued is the latency (µs) of the call that set off the last
+	ring    [RingSize]int64
+	n, next int
+	// queued is the latency (µs) of the call that set off the last
 	// ReasonQueue decrease (0: none since another decrease); until the
 	// next decrease, falling latencies (a queue draining) are not news.
-	Queued int64
-	// Base is the fastest success latency (µs) of this BaseWindow and the
-	// last (0 until one); BaseNext the fastest of this one, which began
-	// at BaseAt.
-	Base, BaseNext, BaseAt int64
-	// UseCount calls have completed since UseStart (Unix µs); UseRate is
+	queued int64
+	// base is the fastest success latency (µs) of this BaseWindow and the
+	// last (0 until one); baseNext the fastest of this one, which began
+	// at baseAt.
+	base, baseNext, baseAt int64
+	// useCount calls have completed since useStart (Unix µs); useRate is
 	// the completions per second over the last full second, valid when
-	// UseKnown.
-	UseCount int
-	UseStart int64
-	UseRate  float64
-	UseKnown bool
+	// useKnown.
+	useCount int
+	useStart int64
+	useRate  float64
+	useKnown bool
 }
 
 // Decision is the result of an observation, a plain value.
@@ -404,33 +407,33 @@ type Decision struct {
 // Init returns the state of a key that has seen nothing: Start rate, slow
 // start on.
 func (c *Controller) Init() State {
-	return State{Rate: c.start, Probing: c.slowStart > 0, Started: true}
+	return State{rate: c.start, probing: c.slowStart > 0, started: true}
 }
 
 func (c *Controller) start0(s *State) {
-	if !s.Started {
+	if !s.started {
 		*s = c.Init()
 		return
 	}
 	// A State that comes back from elsewhere (a store, a peer) may be
 	// damaged: bring it into range rather than panic or spread a NaN.
-	if !(s.Rate >= c.floor && s.Rate <= c.ceiling) {
-		s.Rate = c.clampRate(s.Rate)
+	if !(s.rate >= c.floor && s.rate <= c.ceiling) {
+		s.rate = c.clampRate(s.rate)
 	}
-	if uint(s.Next) >= RingSize || uint(s.N) > RingSize {
-		s.Next, s.N = 0, 0
+	if uint(s.next) >= RingSize || uint(s.n) > RingSize {
+		s.next, s.n = 0, 0
 	}
-	s.Peak, s.CutTo, s.Hint = sane(s.Peak), sane(s.CutTo), sane(s.Hint)
-	s.Target, s.UseRate, s.Good = sane(s.Target), sane(s.UseRate), sane(s.Good)
+	s.peak, s.cutTo, s.hint = sane(s.peak), sane(s.cutTo), sane(s.hint)
+	s.target, s.useRate, s.good = sane(s.target), sane(s.useRate), sane(s.good)
 	if c.plateau == 0 {
-		s.Good = 0 // a proven plateau means nothing without one
-	} else if s.Good > 0 {
-		s.Good = min(max(s.Good, c.floor), c.ceiling)
+		s.good = 0 // a proven plateau means nothing without one
+	} else if s.good > 0 {
+		s.good = min(max(s.good, c.floor), c.ceiling)
 	}
-	if s.Good == 0 || s.Backoff < 0 {
-		s.Backoff = 0
-	} else if s.Backoff > maxHoldShift {
-		s.Backoff = maxHoldShift
+	if s.good == 0 || s.backoff < 0 {
+		s.backoff = 0
+	} else if s.backoff > maxHoldShift {
+		s.backoff = maxHoldShift
 	}
 }
 
@@ -452,21 +455,55 @@ func (c *Controller) clampRate(r float64) float64 {
 
 // Rate returns the key's current rate.
 func (c *Controller) Rate(s *State) float64 {
-	if !s.Started {
+	if !s.started {
 		return c.start
 	}
-	return c.clampRate(s.Rate)
+	return c.clampRate(s.rate)
 }
 
 // Paused reports whether the key is paused by a Retry-After at now, and
 // until when.
 func (s *State) Paused(now int64) (until int64, paused bool) {
-	return s.PausedUntil, now < s.PausedUntil
+	return s.pausedUntil, now < s.pausedUntil
+}
+
+// Hint returns the last rate the provider reported (Sample.Hint), in
+// requests per second, 0 when none: the rate is capped by it.
+func (s *State) Hint() float64 { return s.hint }
+
+// Probing reports whether the key is still in slow start (no decrease
+// yet).
+func (s *State) Probing() bool { return s.probing }
+
+// Good returns the proven plateau (Config.Plateau): the rate that held for
+// a whole Hold without trouble, 0 when none since the last ordinary
+// decrease.
+func (s *State) Good() float64 { return s.good }
+
+// CapTarget lowers the latency target to at most max µs when it is known
+// and above it: a caller that knows a better anchor (the fastest recent
+// success, as TCP Vegas and BBR use) keeps a latency that grows slowly
+// with load from dragging the target along. A max <= 0 does nothing.
+func (s *State) CapTarget(max int64) {
+	if max > 0 && s.target > float64(max) {
+		s.target = float64(max)
+	}
+}
+
+// SetRate makes r the key's rate, within [Floor, Ceiling]: a rate decided
+// elsewhere, such as the one a fleet shares in a store, that the next
+// observation adapts from. A NaN r is ignored.
+func (c *Controller) SetRate(s *State, r float64) {
+	if math.IsNaN(r) {
+		return
+	}
+	c.start0(s)
+	s.rate = c.clampRate(r)
 }
 
 func (c *Controller) ceilingFor(s *State) float64 {
-	if s.Hint > 0 {
-		return max(min(c.ceiling, s.Hint), c.floor)
+	if s.hint > 0 {
+		return max(min(c.ceiling, s.hint), c.floor)
 	}
 	return c.ceiling
 }
@@ -481,20 +518,20 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	latency := max(in.Latency, 0)
 	sent := now - latency
 	if in.RetryAfter > 0 {
-		s.PausedUntil = max(s.PausedUntil, addSat(now, in.RetryAfter))
+		s.pausedUntil = max(s.pausedUntil, addSat(now, in.RetryAfter))
 	}
 	if in.Hint > 0 && !math.IsInf(in.Hint, 0) {
-		if s.Hint == 0 || in.Hint < s.Hint {
+		if s.hint == 0 || in.Hint < s.hint {
 			// A lower stated rate explains the trouble of the
 			// current episode, even when the decrease came before
 			// it, and of one that begins soon after.
-			s.HintAt, s.Stated = now, true
+			s.hintAt, s.stated = now, true
 		}
-		s.Hint = in.Hint
+		s.hint = in.Hint
 	}
-	if ceil := c.ceilingFor(s); s.Rate > ceil {
-		s.Rate = ceil
-		s.Probing = false
+	if ceil := c.ceilingFor(s); s.rate > ceil {
+		s.rate = ceil
+		s.probing = false
 		d.Change, d.Reason = Decreased, ReasonHint
 	}
 
@@ -519,49 +556,49 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// at once), so that it drains quickly; a rate the
 				// queue kept up with (or grew at) was too much: the
 				// run's peak is at most the rate cut from.
-				f = min(f, max(0.5, c.queue*float64(s.Base)/float64(recentMedian(s))))
-				if s.Queued > 0 {
-					s.Peak = min(s.Peak, s.Rate)
+				f = min(f, max(0.5, c.queue*float64(s.base)/float64(recentMedian(s))))
+				if s.queued > 0 {
+					s.peak = min(s.peak, s.rate)
 				}
 			}
 			if reason == ReasonLatency {
 				// Far over the target, cut deeper (down to half at
 				// once), so that a queue built up drains quickly.
-				f = min(f, max(0.5, c.factor*s.Target/float64(p95(s))))
+				f = min(f, max(0.5, c.factor*s.target/float64(s.P95())))
 			}
-			from := s.Rate
+			from := s.rate
 			c.cut(s, now, f)
 			if in.RetryAfter > 0 {
 				// Every Retry-After costs a pause: recovery does not
 				// rush back towards a peak a run of them disproved
 				// (after a slow start, the overshoot); the rate cut
 				// from is the best known bound.
-				s.Peak = min(s.Peak, from)
+				s.peak = min(s.peak, from)
 			}
-			s.Stated = s.HintAt != 0 && now-s.HintAt <= chainWindow
-			s.Queued = queued
+			s.stated = s.hintAt != 0 && now-s.hintAt <= chainWindow
+			s.queued = queued
 			if reason == ReasonQueue {
 				// A queue shows soon after the rate passes the
 				// provider's: the limit is just under the rate cut
 				// from, as after trouble found while holding.
-				s.Held = true
+				s.held = true
 			}
 			d.Change, d.Reason = Decreased, reason
 		}
 		// Time spent in trouble does not count towards an increase.
-		s.LastIncrease = now
+		s.lastIncrease = now
 	} else if in.Outcome == Success {
 		if !c.fast(s, latency) {
-			s.LastIncrease = now // slow time does not count either
+			s.lastIncrease = now // slow time does not count either
 		} else if c.grow(s, now) {
 			d.Change = Increased
 		}
 	} else if in.Outcome == Failed {
 		// Nor does time spent failing: a success after a run of errors
 		// earns only the time since the last of them (one-way ratchet).
-		s.LastIncrease = now
+		s.lastIncrease = now
 	}
-	d.Rate, d.PausedUntil = s.Rate, s.PausedUntil
+	d.Rate, d.PausedUntil = s.rate, s.pausedUntil
 	return d
 }
 
@@ -577,43 +614,43 @@ func addSat(now, d int64) int64 {
 // newEpisode reports whether a bad signal about a request sent at sent is
 // news: the request left after the last decrease, and the cooldown is over.
 func (c *Controller) newEpisode(s *State, now, sent int64) bool {
-	if s.LastDecrease == 0 {
+	if s.lastDecrease == 0 {
 		return true
 	}
-	return sent >= s.LastDecrease && now >= s.LastDecrease+c.cooldown
+	return sent >= s.lastDecrease && now >= s.lastDecrease+c.cooldown
 }
 
 // cut decreases the rate multiplicatively and starts a new episode; a
 // failed probe above a proven plateau returns to the plateau instead.
 func (c *Controller) cut(s *State, now int64, f float64) {
-	if s.Good > 0 && s.Rate > s.Good && s.Rate <= probeSpan*s.Good {
+	if s.good > 0 && s.rate > s.good && s.rate <= probeSpan*s.good {
 		// The limit lies between the plateau, which held for a whole
 		// hold, and the probe: back to the plateau, and hold longer
 		// before the next probe. A probe that failed at once says the
 		// plateau was only just under the limit, if at all.
-		if s.Rate <= probeEarly*s.Good {
-			s.Good = max(probeLower*s.Good, c.floor)
+		if s.rate <= probeEarly*s.good {
+			s.good = max(probeLower*s.good, c.floor)
 		}
 		// The level that held is the peak of this run of decreases:
 		// trouble at it soon after must not recover above it.
-		s.Peak, s.Rate = s.Good, s.Good
-		s.Held, s.Level = true, now
-		s.Backoff = min(s.Backoff+1, maxHoldShift)
+		s.peak, s.rate = s.good, s.good
+		s.held, s.level = true, now
+		s.backoff = min(s.backoff+1, maxHoldShift)
 	} else {
-		s.Good, s.Backoff = 0, 0
-		if s.LastDecrease == 0 || now-s.LastDecrease > chainWindow || s.Rate > s.CutTo {
+		s.good, s.backoff = 0, 0
+		if s.lastDecrease == 0 || now-s.lastDecrease > chainWindow || s.rate > s.cutTo {
 			// A new run of decreases: the first, a late one, or one
 			// after the rate grew again (trouble found below the old
 			// Peak).
-			s.Peak = s.Rate
+			s.peak = s.rate
 		}
-		s.Rate = max(s.Rate*f, c.floor)
-		s.Held, s.Level = s.Level != 0, 0
+		s.rate = max(s.rate*f, c.floor)
+		s.held, s.level = s.level != 0, 0
 	}
-	s.CutTo = s.Rate
-	s.Probing = false
-	s.LastDecrease = now
-	s.N = 0 // the p95 needs fresh evidence before it may cut again
+	s.cutTo = s.rate
+	s.probing = false
+	s.lastDecrease = now
+	s.n = 0 // the p95 needs fresh evidence before it may cut again
 }
 
 // success records a success's latency at now and returns ReasonLatency
@@ -622,47 +659,47 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 	if c.ignoreLatency {
 		return ReasonNone
 	}
-	s.Ring[s.Next] = latency
-	s.Next = (s.Next + 1) % RingSize
-	s.N = min(s.N+1, RingSize)
-	s.base(now, latency)
-	if c.target == 0 && s.LastDecrease == 0 && s.N <= minP95Samples {
+	s.ring[s.next] = latency
+	s.next = (s.next + 1) % RingSize
+	s.n = min(s.n+1, RingSize)
+	s.trackBase(now, latency)
+	if c.target == 0 && s.lastDecrease == 0 && s.n <= minP95Samples {
 		// Learning the target: one early latency (a cached answer, a
 		// warm connection) is no baseline for a provider whose usual
 		// latency is several times it, so take the median of the first
 		// few, and judge none of them slow.
-		s.TargetAt = now
-		s.Target = max(float64(median(s)), 1)
+		s.targetAt = now
+		s.target = max(float64(median(s)), 1)
 		return ReasonNone
 	}
-	if s.Target == 0 {
-		s.TargetAt = now
+	if s.target == 0 {
+		s.targetAt = now
 		if c.target > 0 {
-			s.Target = c.target
+			s.target = c.target
 		} else {
-			s.Target = max(float64(latency), 1)
+			s.target = max(float64(latency), 1)
 			return ReasonNone
 		}
 	}
-	if c.queue > 0 && s.N >= minP95Samples && s.Base > 0 && s.Rate > c.floor {
+	if c.queue > 0 && s.n >= minP95Samples && s.base > 0 && s.rate > c.floor {
 		// A queue builds up: the median call waits behind others.
 		// A queue that drains after a decrease (a falling median) is
 		// the decrease working, not news.
-		if m := recentMedian(s); m > 0 && float64(m) > c.queue*float64(s.Base) && latency >= m && !draining(s) {
+		if m := recentMedian(s); m > 0 && float64(m) > c.queue*float64(s.base) && latency >= m && !draining(s) {
 			return ReasonQueue
 		}
 	}
-	if float64(latency) <= c.factor*s.Target {
+	if float64(latency) <= c.factor*s.target {
 		c.learn(s, now, latency)
 		return ReasonNone
 	}
-	if s.Queued > 0 && draining(s) {
+	if s.queued > 0 && draining(s) {
 		// Still draining the queue the last decrease answered: slow
 		// calls are its tail, not news.
 		return ReasonNone
 	}
-	if s.N >= minP95Samples && float64(p95(s)) > c.factor*s.Target && latency >= median(s) {
-		if s.Rate <= c.floor {
+	if s.n >= minP95Samples && float64(s.P95()) > c.factor*s.target && latency >= median(s) {
+		if s.rate <= c.floor {
 			// Nothing left to shed: a provider slow at the floor is
 			// slow, and this is its new normal.
 			c.learn(s, now, latency)
@@ -673,22 +710,22 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 	return ReasonNone
 }
 
-// base keeps the fastest latency of this BaseWindow and the last one.
-func (s *State) base(now, latency int64) {
+// trackBase keeps the fastest latency of this BaseWindow and the last one.
+func (s *State) trackBase(now, latency int64) {
 	latency = max(latency, 1)
-	if s.BaseAt == 0 || now < s.BaseAt || now-s.BaseAt >= BaseWindow {
+	if s.baseAt == 0 || now < s.baseAt || now-s.baseAt >= BaseWindow {
 		// A new window: the last one's fastest stays the base until
 		// this one has seen something faster.
-		if s.BaseNext > 0 {
-			s.Base = s.BaseNext
+		if s.baseNext > 0 {
+			s.base = s.baseNext
 		}
-		s.BaseNext, s.BaseAt = 0, now
+		s.baseNext, s.baseAt = 0, now
 	}
-	if s.BaseNext == 0 || latency < s.BaseNext {
-		s.BaseNext = latency
+	if s.baseNext == 0 || latency < s.baseNext {
+		s.baseNext = latency
 	}
-	if s.Base == 0 || latency < s.Base {
-		s.Base = latency
+	if s.base == 0 || latency < s.base {
+		s.base = latency
 	}
 }
 
@@ -697,13 +734,13 @@ func (s *State) base(now, latency int64) {
 // by time, not by sample, keeps a busy key's target from chasing a
 // slowdown that builds up over a few seconds.
 func (c *Controller) learn(s *State, now, latency int64) {
-	dt := float64(now-s.TargetAt) / sec
-	s.TargetAt = max(s.TargetAt, now)
+	dt := float64(now-s.targetAt) / sec
+	s.targetAt = max(s.targetAt, now)
 	w := c.weight * min(max(dt, 0), 1)
-	s.Target = (1-w)*s.Target + w*max(float64(latency), 1)
+	s.target = (1-w)*s.target + w*max(float64(latency), 1)
 }
 
-// median returns the median of the last s.N latencies.
+// median returns the median of the last s.n latencies.
 func median(s *State) int64 {
 	return percentile(s, 50)
 }
@@ -713,9 +750,9 @@ func median(s *State) int64 {
 // follows a queue as it builds, not a ring's worth of history.
 func recentMedian(s *State) int64 {
 	var buf [minP95Samples]int64
-	n := min(s.N, minP95Samples)
+	n := min(s.n, minP95Samples)
 	for i := range n {
-		buf[i] = s.Ring[(s.Next-1-i+2*RingSize)%RingSize]
+		buf[i] = s.ring[(s.next-1-i+2*RingSize)%RingSize]
 	}
 	if n == 0 {
 		return 0
@@ -730,125 +767,128 @@ func recentMedian(s *State) int64 {
 // (false with fewer samples).
 func draining(s *State) bool {
 	const h = minP95Samples / 2
-	if s.N < minP95Samples {
+	if s.n < minP95Samples {
 		return false
 	}
 	var newer, older [h]int64
 	for i := range h {
-		newer[i] = s.Ring[(s.Next-1-i+2*RingSize)%RingSize]
-		older[i] = s.Ring[(s.Next-1-h-i+2*RingSize)%RingSize]
+		newer[i] = s.ring[(s.next-1-i+2*RingSize)%RingSize]
+		older[i] = s.ring[(s.next-1-h-i+2*RingSize)%RingSize]
 	}
 	slices.Sort(newer[:])
 	slices.Sort(older[:])
 	return newer[(h-1)/2] < older[(h-1)/2]
 }
 
-// p95 returns the 95th percentile (nearest rank) of the last s.N latencies.
-func p95(s *State) int64 {
+// P95 returns the 95th percentile (nearest rank) of the latencies (µs) of
+// the successes since the last decrease (at most the last RingSize), 0
+// before any. With Config.IgnoreLatency no latency is kept: always 0.
+func (s *State) P95() int64 {
 	return percentile(s, 95)
 }
 
-// percentile returns the p-th percentile (nearest rank) of the last s.N
+// percentile returns the p-th percentile (nearest rank) of the last s.n
 // latencies.
 func percentile(s *State, p int) int64 {
 	var buf [RingSize]int64
-	for i := range s.N {
-		buf[i] = s.Ring[(s.Next-1-i+2*RingSize)%RingSize]
-	}
-	if s.N == 0 {
+	n := min(max(s.n, 0), RingSize)
+	if n == 0 {
 		return 0
 	}
-	v := buf[:s.N]
+	for i := range n {
+		buf[i] = s.ring[((s.next-1-i)%RingSize+RingSize)%RingSize]
+	}
+	v := buf[:n]
 	slices.Sort(v)
 	rank := max((p*len(v)+99)/100, 1) // ceil(p/100 n)
 	return v[rank-1]
 }
 
 func (c *Controller) fast(s *State, latency int64) bool {
-	if c.queue > 0 && s.Base > 0 && float64(latency) > c.queue*float64(s.Base) && !c.ignoreLatency {
+	if c.queue > 0 && s.base > 0 && float64(latency) > c.queue*float64(s.base) && !c.ignoreLatency {
 		return false // it waited in a queue: no reason to send faster
 	}
-	return c.ignoreLatency || s.Target == 0 || float64(latency) <= c.factor*s.Target
+	return c.ignoreLatency || s.target == 0 || float64(latency) <= c.factor*s.target
 }
 
 // grow raises the rate for the time since the last increase, at most one
 // second of it (a key idle for an hour does not jump).
 func (c *Controller) grow(s *State, now int64) bool {
-	if s.LastIncrease == 0 || now <= s.LastIncrease {
-		s.LastIncrease = max(s.LastIncrease, now)
+	if s.lastIncrease == 0 || now <= s.lastIncrease {
+		s.lastIncrease = max(s.lastIncrease, now)
 		return false
 	}
 	// Time paused by a Retry-After does not count either: a success then
 	// is a call sent before the throttle, and the first one after the
 	// pause earns only the time since it ended.
-	from := max(s.LastIncrease, min(s.PausedUntil, now))
+	from := max(s.lastIncrease, min(s.pausedUntil, now))
 	if now <= from {
-		s.LastIncrease = now
+		s.lastIncrease = now
 		return false
 	}
 	dt := min(float64(now-from)/sec, 1)
-	s.LastIncrease = now
+	s.lastIncrease = now
 	ceil := c.ceilingFor(s)
-	if s.Rate >= ceil {
+	if s.rate >= ceil {
 		return false
 	}
-	if c.usage > 0 && s.UseKnown && s.Rate >= c.usage*s.UseRate {
+	if c.usage > 0 && s.useKnown && s.rate >= c.usage*s.useRate {
 		return false // application-limited: the rate is not what binds
 	}
-	old := s.Rate
-	goal := c.decrease * s.Peak
+	old := s.rate
+	goal := c.decrease * s.peak
 	if c.plateau > 0 {
-		goal = c.plateau * s.Peak
-		if s.Held {
+		goal = c.plateau * s.peak
+		if s.held {
 			// Trouble found only after holding at the plateau: the
 			// limit is just under it, closer than a cut found while
 			// growing says. Level off at half the distance.
-			goal = (1 + c.plateau) / 2 * s.Peak
+			goal = (1 + c.plateau) / 2 * s.peak
 		}
 	}
-	if s.Good > 0 {
+	if s.good > 0 {
 		// Back from a failed probe: the proven plateau is the level.
-		goal = min(goal, s.Good)
+		goal = min(goal, s.good)
 	}
-	if s.Stated && s.Hint > 0 {
+	if s.stated && s.hint > 0 {
 		// The throttle came with the provider's (new) sustainable
 		// rate, which explains it: recover to that rate, not to a
 		// plateau under it.
 		goal = max(goal, ceil)
 	}
 	switch {
-	case s.Probing:
-		s.Rate += s.Rate * c.slowStart * dt
-	case s.Rate < goal:
+	case s.probing:
+		s.rate += s.rate * c.slowStart * dt
+	case s.rate < goal:
 		// Fast recovery: close the gap to the last good level by
 		// 1-1/e a second, but never faster than slow start would. The
 		// approach is asymptotic, so within 1% it arrives, and the
 		// additive increase takes over instead of creeping ever closer.
-		s.Rate += min(goal-s.Rate, s.Rate*max(c.slowStart, 1)) * dt
-		if goal-s.Rate <= goal/100 {
-			s.Rate = goal
+		s.rate += min(goal-s.rate, s.rate*max(c.slowStart, 1)) * dt
+		if goal-s.rate <= goal/100 {
+			s.rate = goal
 		}
-	case c.plateau > 0 && s.Level == 0:
+	case c.plateau > 0 && s.level == 0:
 		// Arrived at the plateau: hold there before probing.
-		s.Level = now
-	case c.plateau > 0 && now-s.Level < c.hold<<s.Backoff:
+		s.level = now
+	case c.plateau > 0 && now-s.level < c.hold<<s.backoff:
 		// Holding near the last cut.
 	default:
-		if c.plateau > 0 && s.Good == 0 {
+		if c.plateau > 0 && s.good == 0 {
 			// Held for a whole hold without trouble: proven.
-			s.Good = s.Rate
+			s.good = s.rate
 		}
 		inc := c.increase
 		if inc == 0 {
-			inc = DefaultIncreaseFraction * max(s.Peak, s.Rate)
+			inc = DefaultIncreaseFraction * max(s.peak, s.rate)
 		}
-		s.Rate += inc * dt
+		s.rate += inc * dt
 	}
-	if s.Rate >= ceil {
-		s.Rate = ceil
-		s.Probing = false
+	if s.rate >= ceil {
+		s.rate = ceil
+		s.probing = false
 	}
-	return s.Rate > old
+	return s.rate > old
 }
 
 // Locked is a Controller and one key's State behind a mutex. It is safe for
@@ -880,7 +920,7 @@ func (l *Locked) Rate(now int64) (rate float64, pausedUntil int64) {
 	if !paused {
 		until = 0
 	}
-	return l.s.Rate, until
+	return l.s.rate, until
 }
 
 // State returns a copy of the state.
@@ -894,22 +934,22 @@ func (l *Locked) State() State {
 // nothing away: the key is not paused, and its rate is at least Start, so a
 // fresh key would not send faster than this one may.
 func (c *Controller) Fresh(s *State, now int64) bool {
-	if !s.Started {
+	if !s.started {
 		return true
 	}
 	_, paused := s.Paused(now)
-	return !paused && s.Rate >= c.start
+	return !paused && s.rate >= c.start
 }
 
 // count records one completed call at now for the usage estimate.
 func (s *State) count(now int64) {
-	if s.UseStart == 0 || now < s.UseStart {
-		s.UseStart, s.UseCount = now, 0
+	if s.useStart == 0 || now < s.useStart {
+		s.useStart, s.useCount = now, 0
 	}
-	if el := now - s.UseStart; el >= int64(sec) {
-		s.UseRate = float64(s.UseCount) / (float64(el) / sec)
-		s.UseKnown = true
-		s.UseStart, s.UseCount = now, 0
+	if el := now - s.useStart; el >= int64(sec) {
+		s.useRate = float64(s.useCount) / (float64(el) / sec)
+		s.useKnown = true
+		s.useStart, s.useCount = now, 0
 	}
-	s.UseCount++
+	s.useCount++
 }

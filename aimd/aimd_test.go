@@ -52,7 +52,7 @@ func TestNewValidates(t *testing.T) {
 	c := mustNew(t, Config{})
 	require.Equal(t, DefaultStart, c.Rate(&State{}), "zero State is the conservative start")
 	c = mustNew(t, Config{Start: 50, Ceiling: 20})
-	require.Equal(t, 20.0, c.Init().Rate, "start clamped to the ceiling")
+	require.Equal(t, 20.0, c.Init().rate, "start clamped to the ceiling")
 }
 
 // step is one observation and the decision it must get.
@@ -208,14 +208,14 @@ func TestDamagedStateIsRepaired(t *testing.T) {
 		name string
 		s    State
 	}{
-		{"nan rate", State{Started: true, Rate: nan}},
-		{"negative rate", State{Started: true, Rate: -4}},
-		{"infinite rate", State{Started: true, Rate: math.Inf(1)}},
-		{"ring cursor below", State{Started: true, Rate: 5, Next: -3, N: 4}},
-		{"ring cursor above", State{Started: true, Rate: 5, Next: RingSize, N: 4}},
-		{"nan fields", State{Started: true, Rate: 5, Peak: nan, CutTo: nan, Hint: nan, Target: nan, UseRate: nan, UseKnown: true, Good: nan}},
-		{"hold backoff out of range", State{Started: true, Rate: 5, Level: 1, Good: 5, Backoff: 70}},
-		{"negative hold backoff", State{Started: true, Rate: 5, Level: 1, Good: 5, Backoff: -1}},
+		{"nan rate", State{started: true, rate: nan}},
+		{"negative rate", State{started: true, rate: -4}},
+		{"infinite rate", State{started: true, rate: math.Inf(1)}},
+		{"ring cursor below", State{started: true, rate: 5, next: -3, n: 4}},
+		{"ring cursor above", State{started: true, rate: 5, next: RingSize, n: 4}},
+		{"nan fields", State{started: true, rate: 5, peak: nan, cutTo: nan, hint: nan, target: nan, useRate: nan, useKnown: true, good: nan}},
+		{"hold backoff out of range", State{started: true, rate: 5, level: 1, good: 5, backoff: 70}},
+		{"negative hold backoff", State{started: true, rate: 5, level: 1, good: 5, backoff: -1}},
 	} {
 		for _, c := range []*Controller{c, cp} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -234,11 +234,11 @@ func TestDamagedStateIsRepaired(t *testing.T) {
 						in = Sample{Outcome: Throttled, Latency: 10 * ms}
 					}
 					require.NotPanics(t, func() { c.Observe(&s, at, in) })
-					require.True(t, s.Rate >= 0.5 && s.Rate <= 100, "rate %v after sample %d", s.Rate, i)
+					require.True(t, s.rate >= 0.5 && s.rate <= 100, "rate %v after sample %d", s.rate, i)
 				}
-				require.True(t, s.Target > 0 && !math.IsInf(s.Target, 0), "latency target %v", s.Target)
-				require.True(t, s.Good >= 0 && s.Good <= 100, "proven plateau %v", s.Good)
-				require.True(t, s.Backoff >= 0 && s.Backoff <= maxHoldShift, "hold backoff %d", s.Backoff)
+				require.True(t, s.target > 0 && !math.IsInf(s.target, 0), "latency target %v", s.target)
+				require.True(t, s.good >= 0 && s.good <= 100, "proven plateau %v", s.good)
+				require.True(t, s.backoff >= 0 && s.backoff <= maxHoldShift, "hold backoff %d", s.backoff)
 			})
 		}
 	}
@@ -253,23 +253,23 @@ func TestUsageCapsGrowth(t *testing.T) {
 	for i := range 30 {
 		c.Observe(&s, t0+int64(i)*s1, ok(10*ms))
 	}
-	require.True(t, s.UseKnown)
-	require.InDelta(t, 1.0, s.UseRate, 1e-9)
-	require.InDelta(t, 4.0, s.Rate, 1e-9, "grows to 4 x the 1/s it is used at, no further")
+	require.True(t, s.useKnown)
+	require.InDelta(t, 1.0, s.useRate, 1e-9)
+	require.InDelta(t, 4.0, s.rate, 1e-9, "grows to 4 x the 1/s it is used at, no further")
 	// Used at 10/s it grows on.
 	at := t0 + 30*s1
 	for range 30 {
 		at += 100 * ms
 		c.Observe(&s, at, ok(10*ms))
 	}
-	require.Greater(t, s.Rate, 5.5)
+	require.Greater(t, s.rate, 5.5)
 	// Disabled, it grows regardless.
 	c = mustNew(t, Config{Start: 2, SlowStart: -1, Increase: 1, UsageMultiple: -1})
 	s = c.Init()
 	for i := range 30 {
 		c.Observe(&s, t0+int64(i)*s1, ok(10*ms))
 	}
-	require.InDelta(t, 31.0, s.Rate, 1e-9)
+	require.InDelta(t, 31.0, s.rate, 1e-9)
 	_, err := New(Config{UsageMultiple: math.Inf(1)})
 	require.ErrorIs(t, err, ErrInvalidConfig)
 }
@@ -286,7 +286,7 @@ func TestLatency(t *testing.T) {
 	}
 	// One slow outlier among fast ones is not a slowdown, and it does not
 	// raise the rate either.
-	r := s.Rate
+	r := s.rate
 	at += 10 * ms
 	d := c.Observe(&s, at, ok(900*ms))
 	require.Equal(t, Unchanged, d.Change)
@@ -301,7 +301,7 @@ func TestLatency(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, decreased, "decreases once, then needs fresh evidence")
-	require.InDelta(t, r/2, s.Rate, 1e-9)
+	require.InDelta(t, r/2, s.rate, 1e-9)
 	// A slow call sent after the decrease is a new episode, but the ring's
 	// old slow latencies are not evidence about the new rate: the p95
 	// waits for minP95Samples fresh ones.
@@ -311,7 +311,7 @@ func TestLatency(t *testing.T) {
 		require.Equal(t, Unchanged, c.Observe(&s, at, ok(300*ms)).Change, "fresh slow sample %d", i)
 	}
 	// The target learns only from fast successes.
-	require.Less(t, s.Target, float64(150*ms))
+	require.Less(t, s.target, float64(150*ms))
 }
 
 func TestFastRecoveryArrives(t *testing.T) {
@@ -326,13 +326,13 @@ func TestFastRecoveryArrives(t *testing.T) {
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
 	at += 20 * ms
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
-	require.InDelta(t, 81.0, s.Rate, 1e-9)
+	require.InDelta(t, 81.0, s.rate, 1e-9)
 	for range 1000 {
 		at += 10 * ms
 		d := c.Observe(&s, at, ok(10*ms))
 		require.Equal(t, Increased, d.Change)
 	}
-	require.Greater(t, s.Rate, 95.0, "recovered to 90 within seconds, then +2/s")
+	require.Greater(t, s.rate, 95.0, "recovered to 90 within seconds, then +2/s")
 }
 
 // TestRetryAfterBoundsTheRecovery: each Retry-After pauses the key, so a
@@ -348,18 +348,18 @@ func TestRetryAfterBoundsTheRecovery(t *testing.T) {
 		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: ra})
 		at += 20 * ms
 		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: ra})
-		require.InDelta(t, 81.0, s.Rate, 1e-9)
+		require.InDelta(t, 81.0, s.rate, 1e-9)
 		for range 200 { // two seconds of successes
 			at += 10 * ms
 			c.Observe(&s, at, ok(10*ms))
 		}
 		if ra == 0 {
-			require.Equal(t, 100.0, s.Peak)
-			require.Greater(t, s.Rate, 88.0, "recovered towards 90 of the run's peak")
+			require.Equal(t, 100.0, s.peak)
+			require.Greater(t, s.rate, 88.0, "recovered towards 90 of the run's peak")
 			continue
 		}
-		require.Equal(t, 90.0, s.Peak, "the rate the last Retry-After cut from")
-		require.Less(t, s.Rate, 86.0, "81 is 90 percent of it: only the additive increase (1.8/s) since")
+		require.Equal(t, 90.0, s.peak, "the rate the last Retry-After cut from")
+		require.Less(t, s.rate, 86.0, "81 is 90 percent of it: only the additive increase (1.8/s) since")
 	}
 }
 
@@ -375,12 +375,12 @@ func TestPlateauHoldsNearTheLastCut(t *testing.T) {
 		s := c.Init()
 		at := t0
 		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
-		require.InDelta(t, 80.0, s.Rate, 1e-9)
+		require.InDelta(t, 80.0, s.rate, 1e-9)
 		for i := range seconds * 100 {
 			at += 10 * ms
 			c.Observe(&s, at, ok(10*ms))
 			if (i+1)%100 == 0 {
-				rates = append(rates, s.Rate)
+				rates = append(rates, s.rate)
 			}
 		}
 		return rates
@@ -408,16 +408,16 @@ func TestPlateauAfterTroubleWhileHolding(t *testing.T) {
 		at += 10 * ms
 		c.Observe(&s, at, ok(10*ms))
 	}
-	require.InDelta(t, 92.0, s.Rate, 1e-9)
-	require.NotZero(t, s.Level, "holding")
+	require.InDelta(t, 92.0, s.rate, 1e-9)
+	require.NotZero(t, s.level, "holding")
 	at += 10 * ms
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
-	require.InDelta(t, 0.8*92, s.Rate, 1e-9)
+	require.InDelta(t, 0.8*92, s.rate, 1e-9)
 	for range 1000 {
 		at += 10 * ms
 		c.Observe(&s, at, ok(10*ms))
 	}
-	require.InDelta(t, 0.96*92, s.Rate, 1e-9)
+	require.InDelta(t, 0.96*92, s.rate, 1e-9)
 }
 
 func TestFailedProbeReturnsToTheProvenPlateau(t *testing.T) {
@@ -438,19 +438,19 @@ func TestFailedProbeReturnsToTheProvenPlateau(t *testing.T) {
 	}
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
 	busy(15 * second)
-	require.InDelta(t, 92.0, s.Good, 1e-9, "the plateau held for a whole hold")
+	require.InDelta(t, 92.0, s.good, 1e-9, "the plateau held for a whole hold")
 	busy(2 * second)
-	require.Greater(t, s.Rate, 92.0*probeEarly, "probing")
+	require.Greater(t, s.rate, 92.0*probeEarly, "probing")
 	for shift := 1; shift <= 3; shift++ {
-		probe := s.Rate
+		probe := s.rate
 		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
-		require.InDelta(t, 92.0, s.Rate, 1e-9, "failed probe %d at %.1f: back to the plateau", shift, probe)
-		require.Equal(t, shift, s.Backoff)
+		require.InDelta(t, 92.0, s.rate, 1e-9, "failed probe %d at %.1f: back to the plateau", shift, probe)
+		require.Equal(t, shift, s.backoff)
 		hold := int64(10*second) << shift
 		busy(hold - second)
-		require.InDelta(t, 92.0, s.Rate, 1e-9, "still holding after %d s", (hold-second)/second)
+		require.InDelta(t, 92.0, s.rate, 1e-9, "still holding after %d s", (hold-second)/second)
 		busy(3 * second)
-		require.Greater(t, s.Rate, 92.0*probeEarly, "probing again after %d s", hold/second)
+		require.Greater(t, s.rate, 92.0*probeEarly, "probing again after %d s", hold/second)
 	}
 
 	// A probe that fails at once says the plateau was marginal: a little
@@ -458,15 +458,15 @@ func TestFailedProbeReturnsToTheProvenPlateau(t *testing.T) {
 	// which forgets it.
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
 	busy(80*second + 200*ms)
-	require.Greater(t, s.Rate, 92.0)
-	require.Less(t, s.Rate, 92.0*probeEarly, "200 ms into the probe")
+	require.Greater(t, s.rate, 92.0)
+	require.Less(t, s.rate, 92.0*probeEarly, "200 ms into the probe")
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
-	require.InDelta(t, 92.0*probeLower, s.Rate, 1e-9)
+	require.InDelta(t, 92.0*probeLower, s.rate, 1e-9)
 	busy(2 * second)
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
-	require.InDelta(t, 0.8*92.0*probeLower, s.Rate, 1e-9)
-	require.Zero(t, s.Good)
-	require.Zero(t, s.Backoff)
+	require.InDelta(t, 0.8*92.0*probeLower, s.rate, 1e-9)
+	require.Zero(t, s.good)
+	require.Zero(t, s.backoff)
 }
 
 func TestTroubleAtTheProvenPlateauRecoversBelowIt(t *testing.T) {
@@ -485,17 +485,17 @@ func TestTroubleAtTheProvenPlateauRecoversBelowIt(t *testing.T) {
 	}
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
 	busy(17 * 1000 * ms)
-	require.Greater(t, s.Rate, 92.0*probeEarly, "probing above the plateau")
-	require.Less(t, s.Rate, 92.0*probeSpan)
+	require.Greater(t, s.rate, 92.0*probeEarly, "probing above the plateau")
+	require.Less(t, s.rate, 92.0*probeSpan)
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
-	require.InDelta(t, 92.0, s.Rate, 1e-9)
+	require.InDelta(t, 92.0, s.rate, 1e-9)
 	busy(500 * ms)
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms})
-	require.Less(t, s.Rate, 92.0)
-	require.Zero(t, s.Good)
+	require.Less(t, s.rate, 92.0)
+	require.Zero(t, s.good)
 	for range 10 {
 		busy(1000 * ms)
-		require.LessOrEqual(t, s.Rate, 92.0, "recovering below the plateau where the trouble was")
+		require.LessOrEqual(t, s.rate, 92.0, "recovering below the plateau where the trouble was")
 	}
 }
 
@@ -504,17 +504,17 @@ func TestDamagedProvenPlateau(t *testing.T) {
 	// A proven plateau below the floor is brought up to it: a failed
 	// probe never returns below the floor.
 	c := mustNew(t, Config{Floor: 10, Ceiling: 100, Plateau: 0.9, Hold: time.Second, SlowStart: -1, IgnoreLatency: true})
-	s := State{Started: true, Rate: 10, Level: 1, Good: 9.5}
+	s := State{started: true, rate: 10, level: 1, good: 9.5}
 	d := c.Observe(&s, t0, Sample{Outcome: Throttled, Latency: 10 * ms})
 	require.GreaterOrEqual(t, d.Rate, 10.0)
 	// Without a plateau, a proven plateau from elsewhere means nothing:
 	// the throttle is an ordinary decrease.
 	c0 := mustNew(t, Config{Floor: 1, Ceiling: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8})
-	s = State{Started: true, Rate: 50, Level: 1, Good: 48, Backoff: 2}
+	s = State{started: true, rate: 50, level: 1, good: 48, backoff: 2}
 	d = c0.Observe(&s, t0, Sample{Outcome: Throttled, Latency: 10 * ms})
 	require.InDelta(t, 40.0, d.Rate, 1e-9)
-	require.Zero(t, s.Good)
-	require.Zero(t, s.Backoff)
+	require.Zero(t, s.good)
+	require.Zero(t, s.backoff)
 }
 
 func TestRecoveryReturnsToAStatedRate(t *testing.T) {
@@ -527,31 +527,31 @@ func TestRecoveryReturnsToAStatedRate(t *testing.T) {
 	s := c.Init()
 	at := t0
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, Hint: 50})
-	require.InDelta(t, 40.0, s.Rate, 1e-9, "capped by the hint, then cut")
+	require.InDelta(t, 40.0, s.rate, 1e-9, "capped by the hint, then cut")
 	for range 500 {
 		at += 10 * ms
 		c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 50})
 	}
-	require.InDelta(t, 50.0, s.Rate, 1e-9, "back at the stated rate, not at 0.9 x 50")
+	require.InDelta(t, 50.0, s.rate, 1e-9, "back at the stated rate, not at 0.9 x 50")
 	at += 10 * ms
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, Hint: 50})
 	for range 500 {
 		at += 10 * ms
 		c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 50})
 	}
-	require.InDelta(t, 45.0, s.Rate, 1e-9, "throttled at a rate stated before: the plateau")
+	require.InDelta(t, 45.0, s.rate, 1e-9, "throttled at a rate stated before: the plateau")
 	// The provider states a lower rate (30/s) on a success, and throttles
 	// a moment later: that rate explains it too.
 	at += 10 * ms
 	c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 30})
 	at += 100 * ms
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, Hint: 30})
-	require.InDelta(t, 24.0, s.Rate, 1e-9)
+	require.InDelta(t, 24.0, s.rate, 1e-9)
 	for range 500 {
 		at += 10 * ms
 		c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 30})
 	}
-	require.InDelta(t, 30.0, s.Rate, 1e-9, "back at the new stated rate")
+	require.InDelta(t, 30.0, s.rate, 1e-9, "back at the new stated rate")
 }
 
 func TestQueueGradient(t *testing.T) {
@@ -567,7 +567,7 @@ func TestQueueGradient(t *testing.T) {
 		at += 20 * ms
 		c.Observe(&s, at, ok(20*ms))
 	}
-	require.Equal(t, int64(20*ms), s.Base)
+	require.Equal(t, int64(20*ms), s.base)
 	lat := 20 * ms
 	var d Decision
 	for d.Change != Decreased {
@@ -596,7 +596,7 @@ func TestQueueGradient(t *testing.T) {
 		d = c.Observe(&s, at, ok(l))
 		require.NotEqual(t, Decreased, d.Change, "cut again while draining at %d ms", l/ms)
 	}
-	require.InDelta(t, cut, s.Rate, 1e-9)
+	require.InDelta(t, cut, s.rate, 1e-9)
 	// A queue that grows again after the cut is news: cut again.
 	for d.Change != Decreased {
 		at += 20 * ms
@@ -620,8 +620,8 @@ func TestOneFastFirstAnswerIsNoBaseline(t *testing.T) {
 		d := c.Observe(&s, at, ok(50*ms))
 		require.NotEqual(t, Decreased, d.Change, "sample %d: %v", i, d.Reason)
 	}
-	require.Greater(t, s.Rate, 10.0)
-	require.InDelta(t, float64(50*ms), s.Target, float64(5*ms))
+	require.Greater(t, s.rate, 10.0)
+	require.InDelta(t, float64(50*ms), s.target, float64(5*ms))
 	// A real slowdown after that is still one.
 	cut := false
 	for range 40 {
@@ -640,7 +640,7 @@ func TestLatencyAtTheFloorBecomesTheNorm(t *testing.T) {
 		at += 100 * ms
 		require.NotEqual(t, Decreased, c.Observe(&s, at, ok(500*ms)).Change)
 	}
-	require.Greater(t, s.Target, float64(250*ms), "a provider slow at the floor re-anchors the target")
+	require.Greater(t, s.target, float64(250*ms), "a provider slow at the floor re-anchors the target")
 }
 
 // TestErrorsNeverRaiseTheRate is the one-way ratchet as a property: over
@@ -661,7 +661,7 @@ func TestErrorsNeverRaiseTheRate(t *testing.T) {
 			if rng.IntN(10) == 0 {
 				in.Hint = rng.Float64() * 100
 			}
-			before := s.Rate
+			before := s.rate
 			d := c.Observe(&s, at, in)
 			if in.Outcome != Success {
 				require.LessOrEqual(t, d.Rate, before, "run %d step %d: %+v raised the rate", run, i, in)
@@ -694,7 +694,7 @@ func TestLocked(t *testing.T) {
 	require.Equal(t, t0+11*s1, until)
 	_, until = l.Rate(t0 + 11*s1)
 	require.Zero(t, until, "not paused once the Retry-After is over")
-	require.Equal(t, d.Rate, l.State().Rate)
+	require.Equal(t, d.Rate, l.State().rate)
 }
 
 func TestFresh(t *testing.T) {
@@ -707,12 +707,12 @@ func TestFresh(t *testing.T) {
 	c.Observe(&s, t0, Sample{Outcome: Throttled, RetryAfter: s1})
 	require.False(t, c.Fresh(&s, t0+s1-1), "paused")
 	require.False(t, c.Fresh(&s, t0+s1), "below Start: a fresh key would send faster")
-	s.Rate = 12
+	s.rate = 12
 	require.True(t, c.Fresh(&s, t0+s1))
 }
 
-// The latency statistics of a state with no samples are zero, not a panic:
-// State is exported, and a caller may hand Observe any of it.
+// The latency statistics of a state with no samples are zero, not a panic
+// (the zero State is a caller's to hand in).
 func TestLatencyStatisticsOfNoSamples(t *testing.T) {
 	t.Parallel()
 	var s State

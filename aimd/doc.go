@@ -61,6 +61,9 @@
 //
 // Times are int64 Unix microseconds and latencies int64 microseconds, as in
 // the other pure packages; nothing here blocks, reads a clock or allocates.
-// Controller and State are plain values; Locked is the thin mutex wrapper
-// for callers that share one key between goroutines.
+// Controller and State are plain values. State keeps its bookkeeping
+// private: Controller.Rate, State.Paused, State.Hint, State.P95 and the
+// like read it; Controller.Observe (and SetRate, State.CapTarget) change
+// it. Locked is the thin mutex wrapper for callers that share one key
+// between goroutines.
 package aimd

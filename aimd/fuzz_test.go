@@ -45,13 +45,13 @@ func observe(t *testing.T, start uint8, target time.Duration, plateau bool, ops 
 		case x >= 0x40:
 			in.Hint = float64(x - 0x40)
 		}
-		before := s.Rate
+		before := s.rate
 		d := c.Observe(&s, now, in)
-		if math.IsNaN(d.Rate) || d.Rate < 0.5 || d.Rate > 300 || d.Rate != s.Rate {
+		if math.IsNaN(d.Rate) || d.Rate < 0.5 || d.Rate > 300 || d.Rate != s.rate {
 			t.Fatalf("target %v, sample %d: rate %v outside [0.5, 300]", target, i/4, d.Rate)
 		}
-		if s.Hint > 0 && d.Rate > max(s.Hint, 0.5)+1e-9 {
-			t.Fatalf("target %v, sample %d: rate %v above the hint %v", target, i/4, d.Rate, s.Hint)
+		if s.hint > 0 && d.Rate > max(s.hint, 0.5)+1e-9 {
+			t.Fatalf("target %v, sample %d: rate %v above the hint %v", target, i/4, d.Rate, s.hint)
 		}
 		if in.Outcome != Success && d.Rate > before {
 			t.Fatalf("target %v, sample %d: %+v raised the rate %v -> %v", target, i/4, in, before, d.Rate)

@@ -1,8 +1,10 @@
 package outbound_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +34,32 @@ func BenchmarkRoundTrip(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			resp, err := c.RoundTrip(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = resp.Body.Close()
+		}
+	})
+}
+
+// BenchmarkRoundTripManyKeys is BenchmarkRoundTrip with every goroutine on
+// keys of its own: calls to different keys meet on no client-wide lock.
+func BenchmarkRoundTripManyKeys(b *testing.B) {
+	c, err := outbound.New(outbound.Config{Base: canned{h: http.Header{}}, Burst: 1 << 20,
+		AIMD: aimd.Config{Start: 1e6, Floor: 1e6, Ceiling: 1e6, IgnoreLatency: true}, MaxReserve: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		reqs := make([]*http.Request, 16)
+		for i := range reqs {
+			reqs[i] = httptest.NewRequest(http.MethodGet, fmt.Sprintf("http://api%d.test/", next.Add(1)), nil)
+			reqs[i].RequestURI = ""
+		}
+		for i := 0; pb.Next(); i++ {
+			resp, err := c.RoundTrip(reqs[i%len(reqs)])
 			if err != nil {
 				b.Fatal(err)
 			}

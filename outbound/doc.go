@@ -3,7 +3,10 @@
 // that are not HTTP) that paces, adapts, breaks and retries per upstream
 // key.
 //
-// Every call goes through the layers of seed 002 (D6), outermost first:
+// Every call goes through the layers of seed 002 (D6), outermost first
+// (call.go composes them; bulkhead.go, pacing.go and policy.go hold the
+// layers, adaptive.go the key's controller, fleet.go what the fleet shares
+// through the store, registry.go the keys):
 //
 //  1. bulkhead: at most Config.MaxConcurrent calls in flight per key;
 //  2. timeout: Config.Timeout bounds the whole call, retries included;
@@ -43,7 +46,11 @@
 // that a fleet adapts as one.
 //
 // Keys are per host (HostKey: lowercased, default ports dropped), or per
-// provider profile (Config.Profiles maps hosts to a profile name). Snapshot
+// provider profile (Config.Profiles maps hosts to a profile name). Each
+// key's state lives in one of 64 independently locked shards, and each
+// layer's part of it guards itself, so calls to different keys share no
+// lock. A key idle for Config.IdleTTL is dropped by a sweep on the
+// client's clock (its pacing and pauses live on in the store). Snapshot
 // returns every key's state (seed 001 section 11) and Config.Metrics
 // registers Prometheus metrics labelled by profile or host, never by a
 // caller's raw key unless Config.KeyLabels opts in.

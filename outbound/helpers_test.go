@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,25 +48,73 @@ type ioReadCloser = io.ReadCloser
 
 func nopBody(s string) io.ReadCloser { return io.NopCloser(strings.NewReader(s)) }
 
-// getAdvancing makes one call through c to u and closes its body, moving
-// clk on by 50 ms a millisecond of real time until the call returns: a call
-// that waits (for a pause, or its turn) waits on clk.
-func getAdvancing(t *testing.T, clk *clocktest.Clock, c http.RoundTripper, u string) {
+// watched is a fake clock that reports the deadline of every timer the
+// code under test starts, so that a test moves time on only once a call
+// waits on it, and exactly to the instant it waits for. Timers of a minute
+// or more (the client's idle sweep) are not reported.
+type watched struct {
+	*clocktest.Clock
+	mu    sync.Mutex // a timer's deadline is read and set at one instant
+	waits chan time.Time
+}
+
+func watch(t0 time.Time) *watched {
+	return &watched{Clock: clocktest.New(t0), waits: make(chan time.Time, 1024)}
+}
+
+func (w *watched) NewTimer(d time.Duration) clock.Timer {
+	w.mu.Lock()
+	when := w.Clock.Now().Add(d)
+	tm := w.Clock.NewTimer(d)
+	w.mu.Unlock()
+	if d > 0 && d < time.Minute {
+		select {
+		case w.waits <- when:
+		default: // a test that drives nothing: drive would fail
+		}
+	}
+	return tm
+}
+
+// advanceTo moves the clock on to when, if it is not there yet.
+func (w *watched) advanceTo(when time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.Clock.Now().Before(when) {
+		w.Clock.Set(when)
+	}
+}
+
+// drive runs f and moves w on to each timer the code under test waits on,
+// until f returns. It fails the test when f neither returns nor waits on
+// the clock for 10 s of real time.
+func drive(t *testing.T, w *watched, f func()) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		resp := get(t, c, u)
-		_ = resp.Body.Close()
+		f()
 	}()
 	for {
 		select {
 		case <-done:
 			return
-		case <-time.After(time.Millisecond):
-			clk.Advance(50 * time.Millisecond)
+		case when := <-w.waits:
+			w.advanceTo(when)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the call neither returned nor waited on the clock")
 		}
 	}
+}
+
+// getAdvancing makes one call through c to u and closes its body, moving
+// w on to every timer the call waits on (for a pause, or its turn).
+func getAdvancing(t *testing.T, w *watched, c http.RoundTripper, u string) {
+	t.Helper()
+	drive(t, w, func() {
+		resp := get(t, c, u)
+		_ = resp.Body.Close()
+	})
 }
 
 // fleetOf returns two clients, as two processes sharing st, over a and b:

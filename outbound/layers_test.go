@@ -3,6 +3,7 @@ package outbound_test
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/sluicerl/sluice/breaker"
 	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/retry"
+	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
 )
 
@@ -204,6 +206,13 @@ func TestSharedRate(t *testing.T) {
 	rb, _ := cb.Rate("api.test")
 	require.Less(t, ra, 1e4, "A decreased")
 	require.Greater(t, rb, ra, "B has not heard yet")
+	// The layout processes of other versions read: the rate in
+	// thousandths, as the remaining units of a day's fixed window under
+	// the key's hash-tagged ":rate" key.
+	raw, err := st.Take(t.Context(), store.TakeParams{Key: "outbound:{api.test}:rate", Cost: 0,
+		Limit: store.Limit{Name: "outbound-rate", Algorithm: store.FixedWindow, Rate: 1 << 40, Period: 24 * time.Hour}})
+	require.NoError(t, err)
+	require.EqualValues(t, math.Round(ra*1000), raw.Remaining)
 	resp := get(t, cb, "http://api.test/")
 	_ = resp.Body.Close()
 	rb, _ = cb.Rate("api.test")

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/aimd"
+	"github.com/sluicerl/sluice/clock"
 	"github.com/sluicerl/sluice/clock/clocktest"
 	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/retry"
@@ -26,16 +28,28 @@ import (
 var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 
 // scripted answers with the next response of a script (the last one
-// repeats) and counts calls.
+// repeats) and counts calls; with clk set, it notes when each was sent.
 type scripted struct {
 	mu    sync.Mutex
 	resps []func() *http.Response
 	calls atomic.Int64
+	clk   clock.Clock
+	sent  []time.Time
+}
+
+// sentAt returns when each call was sent, on clk.
+func (s *scripted) sentAt() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.sent)
 }
 
 func (s *scripted) RoundTrip(req *http.Request) (*http.Response, error) {
 	s.calls.Add(1)
 	s.mu.Lock()
+	if s.clk != nil {
+		s.sent = append(s.sent, s.clk.Now())
+	}
 	f := s.resps[0]
 	if len(s.resps) > 1 {
 		s.resps = s.resps[1:]
@@ -90,10 +104,10 @@ func TestHostKey(t *testing.T) {
 // A Retry-After seen by one process pauses every process sharing the store.
 func TestRetryAfterPausesEveryProcess(t *testing.T) {
 	t.Parallel()
-	clk := clocktest.New(t0)
+	clk := watch(t0)
 	st := memstore.New(memstore.Config{Clock: clk})
 	a := &scripted{resps: []func() *http.Response{response(429, "", "Retry-After", "2")}}
-	b := &scripted{resps: []func() *http.Response{response(200, "ok")}}
+	b := &scripted{resps: []func() *http.Response{response(200, "ok")}, clk: clk}
 	// No retries: this process gives up on the 429; the point is the
 	// other process.
 	ca, err := outbound.New(outbound.Config{Base: a, Store: st, Clock: clk, Retry: retry.Config{MaxAttempts: 1}})
@@ -111,29 +125,14 @@ func TestRetryAfterPausesEveryProcess(t *testing.T) {
 	require.NoError(t, resp.Body.Close())
 	k := ca.Snapshot(0).Keys[0]
 	require.Equal(t, 2*time.Second, k.PausedFor)
+	pauseEnd := clk.Now().Add(2 * time.Second)
 
-	done := make(chan int)
-	go func() {
-		resp := get(t, cb, "http://API.example.com:80/y")
-		_ = resp.Body.Close()
-		done <- resp.StatusCode
-	}()
-	for elapsed := time.Duration(0); elapsed < 2*time.Second; {
-		for clk.Timers() == 0 && b.calls.Load() == 1 {
-			time.Sleep(time.Millisecond) // until the other process waits, or sends
-		}
-		require.EqualValues(t, 1, b.calls.Load(), "the other process sent during the pause (at +%v)", elapsed)
-		step := 500 * time.Millisecond
-		clk.Advance(step)
-		elapsed += step
-	}
-	select {
-	case code := <-done:
-		require.Equal(t, 200, code)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the paused call never went out")
-	}
-	require.EqualValues(t, 2, b.calls.Load())
+	// B's next call waits on the clock until the pause is over: time
+	// moves only to the instants it waits for.
+	getAdvancing(t, clk, cb, "http://API.example.com:80/y")
+	sent := b.sentAt()
+	require.Len(t, sent, 2)
+	require.False(t, sent[1].Before(pauseEnd), "the other process sent during the pause (%v before its end)", pauseEnd.Sub(sent[1]))
 	// B slowed down too, having heard of the pause through the store.
 	rateAfter, _ := cb.Rate("api.example.com")
 	require.Less(t, rateAfter, rateBefore)
@@ -147,30 +146,30 @@ func TestRetryAfterPausesEveryProcess(t *testing.T) {
 // Before any signal the key is paced at the controller's conservative start.
 func TestConservativeStart(t *testing.T) {
 	t.Parallel()
-	clk := clocktest.New(t0)
-	base := &scripted{resps: []func() *http.Response{response(200, "ok")}}
+	clk := watch(t0)
+	base := &scripted{resps: []func() *http.Response{response(200, "ok")}, clk: clk}
 	c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk})})
 	require.NoError(t, err)
-	var wg sync.WaitGroup
-	for range 3 {
-		wg.Go(func() {
-			resp := get(t, c, "http://api.example.com/")
-			_ = resp.Body.Close()
-		})
-	}
-	// One goes at once (burst 1); the others wait for their turn.
-	clk.BlockUntilTimers(2)
-	require.EqualValues(t, 1, base.calls.Load())
-	rate, ok := c.Rate("api.example.com")
+	drive(t, clk, func() {
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				resp := get(t, c, "http://api.example.com/")
+				_ = resp.Body.Close()
+			})
+		}
+		wg.Wait()
+	})
+	// One went at once (burst 1); the next waited a whole interval of
+	// the start rate (aimd.DefaultStart, 1/s), and the third its turn at
+	// a rate slow start has only begun to raise.
+	sent := base.sentAt()
+	require.Len(t, sent, 3)
+	require.Equal(t, t0, sent[0])
+	require.GreaterOrEqual(t, sent[1].Sub(sent[0]), time.Second)
+	require.Greater(t, sent[2].Sub(sent[1]), 100*time.Millisecond)
+	_, ok := c.Rate("api.example.com")
 	require.True(t, ok)
-	require.LessOrEqual(t, rate, 2.0, "a conservative start")
-	for base.calls.Load() < 3 {
-		clk.Advance(100 * time.Millisecond)
-		time.Sleep(time.Millisecond) // let the woken waiter book its turn
-	}
-	wg.Wait()
-	// Three calls at the start rate took at least two intervals.
-	require.GreaterOrEqual(t, clk.Now().Sub(t0), time.Duration(float64(2*time.Second)/max(rate, 1))-200*time.Millisecond)
 }
 
 func TestProfilesShareAKey(t *testing.T) {
@@ -232,11 +231,13 @@ func TestDoClassifiesErrors(t *testing.T) {
 func TestBulkhead(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
+	entered := make(chan struct{}, 5)
 	var inFlight, peak atomic.Int64
 	base := roundTripFunc(func(*http.Request) (*http.Response, error) {
 		n := inFlight.Add(1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 		}
+		entered <- struct{}{}
 		<-release
 		inFlight.Add(-1)
 		return response(200, "ok")(), nil
@@ -251,10 +252,18 @@ func TestBulkhead(t *testing.T) {
 			_ = resp.Body.Close()
 		})
 	}
-	require.Eventually(t, func() bool { return inFlight.Load() == 2 }, 5*time.Second, time.Millisecond)
+	for i := range 2 {
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d calls of 5 reached the provider, want 2", i)
+		}
+	}
+	require.EqualValues(t, 2, c.Snapshot(0).Keys[0].InFlight)
 	close(release)
 	wg.Wait()
 	require.EqualValues(t, 2, peak.Load())
+	require.Len(t, entered, 3, "the other three went once the first two were done")
 }
 
 func TestTimeoutBoundsTheCall(t *testing.T) {
@@ -321,12 +330,12 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // GCRA at it, not each at the whole of it.
 func TestProviderRatePacesTheFleet(t *testing.T) {
 	t.Parallel()
-	clk := clocktest.New(t0)
+	clk := watch(t0)
 	st := memstore.New(memstore.Config{Clock: clk})
 	body := `{"data":{},"extensions":{"cost":{"requestedQueryCost":1,"actualQueryCost":1,` +
 		`"throttleStatus":{"maximumAvailable":100,"currentlyAvailable":90,"restoreRate":10}}}}`
-	a := &scripted{resps: []func() *http.Response{response(200, body, "Content-Type", "application/json")}}
-	b := &scripted{resps: []func() *http.Response{response(200, body, "Content-Type", "application/json")}}
+	a := &scripted{resps: []func() *http.Response{response(200, body, "Content-Type", "application/json")}, clk: clk}
+	b := &scripted{resps: []func() *http.Response{response(200, body, "Content-Type", "application/json")}, clk: clk}
 	ca, cb := fleetOf(t, st, clk, a, b)
 	for _, c := range []http.RoundTripper{ca, cb} { // both learn the rate: 10/s
 		resp := get(t, c, "http://shop.test/graphql")
@@ -338,19 +347,11 @@ func TestProviderRatePacesTheFleet(t *testing.T) {
 
 	resp := get(t, ca, "http://shop.test/graphql")
 	require.NoError(t, resp.Body.Close())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		resp := get(t, cb, "http://shop.test/graphql")
-		_ = resp.Body.Close()
-	}()
-	for clk.Timers() == 0 && b.calls.Load() == 1 {
-		time.Sleep(time.Millisecond)
-	}
-	require.EqualValues(t, 1, b.calls.Load(), "B went at once: the processes paced apart")
-	clk.Advance(100 * time.Millisecond)
-	<-done
-	require.EqualValues(t, 2, b.calls.Load())
+	getAdvancing(t, clk, cb, "http://shop.test/graphql")
+	sa, sb := a.sentAt(), b.sentAt()
+	require.Len(t, sb, 2)
+	require.GreaterOrEqual(t, sb[1].Sub(sa[len(sa)-1]), 100*time.Millisecond,
+		"B went %v after A: the processes paced apart", sb[1].Sub(sa[len(sa)-1]))
 }
 
 // advancing answers 200 after the next latency of a script, on a fake clock.
@@ -395,9 +396,10 @@ func TestSlowlyGrowingLatencyDecreases(t *testing.T) {
 	require.LessOrEqual(t, k.P95Latency, 60*time.Millisecond)
 }
 
-// Idle keys are dropped once MaxKeys are held; their pacing lives on in the
-// store, so nothing is given away.
-func TestIdleKeysAreEvicted(t *testing.T) {
+// Idle keys are dropped when a new key comes while MaxKeys are held, not
+// only by the idle sweep; their pacing lives on in the store, so nothing
+// is given away.
+func TestIdleKeysAreEvictedAtMaxKeys(t *testing.T) {
 	t.Parallel()
 	clk := clocktest.New(t0)
 	base := &scripted{resps: []func() *http.Response{response(200, "ok")}}
@@ -415,11 +417,17 @@ func TestIdleKeysAreEvicted(t *testing.T) {
 		resp := get(t, c, "http://"+h+"/")
 		_ = resp.Body.Close()
 	}
-	clk.Advance(30 * time.Second)
+	clk.Advance(29 * time.Second)
 	resp := get(t, c, "http://c.test/")
 	_ = resp.Body.Close()
 	require.ElementsMatch(t, []string{"a.test", "b.test", "c.test"}, keys(), "nothing idle long enough yet")
-	clk.Advance(45 * time.Second) // a and b idle 75 s, c 45 s
+	// The idle sweep due at +30 s (it runs every 30 s) runs as the clock
+	// reaches +60 s: a and b have been idle for exactly the TTL, not
+	// more, and stay. Its next run is at +90 s.
+	clk.Advance(31 * time.Second)
+	clk.BlockUntilTimers(1)
+	require.ElementsMatch(t, []string{"a.test", "b.test", "c.test"}, keys())
+	clk.Advance(time.Second) // a and b idle 61 s, c 32 s
 	resp = get(t, c, "http://d.test/")
 	_ = resp.Body.Close()
 	require.ElementsMatch(t, []string{"c.test", "d.test"}, keys())
@@ -465,7 +473,7 @@ func TestNoFastRecoveryTowardsADisprovedPeak(t *testing.T) {
 // process does: it does not rush back towards the peak the run began at.
 func TestPausesHeardOfBoundTheRecoveryToo(t *testing.T) {
 	t.Parallel()
-	clk := clocktest.New(t0)
+	clk := watch(t0)
 	st := memstore.New(memstore.Config{Clock: clk})
 	ok := response(200, "ok")
 	throttled := response(429, "", "Retry-After", "1")
@@ -525,7 +533,7 @@ func TestWeightBudgetIsSharedPerWindow(t *testing.T) {
 // the weight of a one-second window, is refused at 50 used; then B, whose
 // reports carry usedB, finds the key paused. It returns B's rate after.
 func weightFleet(t *testing.T, usedB string) float64 {
-	clk := clocktest.New(t0)
+	clk := watch(t0)
 	st := memstore.New(memstore.Config{Clock: clk})
 	const used = "X-Mbx-Used-Weight-1s"
 	a := &scripted{resps: []func() *http.Response{

@@ -15,7 +15,7 @@ const weightMargin = 0.97
 // reporting more than that raises it (the limit went up). The weight of one
 // call is the smallest step between two reports (every report is a
 // multiple of it), and the window's length is the header's interval. The
-// zero value knows nothing; it is guarded by the key's lock.
+// zero value knows nothing; the key's adaptive mutex guards it.
 type usedWeight struct {
 	window int64 // µs, the interval of the policy followed
 	last   int64 // the last usage reported

@@ -1,0 +1,200 @@
+package outbound
+
+import (
+	"sync"
+	"time"
+
+	"github.com/sluicerl/sluice/aimd"
+	"github.com/sluicerl/sluice/signal"
+)
+
+// The latency target never exceeds targetOverMin times the fastest success
+// of the last minLatencyWindow.
+const (
+	targetOverMin    = 2
+	minLatencyWindow = int64(30 * time.Second / time.Microsecond)
+)
+
+// adaptive is one key's rate controller and what feeds it: the aimd state,
+// the provider's stated costs and window budget, the pauses already synced
+// to the store, and the latency figures. Its mutex guards every field; its
+// methods are the only way in, and none does I/O.
+type adaptive struct {
+	ctl *aimd.Controller
+
+	mu          sync.Mutex
+	state       aimd.State
+	syncedUntil int64   // µs: the store already holds a pause until then
+	costPerCall float64 // latest actual cost of a call, for cost-bucket hints
+	weight      usedWeight
+	latency     float64 // EWMA of attempt latency, µs
+	// minLatency is the fastest success since minLatencyAt (µs).
+	minLatency, minLatencyAt int64
+}
+
+func newAdaptive(ctl *aimd.Controller) *adaptive {
+	return &adaptive{ctl: ctl, state: ctl.Init()}
+}
+
+// rate returns the adapted rate, under the provider's hint.
+func (a *adaptive) rate() float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ctl.Rate(&a.state)
+}
+
+// adopt takes up the fleet's shared rate (Config.SharedRate).
+func (a *adaptive) adopt(r float64) {
+	a.mu.Lock()
+	a.ctl.SetRate(&a.state, r)
+	a.mu.Unlock()
+}
+
+// turn is what the rate limiter needs to know of the key at now.
+type turn struct {
+	rate   float64
+	until  int64 // µs: the pause's end
+	paused bool
+	stated bool // the provider stated its rate: it is the fleet's
+}
+
+func (a *adaptive) turn(now int64) turn {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	until, paused := a.state.Paused(now)
+	return turn{rate: a.ctl.Rate(&a.state), until: until, paused: paused, stated: a.state.Hint() > 0}
+}
+
+// paused reports whether a Retry-After pauses the key at now.
+func (a *adaptive) paused(now int64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, p := a.state.Paused(now)
+	return p
+}
+
+// notePause applies a pause of d µs heard of from the store at now, as if
+// this process had been told the Retry-After itself: the key pauses and
+// its rate decreases once for the episode. It reports whether the pause
+// was news, and the weight window the key follows (0: none).
+func (a *adaptive) notePause(now, d int64) (news bool, window int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	until := now + d
+	// Ours already (or one we have heard of): nothing new.
+	if held, _ := a.state.Paused(now); held >= until-int64(time.Millisecond/time.Microsecond) {
+		return false, 0
+	}
+	a.ctl.Observe(&a.state, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d})
+	a.syncedUntil = max(a.syncedUntil, until)
+	return true, a.weight.window
+}
+
+// takeBudget takes up a window budget the fleet learned, if the key still
+// follows that window.
+func (a *adaptive) takeBudget(window, budget int64) {
+	a.mu.Lock()
+	if a.weight.window == window {
+		a.weight.budget = budget
+	}
+	a.mu.Unlock()
+}
+
+// outcome is what one observation leaves for the layers above to do.
+type outcome struct {
+	decision aimd.Decision
+	rate     float64 // the adapted rate after it
+	// pause is how long (µs) the store must pause the key for the fleet,
+	// 0 when it already knows.
+	pause int64
+	// budget is a window budget learned here to tell the fleet (0: none),
+	// for the window of budgetWindow µs.
+	budget, budgetWindow int64
+}
+
+// observe feeds one attempt's sample and report to the controller at now,
+// after taking up the fleet's shared rate when shared > 0, so that this
+// process's change applies to the latest value.
+func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared float64) outcome {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if shared > 0 {
+		a.ctl.SetRate(&a.state, shared)
+	}
+	budget := a.weight.budget
+	s.Hint = a.hint(rep)
+	var o outcome
+	if a.weight.budget != budget {
+		o.budget, o.budgetWindow = a.weight.budget, a.weight.window // learned here: tell the fleet
+	}
+	lat := float64(s.Latency)
+	if a.latency == 0 {
+		a.latency = lat
+	} else {
+		a.latency += 0.2 * (lat - a.latency)
+	}
+	if s.Outcome == aimd.Success {
+		// Anchor the latency target to the fastest recent success (the
+		// provider's base latency, as TCP Vegas and BBR do) so that a
+		// latency growing slowly with load cannot drag the target along.
+		if a.minLatency == 0 || s.Latency < a.minLatency || now-a.minLatencyAt > minLatencyWindow {
+			a.minLatency, a.minLatencyAt = max(s.Latency, 1), now
+		}
+		a.state.CapTarget(a.minLatency * targetOverMin)
+	}
+	o.decision = a.ctl.Observe(&a.state, now, s)
+	o.rate = a.ctl.Rate(&a.state)
+	// A pause (Retry-After, a ban, an exhausted quota) goes to the store
+	// once per episode, so every process sharing the key waits too.
+	d := o.decision
+	if d.PausedUntil > now && d.PausedUntil > a.syncedUntil {
+		o.pause = d.PausedUntil - now
+		a.syncedUntil = d.PausedUntil
+	} else if rep.Known&signal.FieldRemaining != 0 && rep.Remaining == 0 &&
+		rep.Known&signal.FieldResetAfter != 0 && now+rep.ResetAfter > a.syncedUntil {
+		o.pause = rep.ResetAfter
+		a.syncedUntil = now + rep.ResetAfter
+	}
+	return o
+}
+
+// hint returns the sustainable rate the provider reported, in calls per
+// second, or 0: a quota over a window, or a cost bucket's restore rate
+// over the cost of a call. a.mu is held.
+func (a *adaptive) hint(rep *signal.Report) float64 {
+	if rep.HasCost && rep.CostActual > 0 {
+		a.costPerCall = rep.CostActual
+	}
+	if rep.RestoreRate > 0 && a.costPerCall > 0 {
+		return rep.RestoreRate / a.costPerCall
+	}
+	if h := a.weight.observe(rep); h > 0 {
+		return h
+	}
+	const both = signal.FieldLimit | signal.FieldWindow
+	if rep.Known&both == both && rep.Window > 0 && rep.Limit > 0 {
+		return float64(rep.Limit) / (float64(rep.Window) / 1e6)
+	}
+	return 0
+}
+
+// view is the controller's part of a KeySnapshot.
+type view struct {
+	rate, hint float64
+	probing    bool
+	pausedFor  time.Duration
+	avgLatency time.Duration
+	p95Latency time.Duration
+}
+
+func (a *adaptive) view(now int64) view {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v := view{rate: a.ctl.Rate(&a.state), hint: a.state.Hint(), probing: a.state.Probing(),
+		avgLatency: time.Duration(a.latency) * time.Microsecond,
+		p95Latency: time.Duration(a.state.P95()) * time.Microsecond}
+	if until, ok := a.state.Paused(now); ok {
+		v.pausedFor = time.Duration(until-now) * time.Microsecond
+	}
+	return v
+}

@@ -1,0 +1,265 @@
+package outbound
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicerl/sluice/aimd"
+	"github.com/sluicerl/sluice/breaker"
+	"github.com/sluicerl/sluice/clock"
+	"github.com/sluicerl/sluice/retry"
+	"github.com/sluicerl/sluice/signal"
+	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/memstore"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	// DefaultIdleTTL is Config.IdleTTL when it is zero.
+	DefaultIdleTTL = 10 * time.Minute
+	// DefaultMaxKeys is Config.MaxKeys when it is zero.
+	DefaultMaxKeys = 10000
+)
+
+// ErrInvalidConfig is wrapped by New for a Config it cannot use; the
+// message names the field.
+var ErrInvalidConfig = errors.New("outbound: invalid config")
+
+// ErrEmptyKey: Do was called without a key, or a request has no host.
+var ErrEmptyKey = errors.New("outbound: empty key")
+
+// ErrNotRetryable is wrapped around a request that cannot be retried
+// (a body without GetBody) when the only way on was a retry.
+var ErrNotRetryable = errors.New("outbound: request body cannot be replayed")
+
+// Config configures a Client: a plain value that New copies. Every zero
+// field means its documented default, so the zero Config is a client over
+// http.DefaultTransport with an in-memory store.
+type Config struct {
+	// Base sends the requests. Nil means http.DefaultTransport.
+	Base http.RoundTripper
+	// Store keeps each key's pacing state (and, with SharedRate, its
+	// adapted rate). Processes that share a store share every key's pace
+	// and pauses. Nil means a new in-memory store of this client alone.
+	Store store.RateStore
+	// Clock times waits and latencies. Nil means the real clock. The
+	// store's clock decides pacing.
+	Clock clock.Clock
+	// Prefix is prepended to every store key. Empty means "outbound:".
+	Prefix string
+	// Profiles maps host keys (see HostKey) to a provider profile name:
+	// every host of a profile shares one key, the profile name.
+	Profiles map[string]string
+	// MaxConcurrent bounds the calls in flight per key (the bulkhead).
+	// Zero means no bound.
+	MaxConcurrent int
+	// Timeout bounds a whole call, retries included. Zero means none
+	// beyond the caller's context.
+	Timeout time.Duration
+	// Burst is how many attempts a key may send at once after a quiet
+	// spell. Zero means 1: strict pacing.
+	Burst int64
+	// MaxReserve is how far ahead an attempt may book its turn; longer
+	// waits poll the store again. A turn booked before another process
+	// synced a pause into the store is not cancelled, so this bounds how
+	// late such a turn may go out. Zero means 100 ms.
+	MaxReserve time.Duration
+	// AIMD configures each key's rate controller.
+	AIMD aimd.Config
+	// SharedRate keeps each key's adapted rate in Store and paces every
+	// process sharing the store on one GCRA at that rate, so that the
+	// fleet adapts as one. Without it each process adapts and paces its
+	// own share (a pacing key of its own, see Instance); pauses are
+	// shared either way.
+	SharedRate bool
+	// Instance names this client among those sharing Store, for its own
+	// pacing keys. Empty means a random name.
+	Instance string
+	// Idempotent says whether a request may be retried after an outcome
+	// that leaves it unknown (a 5xx, a timeout after sending). Nil means
+	// GET, HEAD, OPTIONS, TRACE, PUT and DELETE are, and requests carrying
+	// an Idempotency-Key header.
+	Idempotent func(*http.Request) bool
+	// IdleTTL drops a key's local state (its adapted rate, breaker and
+	// retry budget, counters) once it has been idle this long with no
+	// call in flight: a sweep on Clock every IdleTTL/2 (but at most once a
+	// second) drops it, and so does a new key's arrival while MaxKeys
+	// keys are held. Its pacing and pauses live on in Store. The sweep
+	// runs only while the client holds keys. Zero means DefaultIdleTTL.
+	IdleTTL time.Duration
+	// MaxKeys is how many keys the client holds before a new key first
+	// drops the idle ones (it is no hard cap: keys in use are kept). Zero
+	// means DefaultMaxKeys.
+	MaxKeys int
+	// Metrics, when set, registers the client's Prometheus metrics.
+	Metrics Registerer
+	// KeyLabels labels metrics of Do keys with the raw key. Without it they
+	// are labelled "other"; host and profile keys are always labelled with
+	// the host or profile.
+	KeyLabels bool
+	// Signal configures the response parser (its Retry-After clamp).
+	Signal signal.Config
+	// Retry configures each key's retries and retry budget; Breaker each
+	// key's circuit breaker.
+	Retry   retry.Config
+	Breaker breaker.Config
+	// OnBreakerEvent, if set, receives every breaker transition (no
+	// payloads or credentials: see breaker.Event) with its key, to
+	// persist or show. It runs under the key's breaker lock: keep it
+	// quick and do not call the client from it.
+	OnBreakerEvent func(key string, e breaker.Event)
+	// Rand is the jitter source of retry backoff. Nil means math/rand/v2.
+	Rand retry.Rand
+}
+
+// Client is an outbound client: the layers of the package doc composed
+// over per-key state. It is safe for concurrent use; calls to different
+// keys take no lock of the client's in common. Build it with New; the zero value is not usable.
+type Client struct {
+	base       http.RoundTripper
+	store      store.RateStore
+	clk        clock.Clock
+	prefix     string
+	profiles   map[string]string
+	timeout    time.Duration
+	burst      int64
+	maxReserve time.Duration
+	ctl        *aimd.Controller
+	shared     bool
+	idempotent func(*http.Request) bool
+	keyLabels  bool
+	instance   string
+	parser     *signal.Parser
+	metrics    *metrics
+
+	keys *registry
+
+	requests, throttles, retries, rejected atomic.Int64
+}
+
+// New validates cfg and returns a Client.
+func New(cfg Config) (*Client, error) {
+	switch {
+	case cfg.MaxConcurrent < 0:
+		return nil, fmt.Errorf("%w: MaxConcurrent must be >= 0, got %d", ErrInvalidConfig, cfg.MaxConcurrent)
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("%w: Timeout must be >= 0, got %v", ErrInvalidConfig, cfg.Timeout)
+	case cfg.Burst < 0:
+		return nil, fmt.Errorf("%w: Burst must be >= 0, got %d", ErrInvalidConfig, cfg.Burst)
+	case cfg.MaxReserve < 0:
+		return nil, fmt.Errorf("%w: MaxReserve must be >= 0, got %v", ErrInvalidConfig, cfg.MaxReserve)
+	case cfg.IdleTTL < 0 || cfg.MaxKeys < 0:
+		return nil, fmt.Errorf("%w: IdleTTL and MaxKeys must be >= 0", ErrInvalidConfig)
+	}
+	for h, p := range cfg.Profiles {
+		if h == "" || p == "" {
+			return nil, fmt.Errorf("%w: profiles: empty host or profile name (%q: %q)", ErrInvalidConfig, h, p)
+		}
+	}
+	ctl, err := aimd.New(cfg.AIMD)
+	if err != nil {
+		return nil, fmt.Errorf("%w: aimd: %w", ErrInvalidConfig, err)
+	}
+	parser, err := signal.New(cfg.Signal)
+	if err != nil {
+		return nil, fmt.Errorf("%w: signal: %w", ErrInvalidConfig, err)
+	}
+	pol, err := newPolicy(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{
+		base: cfg.Base, store: cfg.Store, clk: clock.Or(cfg.Clock), prefix: cfg.Prefix,
+		timeout: cfg.Timeout, burst: cfg.Burst, maxReserve: cfg.MaxReserve,
+		ctl: ctl, shared: cfg.SharedRate, idempotent: cfg.Idempotent,
+		keyLabels: cfg.KeyLabels, parser: parser, instance: cfg.Instance,
+	}
+	if c.instance == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		c.instance = hex.EncodeToString(b[:])
+	}
+	if c.base == nil {
+		c.base = http.DefaultTransport
+	}
+	if c.store == nil {
+		c.store = memstore.New(memstore.Config{Clock: cfg.Clock})
+	}
+	if c.prefix == "" {
+		c.prefix = "outbound:"
+	}
+	if len(cfg.Profiles) > 0 {
+		c.profiles = make(map[string]string, len(cfg.Profiles))
+		for h, p := range cfg.Profiles {
+			c.profiles[h] = p
+		}
+	}
+	if c.burst == 0 {
+		c.burst = 1
+	}
+	if c.maxReserve == 0 {
+		c.maxReserve = 100 * time.Millisecond
+	}
+	if c.idempotent == nil {
+		c.idempotent = defaultIdempotent
+	}
+	idleTTL, maxKeys := cfg.IdleTTL, cfg.MaxKeys
+	if idleTTL == 0 {
+		idleTTL = DefaultIdleTTL
+	}
+	if maxKeys == 0 {
+		maxKeys = DefaultMaxKeys
+	}
+	if cfg.Metrics != nil {
+		m, err := newMetrics(cfg.Metrics)
+		if err != nil {
+			return nil, fmt.Errorf("outbound: metrics: %w", err)
+		}
+		c.metrics = m
+	}
+	names := newKeyNames(c.prefix, c.instance, c.shared)
+	c.keys = newRegistry(c.clk, idleTTL, maxKeys, func(key, label string, now int64) *keyState {
+		return newKeyState(key, label, names, ctl, pol, cfg.MaxConcurrent, now)
+	})
+	return c, nil
+}
+
+func defaultIdempotent(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete, "":
+		return true
+	}
+	return r.Header.Get("Idempotency-Key") != ""
+}
+
+func (c *Client) now() int64 { return c.clk.Now().UnixMicro() }
+
+// KeyFor returns the key a request is paced under: its profile's name when
+// its host belongs to a profile, otherwise its host key.
+func (c *Client) KeyFor(req *http.Request) string {
+	k, _ := c.keyFor(req)
+	return k
+}
+
+func (c *Client) keyFor(req *http.Request) (key, label string) {
+	h := HostKey(req.URL)
+	if p, ok := c.profiles[h]; ok {
+		return p, p
+	}
+	return h, h
+}
+
+// Rate returns key's current adapted rate in requests per second and
+// whether the client holds state for the key.
+func (c *Client) Rate(key string) (float64, bool) {
+	ks, ok := c.keys.lookup(key)
+	if !ok {
+		return 0, false
+	}
+	return ks.adapt.rate(), true
+}

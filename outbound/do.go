@@ -1,0 +1,66 @@
+package outbound
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/sluicerl/sluice/signal"
+)
+
+// StatusError lets a Do function report a response it got: the status and
+// headers are read like an HTTP response's. It is a plain value; the zero
+// value is a response without a status, read as a failed call.
+type StatusError struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("outbound: status %d", e.Status)
+}
+
+// DoOpts are per-call options of Do. The zero value is a call that is not
+// idempotent.
+type DoOpts struct {
+	// Idempotent says the call may be retried when its outcome is
+	// unknown (a timeout after sending, a 5xx).
+	Idempotent bool
+}
+
+// Do runs fn through the layers under key. fn reports its outcome by its
+// error: nil is a success, a *StatusError is read as an HTTP response, and
+// any other error is classified by signal.ClassifyError. Do returns the
+// last attempt's error, or the error of a layer that stopped the call.
+func (c *Client) Do(ctx context.Context, key string, opts *DoOpts, fn func(context.Context) error) error {
+	if key == "" {
+		return ErrEmptyKey
+	}
+	label := "other"
+	if c.keyLabels {
+		label = key
+	}
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	var last error
+	_, err := c.call(ctx, key, label, opts != nil && opts.Idempotent, true, func(ctx context.Context) attemptResult {
+		last = fn(ctx)
+		var se *StatusError
+		switch {
+		case last == nil:
+			return attemptResult{in: signal.Response{Status: http.StatusOK}}
+		case errors.As(last, &se):
+			return attemptResult{in: signal.Response{Status: se.Status, Header: se.Header, Body: se.Body}}
+		}
+		return attemptResult{in: signal.Response{Err: last}}
+	})
+	if err != nil {
+		return err
+	}
+	return last
+}

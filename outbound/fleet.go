@@ -1,0 +1,68 @@
+package outbound
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/sluicerl/sluice/store"
+)
+
+// What a key shares with the fleet through the store, besides its pacing
+// GCRA and its pause (pacing.go): the adapted rate (Config.SharedRate) and
+// a learned window budget. Both are encoded as the remaining units of a
+// long fixed window; the layout is the stored format, shared with every
+// process of the fleet, so it must not change.
+
+// sharedRateLimit encodes a rate (in thousandths of a request per second)
+// as the remaining units of a long fixed window: Sync writes it, a peek
+// reads it. A fresh window (nothing written, or written more than a day
+// ago) reads as full: no shared rate.
+var sharedRateLimit = store.Limit{Name: "outbound-rate", Algorithm: store.FixedWindow, Rate: 1 << 40, Period: 24 * time.Hour}
+
+func (c *Client) readShared(ctx context.Context, ks *keyState) (float64, bool) {
+	r, err := c.store.Take(ctx, store.TakeParams{Key: ks.names.rate, Limit: sharedRateLimit, Cost: 0})
+	if err != nil || r.Remaining >= sharedRateLimit.Rate || r.Remaining <= 0 {
+		return 0, false
+	}
+	return float64(r.Remaining) / 1000, true
+}
+
+func (c *Client) writeShared(ctx context.Context, ks *keyState, rate float64) {
+	v := int64(math.Round(rate * 1000))
+	v = min(max(v, 1), sharedRateLimit.Rate-1)
+	_, _ = c.store.Sync(ctx, store.SyncParams{Key: ks.names.rate, Limit: sharedRateLimit, Remaining: v})
+}
+
+// syncPause pauses the key for the fleet for d µs.
+func (c *Client) syncPause(ctx context.Context, ks *keyState, d int64) {
+	_, _ = c.store.Sync(ctx, store.SyncParams{
+		Key: ks.names.pause, Limit: pauseLimit, Remaining: 0, ResetAfter: time.Duration(d) * time.Microsecond,
+	})
+}
+
+// budgetLimit keeps a key's learned window budget (see usedWeight) in the
+// store for every process sharing it, encoded like sharedRateLimit, under a
+// key that names the window's length (a budget learned for a minute's
+// window means nothing for a second's). A stored budget lasts until the end
+// of the UTC day it was written in (fixed windows align to the epoch); the
+// process that learned it keeps it, and its next refusal writes it again.
+var budgetLimit = store.Limit{Name: "outbound-budget", Algorithm: store.FixedWindow, Rate: 1 << 40, Period: 24 * time.Hour}
+
+func budgetKey(ks *keyState, window int64) string {
+	return ks.names.budget + ":" + strconv.FormatInt(window, 10)
+}
+
+func (c *Client) readBudget(ctx context.Context, ks *keyState, window int64) {
+	r, err := c.store.Take(ctx, store.TakeParams{Key: budgetKey(ks, window), Limit: budgetLimit, Cost: 0})
+	if err != nil || r.Remaining >= budgetLimit.Rate || r.Remaining <= 0 {
+		return
+	}
+	ks.adapt.takeBudget(window, r.Remaining) // if still the window it was learned for
+}
+
+func (c *Client) writeBudget(ctx context.Context, ks *keyState, window, budget int64) {
+	v := min(max(budget, 1), budgetLimit.Rate-1)
+	_, _ = c.store.Sync(ctx, store.SyncParams{Key: budgetKey(ks, window), Limit: budgetLimit, Remaining: v})
+}

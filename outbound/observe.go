@@ -1,0 +1,71 @@
+package outbound
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicerl/sluice/aimd"
+	"github.com/sluicerl/sluice/signal"
+)
+
+// sample maps a report onto the controller's sample (package aimd's doc):
+// Throttled when the provider throttled, Success for a success,
+// Overloaded for other outcomes that hint at load (a 5xx whose outcome is
+// unknown, a timeout), Failed for the rest; a Retry-After with any
+// refusal.
+func sample(rep *signal.Report, latency time.Duration) aimd.Sample {
+	s := aimd.Sample{Latency: latency.Microseconds()}
+	switch {
+	case rep.Throttled:
+		s.Outcome = aimd.Throttled
+	case rep.Class == signal.ClassSuccess:
+		s.Outcome = aimd.Success
+	case rep.Unknown || rep.Timeout:
+		s.Outcome = aimd.Overloaded
+	default:
+		s.Outcome = aimd.Failed
+	}
+	if rep.HasRetryAfter && (rep.Throttled || rep.Class != signal.ClassSuccess) {
+		s.RetryAfter = rep.RetryAfter
+	}
+	return s
+}
+
+// observe feeds one attempt's report to the key's controller and tells
+// the fleet, through the store, what it learned: a pause, a window budget,
+// and with SharedRate the new rate.
+func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, latency time.Duration, now int64) {
+	if rep.Class == signal.ClassCanceled {
+		return
+	}
+	s := sample(rep, latency)
+	shared := 0.0
+	if c.shared {
+		// Read the fleet's rate just before adapting it, so that this
+		// process's change applies to the latest value.
+		shared, _ = c.readShared(ctx, ks)
+	}
+	o := ks.adapt.observe(s, rep, now, shared)
+	ks.lastActive.Store(now)
+	switch s.Outcome {
+	case aimd.Success:
+		ks.counts.successes.Add(1)
+	case aimd.Throttled:
+		ks.counts.throttles.Add(1)
+		c.throttles.Add(1)
+	default:
+		ks.counts.errors.Add(1)
+	}
+	if o.pause > 0 {
+		c.syncPause(ctx, ks, o.pause)
+	}
+	if c.shared && o.decision.Change != aimd.Unchanged {
+		c.writeShared(ctx, ks, o.rate)
+	}
+	if o.budget > 0 {
+		c.writeBudget(ctx, ks, o.budgetWindow, o.budget)
+	}
+	if c.metrics != nil {
+		c.metrics.observe(ks.label, s.Outcome, o.rate)
+	}
+}

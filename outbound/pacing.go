@@ -1,0 +1,140 @@
+package outbound
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluicerl/sluice/clock"
+	"github.com/sluicerl/sluice/store"
+)
+
+// pacing returns the GCRA limit for rate r.
+func (c *Client) pacing(r float64) store.Limit {
+	r = min(max(r, 1e-3), 1e6)
+	return store.Limit{Name: "outbound", Rate: 1, Period: time.Duration(float64(time.Second) / r), Burst: c.burst}
+}
+
+// pauseLimit is the fleet-wide pause of a key: so fast (a million a
+// second, a millisecond's burst) that it never holds anything back, until a
+// Sync with nothing remaining pushes it into the future until a
+// Retry-After, a ban or an exhausted quota has passed. Every attempt takes
+// it together with its pacing limit, all or nothing, in one store call.
+var pauseLimit = store.Limit{Name: "outbound-pause", Rate: 1, Period: time.Microsecond, Burst: 1000}
+
+func sleep(ctx context.Context, clk clock.Clock, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// wait is the rate limiter: it blocks until the key's pacing and the
+// fleet's pause let one attempt through.
+func (c *Client) wait(ctx context.Context, ks *keyState) error {
+	start := c.clk.Now()
+	defer func() {
+		if c.metrics != nil {
+			c.metrics.wait.WithLabelValues(ks.label).Observe(c.clk.Now().Sub(start).Seconds())
+		}
+	}()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if c.shared {
+			if r, ok := c.readShared(ctx, ks); ok {
+				ks.adapt.adopt(r)
+			}
+		}
+		now := c.now()
+		tn := ks.adapt.turn(now)
+		paceKey := ks.names.pace
+		if tn.stated {
+			// The provider stated its rate: that is the fleet's rate,
+			// so every process paces on the fleet's GCRA.
+			paceKey = ks.names.fleet
+		}
+		if tn.paused {
+			if err := sleep(ctx, c.clk, time.Duration(tn.until-now)*time.Microsecond); err != nil {
+				return err
+			}
+			continue
+		}
+		maxDelay := c.maxReserve
+		if dl, ok := ctx.Deadline(); ok {
+			maxDelay = min(maxDelay, max(dl.Sub(c.clk.Now()), 0))
+		}
+		lim := c.pacing(tn.rate)
+		items := [2]store.Item{
+			{Key: paceKey, Limit: lim, Cost: 1},
+			{Key: ks.names.pause, Limit: pauseLimit, Cost: 1},
+		}
+		all, err := c.store.TakeAll(ctx, store.TakeAllParams{Items: items[:], MaxDelay: maxDelay})
+		if err != nil {
+			return fmt.Errorf("outbound: key %q: rate store: %w", ks.key, err)
+		}
+		if len(all.Results) != len(items) {
+			return fmt.Errorf("outbound: key %q: rate store answered %d results for %d items", ks.key, len(all.Results), len(items))
+		}
+		if all.Allowed {
+			delay := max(all.Results[0].Delay, all.Results[1].Delay)
+			if err := sleep(ctx, c.clk, delay); err != nil {
+				_, _ = c.store.Settle(context.WithoutCancel(ctx), store.SettleParams{
+					Key: paceKey, Limit: lim, Reserved: 1, Actual: 0, ReservedAt: all.Results[0].At,
+				})
+				return err
+			}
+			if delay > 0 {
+				// A pause may have begun, here or in another process,
+				// while this turn was booked: a turn booked before a
+				// Retry-After must not be spent during it.
+				if ks.adapt.paused(c.now()) {
+					continue
+				}
+				p, err := c.store.Take(ctx, store.TakeParams{Key: ks.names.pause, Limit: pauseLimit, Cost: 0})
+				if err != nil {
+					return fmt.Errorf("outbound: key %q: rate store: %w", ks.key, err)
+				}
+				if !p.Allowed && p.RetryAfter > 0 {
+					c.notePause(ctx, ks, p.RetryAfter)
+					continue
+				}
+			}
+			return nil
+		}
+		var wait time.Duration
+		for _, r := range all.Results {
+			if !r.Allowed {
+				wait = max(wait, r.RetryAfter)
+			}
+		}
+		if p := all.Results[1]; !p.Allowed && p.RetryAfter > 0 {
+			c.notePause(ctx, ks, p.RetryAfter)
+		}
+		if err := sleep(ctx, c.clk, min(wait, max(c.maxReserve, time.Millisecond))); err != nil {
+			return err
+		}
+	}
+}
+
+// notePause tells the key's controller about a pause another process
+// synced into the store, as if this process had been told the Retry-After
+// itself: the key pauses and its rate decreases once for the episode, so
+// that the whole fleet slows down, not only the process that was
+// throttled.
+func (c *Client) notePause(ctx context.Context, ks *keyState, d time.Duration) {
+	news, window := ks.adapt.notePause(c.now(), d.Microseconds())
+	if news && window > 0 {
+		// The process that was refused may have learned the window's
+		// budget from it: take it up.
+		c.readBudget(ctx, ks, window)
+	}
+}

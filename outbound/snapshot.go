@@ -1,0 +1,87 @@
+package outbound
+
+import (
+	"slices"
+	"time"
+
+	"github.com/sluicerl/sluice/breaker"
+)
+
+// KeySnapshot is one key's state (seed 001 section 11): a plain value,
+// copied from each of the key's parts under that part's own guard, so the
+// counters of a key busy at the time may be a call apart.
+type KeySnapshot struct {
+	Key      string `json:"key"`
+	Label    string `json:"label"`
+	InFlight int64  `json:"in_flight"`
+	// Rate is the adapted rate in requests per second, Hint the
+	// provider-reported rate capping it (0: none), Probing whether the
+	// controller is still in slow start.
+	Rate    float64 `json:"rate"`
+	Hint    float64 `json:"hint"`
+	Probing bool    `json:"probing"`
+	// PausedFor is how long the key is paused by a Retry-After (0: not
+	// paused); nextEarliest - now in seed 001's terms.
+	PausedFor time.Duration `json:"paused_for"`
+	// AvgLatency is an EWMA of attempt latency; P95Latency the 95th
+	// percentile of the controller's successes since its last decrease
+	// (aimd.State.P95; 0 before any).
+	AvgLatency time.Duration   `json:"avg_latency"`
+	P95Latency time.Duration   `json:"p95_latency"`
+	Requests   int64           `json:"requests"`
+	Successes  int64           `json:"successes"`
+	Throttles  int64           `json:"throttles"`
+	Errors     int64           `json:"errors"`
+	Retries    int64           `json:"retries"`
+	Rejected   int64           `json:"rejected"`
+	Breaker    BreakerSnapshot `json:"breaker"`
+	LastActive time.Time       `json:"last_active"`
+}
+
+// Snapshot is the client's state at one time: a plain value.
+type Snapshot struct {
+	At        time.Time `json:"at"`
+	Requests  int64     `json:"requests"`
+	Throttles int64     `json:"throttles"`
+	Retries   int64     `json:"retries"`
+	// Rejected counts calls stopped by an open breaker or an exhausted
+	// retry budget.
+	Rejected         int64         `json:"rejected"`
+	OpenBreakers     int           `json:"open_breakers"`
+	HalfOpenBreakers int           `json:"half_open_breakers"`
+	Keys             []KeySnapshot `json:"keys"`
+}
+
+// Snapshot returns the state of the max most recently active keys (all
+// when max <= 0), most recent first, with client-wide counters.
+func (c *Client) Snapshot(max int) Snapshot {
+	now := c.now()
+	states := c.keys.all()
+	s := Snapshot{At: time.UnixMicro(now), Requests: c.requests.Load(), Throttles: c.throttles.Load(),
+		Retries: c.retries.Load(), Rejected: c.rejected.Load()}
+	for _, ks := range states {
+		v := ks.adapt.view(now)
+		k := KeySnapshot{
+			Key: ks.key, Label: ks.label, InFlight: ks.bulk.inFlight.Load(),
+			Rate: v.rate, Hint: v.hint, Probing: v.probing, PausedFor: v.pausedFor,
+			AvgLatency: v.avgLatency, P95Latency: v.p95Latency,
+			Requests: ks.counts.requests.Load(), Successes: ks.counts.successes.Load(),
+			Throttles: ks.counts.throttles.Load(), Errors: ks.counts.errors.Load(),
+			Retries: ks.counts.retries.Load(), Rejected: ks.counts.rejected.Load(),
+			LastActive: time.UnixMicro(ks.lastActive.Load()),
+		}
+		k.Breaker = ks.policy.snapshot(now)
+		switch k.Breaker.State {
+		case breaker.Open.String():
+			s.OpenBreakers++
+		case breaker.HalfOpen.String():
+			s.HalfOpenBreakers++
+		}
+		s.Keys = append(s.Keys, k)
+	}
+	slices.SortFunc(s.Keys, func(a, b KeySnapshot) int { return b.LastActive.Compare(a.LastActive) })
+	if max > 0 && len(s.Keys) > max {
+		s.Keys = s.Keys[:max]
+	}
+	return s
+}
