@@ -61,10 +61,11 @@ var (
 // leaseCall runs f through the guard; an unavailable store is an error
 // wrapping ErrUnavailable.
 func (b *baseLeases) leaseCall(ctx context.Context, f func(ctx context.Context) error) error {
-	ok, err := b.g.call(ctx, f)
-	if ok {
-		return err
+	v := b.g.call(ctx, f)
+	if v.ok {
+		return v.err
 	}
+	err := v.err
 	if err == nil {
 		return fmt.Errorf("%w: waiting %s before trying it again", ErrUnavailable, b.g.retryIn())
 	}
@@ -164,11 +165,14 @@ func (l *Leases) WatchLease(ctx context.Context, name, key string) (ch <-chan st
 	ch, stop, err = l.w.WatchLease(cctx, name, key)
 	switch {
 	case err == nil || requestError(err):
-		l.g.succeeded() // the store answered
+		l.g.settle(answered, nil)
 	case ctx.Err() != nil:
-		l.g.probing.Store(false)
+		l.g.settle(cancelled, nil)
+	case cctx.Err() != nil || timeoutError(err):
+		l.g.settle(timedOut, err)
+		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 	default:
-		l.g.failed()
+		l.g.settle(broken, err)
 		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return ch, stop, err
