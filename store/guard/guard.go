@@ -13,8 +13,8 @@
 //   - at once on a connection error (refused, reset, EOF, a closed pool:
 //     any error that is neither a timeout nor an answer about the request);
 //   - on timeouts sustained across a window: at least Config.MinTimeouts
-//     timed-out calls within Config.Window (default 3 within 5s) making up
-//     at least half of the calls that ended in that window.
+//     calls timed out and none answered for Config.Window (default: 3
+//     timeouts and no answer for 2s).
 //
 // One slow call never declares it down. A call that times out while the
 // store is not down is answered with store.FallbackTimeout: denied, in
@@ -84,10 +84,10 @@ var ErrUnavailable = errors.New("guard: store unavailable")
 const (
 	// DefaultTimeout bounds each call to the shared store.
 	DefaultTimeout = time.Second
-	// DefaultWindow is how far back timeouts are counted.
-	DefaultWindow = 5 * time.Second
-	// DefaultMinTimeouts is how many timeouts within the window (and at
-	// least half of its calls) declare the store down.
+	// DefaultWindow is how long the store must have answered nothing.
+	DefaultWindow = 2 * time.Second
+	// DefaultMinTimeouts is how many calls must have timed out since the
+	// last answer.
 	DefaultMinTimeouts = 3
 )
 
@@ -96,12 +96,13 @@ type Config struct {
 	// Timeout bounds every call to the shared store. Zero means
 	// DefaultTimeout (1s).
 	Timeout time.Duration
-	// Window is the span over which timeouts are counted. Zero means
-	// DefaultWindow (5s).
-	Window time.Duration
-	// MinTimeouts is how many calls must time out within Window, making up
-	// at least half of the calls that ended in it, for the store to be
-	// declared down. Zero means DefaultMinTimeouts (3).
+	// Window and MinTimeouts say when timeouts declare the store down: when
+	// no call has been answered for Window and at least MinTimeouts calls
+	// have timed out since the last answer. So a stall shorter than Window
+	// (a busy machine, a pause) never does, however many calls it times
+	// out, and a silent store is declared down after at most about Window
+	// plus Timeout. Zero means DefaultWindow (2s), DefaultMinTimeouts (3).
+	Window      time.Duration
 	MinTimeouts int
 	// Default is the outage behaviour of limits not named in Limits.
 	Default store.Outage
@@ -124,11 +125,15 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Backoff while the store is down: the first probe comes MinBackoff after
+// it was declared down, each failed probe doubles the wait up to
+// MaxBackoff.
 const (
-	minBackoff = 100 * time.Millisecond
-	maxBackoff = 500 * time.Millisecond
-	// buckets is how many slices the health window is counted in.
-	buckets = 10
+	MinBackoff = 100 * time.Millisecond
+	MaxBackoff = 500 * time.Millisecond
+)
+
+const (
 )
 
 // outcome is what one store call says about the store's health.
@@ -156,21 +161,16 @@ type Store struct {
 	notify      func(string, store.OutageMode, store.FallbackReason, error)
 	log         *slog.Logger
 
-	mu        sync.Mutex
-	downUntil time.Time // while in the future, skip the store
-	backoff   time.Duration
-	slots     [buckets]slot // the health window, by bucket
-	down      atomic.Bool   // the store is held down
-	probing   atomic.Bool   // one call is probing the store
+	mu         sync.Mutex
+	downUntil  time.Time // while in the future, skip the store
+	backoff    time.Duration
+	lastAnswer time.Time   // when a call was last answered (zero: never)
+	timeouts   int         // calls timed out since lastAnswer
+	down       atomic.Bool // the store is held down
+	probing    atomic.Bool // one call is probing the store
 
 	debts   debts // keys granted locally, to charge into the store
 	logging logLimiter
-}
-
-// slot counts the calls that ended in one bucket of the health window.
-type slot struct {
-	at              int64 // bucket number (clock time / bucket width)
-	calls, timeouts int
 }
 
 var _ store.RateStore = (*Store)(nil)
@@ -208,7 +208,7 @@ func New(primary store.RateStore, cfg Config) (*Store, error) {
 		clk:         clock.Or(cfg.Clock),
 		notify:      cfg.OnFallback,
 		log:         cfg.Logger,
-		backoff:     minBackoff,
+		backoff:     MinBackoff,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -265,31 +265,6 @@ func (s *Store) retryIn() time.Duration {
 	return max(s.downUntil.Sub(s.clk.Now()), time.Millisecond)
 }
 
-// record counts one call's outcome in the health window and returns whether
-// the timeouts in it now declare the store down. s.mu must be held.
-func (s *Store) record(o outcome) bool {
-	width := max(s.window.Nanoseconds()/buckets, 1)
-	now := s.clk.Now().UnixNano() / width
-	b := &s.slots[now%buckets]
-	if b.at != now {
-		*b = slot{at: now}
-	}
-	b.calls++
-	if o == timedOut {
-		b.timeouts++
-	} else {
-		return false
-	}
-	var calls, timeouts int
-	for i := range s.slots {
-		if sl := &s.slots[i]; sl.at > now-buckets {
-			calls += sl.calls
-			timeouts += sl.timeouts
-		}
-	}
-	return timeouts >= s.minTimeouts && 2*timeouts >= calls
-}
-
 // settle updates the health state with one call's outcome.
 func (s *Store) settle(o outcome, err error) {
 	switch o {
@@ -298,11 +273,10 @@ func (s *Store) settle(o outcome, err error) {
 		return
 	case answered:
 		s.mu.Lock()
-		s.record(answered)
+		s.lastAnswer, s.timeouts = s.clk.Now(), 0
 		if s.down.Load() {
-			s.backoff = minBackoff
+			s.backoff = MinBackoff
 			s.down.Store(false)
-			s.slots = [buckets]slot{}
 			s.log.Info("guard: the shared store answers again; decisions are the store's")
 		}
 		s.mu.Unlock()
@@ -313,11 +287,13 @@ func (s *Store) settle(o outcome, err error) {
 	wasDown := s.down.Load()
 	declare := o == broken
 	if o == timedOut {
-		declare = s.record(timedOut) || wasDown // a probe that times out keeps it down
+		s.timeouts++
+		silent := s.lastAnswer.IsZero() || s.clk.Now().Sub(s.lastAnswer) >= s.window
+		declare = wasDown || s.timeouts >= s.minTimeouts && silent // a probe that times out keeps it down
 	}
 	if declare {
 		if wasDown {
-			s.backoff = min(2*s.backoff, maxBackoff)
+			s.backoff = min(2*s.backoff, MaxBackoff)
 		}
 		s.downUntil = s.clk.Now().Add(s.backoff)
 		s.down.Store(true)
@@ -363,22 +339,39 @@ type verdict struct {
 // the timeout even if f does. While the store is down (or the call is
 // skipped during the backoff) the verdict is FallbackStoreDown; a call that
 // timed out while the store is up is FallbackTimeout.
-func (s *Store) call(ctx context.Context, f func(ctx context.Context) error) verdict {
+//
+// f runs on a goroutine of its own and hands its result over the channel
+// only: a call abandoned at the deadline writes nothing the caller reads.
+func call[T any](s *Store, ctx context.Context, f func(ctx context.Context) (T, error)) (T, verdict) {
+	var zero T
 	if !s.usable() {
-		return verdict{reason: store.FallbackStoreDown}
+		return zero, verdict{reason: store.FallbackStoreDown}
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- f(cctx) }()
-	var err error
+	type answer struct {
+		r   T
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		r, err := f(cctx)
+		done <- answer{r, err}
+	}()
+	var a answer
 	select {
-	case err = <-done:
+	case a = <-done:
 	case <-cctx.Done():
 		// The backend may take longer to give the call up (a cancel
 		// request, a dead socket); its answer no longer matters.
-		err = cctx.Err()
+		a.err = cctx.Err()
 	}
+	return a.r, s.judge(ctx, cctx, a.err)
+}
+
+// judge turns a store call's error into a verdict and updates the health
+// state with it.
+func (s *Store) judge(ctx, cctx context.Context, err error) verdict {
 	switch {
 	case err == nil:
 		s.settle(answered, nil)
@@ -427,17 +420,15 @@ func denied(l store.Limit, retry time.Duration, v verdict, mode store.OutageMode
 
 // Take implements store.RateStore.
 func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, error) {
-	var res store.Result
-	v := s.call(ctx, func(ctx context.Context) error {
+	res, v := call(s, ctx, func(ctx context.Context) (store.Result, error) {
 		if err := s.chargeDebt(ctx, p.Key, p.Limit); err != nil {
-			return err
+			return store.Result{}, err
 		}
-		var err error
-		res, err = s.primary.Take(ctx, p)
+		res, err := s.primary.Take(ctx, p)
 		if err == nil {
 			s.paid(p.Key, p.Limit)
 		}
-		return err
+		return res, err
 	})
 	if v.ok {
 		return res, v.err
@@ -482,21 +473,19 @@ func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, err
 // all-or-nothing from the local store; FailOpen limits are allowed. A call
 // that timed out while the store is up is denied whole.
 func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllResult, error) {
-	var res store.AllResult
-	v := s.call(ctx, func(ctx context.Context) error {
+	res, v := call(s, ctx, func(ctx context.Context) (store.AllResult, error) {
 		for _, it := range p.Items {
 			if err := s.chargeDebt(ctx, it.Key, it.Limit); err != nil {
-				return err
+				return store.AllResult{}, err
 			}
 		}
-		var err error
-		res, err = s.primary.TakeAll(ctx, p)
+		res, err := s.primary.TakeAll(ctx, p)
 		if err == nil {
 			for _, it := range p.Items {
 				s.paid(it.Key, it.Limit)
 			}
 		}
-		return err
+		return res, err
 	})
 	if v.ok {
 		return res, v.err
@@ -565,12 +554,7 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 // correction is applied to the local store; when the call timed out while
 // the store is up (it may still apply it) it fails with ErrUnavailable.
 func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result, error) {
-	var res store.Result
-	v := s.call(ctx, func(ctx context.Context) error {
-		var err error
-		res, err = s.primary.Settle(ctx, p)
-		return err
-	})
+	res, v := call(s, ctx, func(ctx context.Context) (store.Result, error) { return s.primary.Settle(ctx, p) })
 	if v.ok {
 		return res, v.err
 	}
@@ -599,12 +583,7 @@ func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result,
 // it; when the call timed out while the store is up it fails with
 // ErrUnavailable.
 func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, error) {
-	var res store.Result
-	v := s.call(ctx, func(ctx context.Context) error {
-		var err error
-		res, err = s.primary.Sync(ctx, p)
-		return err
-	})
+	res, v := call(s, ctx, func(ctx context.Context) (store.Result, error) { return s.primary.Sync(ctx, p) })
 	if v.ok {
 		return res, v.err
 	}
@@ -623,7 +602,7 @@ func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, err
 // Reset implements store.RateStore. It fails with ErrUnavailable when the
 // store could not answer (the local state is reset too).
 func (s *Store) Reset(ctx context.Context, p store.ResetParams) error {
-	v := s.call(ctx, func(ctx context.Context) error { return s.primary.Reset(ctx, p) })
+	_, v := call(s, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, s.primary.Reset(ctx, p) })
 	_ = s.local.Reset(ctx, p)
 	s.debts.drop(p.Limit.Name, p.Key)
 	if v.ok {

@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,8 +17,10 @@ import (
 	"github.com/sluicerl/sluice/store/storetest"
 )
 
-// flaky wraps a store and, while broken, hangs until the caller's deadline
-// (a black-holed connection) or fails at once (a reset one).
+// flaky wraps a store and, while broken, times out (a black-holed
+// connection: the call ends with a deadline error at once, so that tests do
+// not depend on the machine's speed; TestNeverWaitsPastTheTimeout checks
+// the guard's own deadline) or fails (a reset one).
 type flaky struct {
 	store.RateStore
 	mode  atomic.Int32 // 0 healthy, 1 hang, 2 fail
@@ -30,8 +33,10 @@ func (f *flaky) broken(ctx context.Context) error {
 	f.calls.Add(1)
 	switch f.mode.Load() {
 	case 1:
-		<-ctx.Done()
-		return ctx.Err()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("read tcp: i/o timeout: %w", context.DeadlineExceeded)
 	case 2:
 		return errReset
 	}
@@ -57,11 +62,12 @@ func lim(name string) store.Limit {
 }
 
 // breakDown breaks the store (1 hang, 2 reset) and takes from "closed"
-// until the guard declares it down: at once on a reset connection, after
-// DefaultMinTimeouts timeouts when it hangs, each of those answered as a
-// timeout (denied, the store still up). It returns the first answer given
-// while down.
-func breakDown(t *testing.T, g *guard.Store, f *flaky, brk int32) store.Result {
+// until the guard declares it down: at once on a reset connection; when it
+// hangs, after DefaultMinTimeouts timeouts spread over DefaultWindow (the
+// fake clock moves on half a window after each), each of those answered as
+// a timeout (denied, the store still up). It returns the first answer
+// given while down.
+func breakDown(t *testing.T, g *guard.Store, f *flaky, clk *clocktest.Clock, brk int32) store.Result {
 	t.Helper()
 	f.mode.Store(brk)
 	want := 1
@@ -79,6 +85,7 @@ func breakDown(t *testing.T, g *guard.Store, f *flaky, brk int32) store.Result {
 		}
 		require.Equal(t, store.FallbackTimeout, r.Fallback, "a timeout while the store is up")
 		require.Less(t, i, want)
+		clk.Advance(guard.DefaultWindow / 2)
 	}
 }
 
@@ -87,7 +94,7 @@ func setup(t *testing.T) (*guard.Store, *flaky, *clocktest.Clock) {
 	clk := clocktest.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	f := &flaky{RateStore: memstore.New(memstore.Config{Clock: clk})}
 	g, err := guard.New(f, guard.Config{
-		Timeout: 20 * time.Millisecond,
+		Timeout: time.Minute, // never reached: flaky times out at once
 		Clock:   clk,
 		Limits: map[string]store.Outage{
 			"open":   {Mode: store.FailOpen},
@@ -102,7 +109,7 @@ func setup(t *testing.T) (*guard.Store, *flaky, *clocktest.Clock) {
 func TestConformanceWhileHealthy(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) store.RateStore {
-		g, err := guard.New(memstore.New(memstore.Config{}), guard.Config{Timeout: time.Second})
+		g, err := guard.New(memstore.New(memstore.Config{}), guard.Config{Timeout: time.Minute})
 		require.NoError(t, err)
 		return g
 	})
@@ -113,7 +120,7 @@ func TestOutageModes(t *testing.T) {
 	ctx := context.Background()
 	for _, brk := range []int32{1, 2} {
 		g, f, clk := setup(t)
-		r := breakDown(t, g, f, brk)
+		r := breakDown(t, g, f, clk, brk)
 		require.False(t, r.Allowed, "fail_closed denies")
 		require.Positive(t, r.RetryAfter)
 		require.Equal(t, store.FallbackStoreDown, r.Fallback)
