@@ -133,8 +133,7 @@ const (
 	MaxBackoff = 500 * time.Millisecond
 )
 
-const (
-)
+const ()
 
 // outcome is what one store call says about the store's health.
 type outcome uint8
