@@ -121,10 +121,16 @@ var (
 	buildErr  error
 )
 
-// sluiceBinary builds cmd/sluice once per test binary.
+// sluiceBinary builds cmd/sluice once per test binary, or returns
+// SLUICE_FLEET_BIN, a sluice binary built elsewhere (to run the fleet
+// against another version, such as the one before the store health work).
 func sluiceBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
+		if bin := os.Getenv("SLUICE_FLEET_BIN"); bin != "" {
+			binPath = bin
+			return
+		}
 		dir, err := os.MkdirTemp("", "sluice-fleet-")
 		if err != nil {
 			buildErr = err
@@ -542,6 +548,7 @@ func TestFleet(t *testing.T) {
 		printFigures(t)
 		return
 	}
+	sluiceBinary(t) // before the machine is saturated
 	stop := saturate(t)
 	defer stop()
 	healthy := scenario{span: 5 * time.Second}
@@ -549,7 +556,9 @@ func TestFleet(t *testing.T) {
 	for _, mk := range []func(*testing.T) backend{redisBackend, postgresBackend} {
 		b := mk(t)
 		t.Run(b.name, func(t *testing.T) {
+			began := time.Now()
 			urls := startServers(t, b.state)
+			t.Logf("%s: servers up in %s", b.name, time.Since(began).Round(time.Millisecond))
 			if b.sessions != nil {
 				b.sessions(t)
 			}
@@ -585,6 +594,7 @@ func logResults(t *testing.T, name string, res map[string]*result) {
 func printFigures(t *testing.T) {
 	healthy := scenario{span: 10 * time.Second}
 	outage := scenario{span: 10 * time.Second, before: 2 * time.Second, outage: 5 * time.Second}
+	sluiceBinary(t)
 	var rows []string
 	for _, mk := range []func(*testing.T) backend{redisBackend, postgresBackend, sqliteBackend} {
 		b := mk(t)
