@@ -163,8 +163,8 @@ type Store struct {
 	mu         sync.Mutex
 	downUntil  time.Time // while in the future, skip the store
 	backoff    time.Duration
-	lastAnswer time.Time   // when a call was last answered (zero: never)
-	timeouts   int         // calls timed out since lastAnswer
+	lastAnswer atomic.Int64 // clock time (Unix ns) a call was last answered; 0: never
+	timeouts   atomic.Int64 // calls timed out since lastAnswer
 	down       atomic.Bool // the store is held down
 	probing    atomic.Bool // one call is probing the store
 
@@ -271,14 +271,20 @@ func (s *Store) settle(o outcome, err error) {
 		s.probing.Store(false)
 		return
 	case answered:
-		s.mu.Lock()
-		s.lastAnswer, s.timeouts = s.clk.Now(), 0
-		if s.down.Load() {
-			s.backoff = MinBackoff
-			s.down.Store(false)
-			s.log.Info("guard: the shared store answers again; decisions are the store's")
+		// Lock-free while the store is up: the hot path.
+		s.lastAnswer.Store(s.clk.Now().UnixNano())
+		if s.timeouts.Load() != 0 {
+			s.timeouts.Store(0)
 		}
-		s.mu.Unlock()
+		if s.down.Load() {
+			s.mu.Lock()
+			if s.down.Load() {
+				s.backoff = MinBackoff
+				s.down.Store(false)
+				s.log.Info("guard: the shared store answers again; decisions are the store's")
+			}
+			s.mu.Unlock()
+		}
 		s.probing.Store(false)
 		return
 	}
@@ -286,9 +292,10 @@ func (s *Store) settle(o outcome, err error) {
 	wasDown := s.down.Load()
 	declare := o == broken
 	if o == timedOut {
-		s.timeouts++
-		silent := s.lastAnswer.IsZero() || s.clk.Now().Sub(s.lastAnswer) >= s.window
-		declare = wasDown || s.timeouts >= s.minTimeouts && silent // a probe that times out keeps it down
+		n := s.timeouts.Add(1)
+		last := s.lastAnswer.Load()
+		silent := last == 0 || s.clk.Now().UnixNano()-last >= s.window.Nanoseconds()
+		declare = wasDown || n >= int64(s.minTimeouts) && silent // a probe that times out keeps it down
 	}
 	if declare {
 		if wasDown {
