@@ -24,7 +24,7 @@ import (
 func TestOneSlowCallIsNotAnOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	g, f, clk := setup(t)
+	g, f, _ := setup(t)
 	for _, name := range []string{"open", "closed", "local"} {
 		f.mode.Store(1)
 		r, err := g.Take(ctx, store.TakeParams{Key: "k", Limit: lim(name), Cost: 1})
@@ -44,7 +44,7 @@ func TestOneSlowCallIsNotAnOutage(t *testing.T) {
 
 	// A stall shorter than the window, however many calls it times out,
 	// is not an outage; timeouts with no answer for a whole window are.
-	g, f, clk = setup(t)
+	g, f, clk := setup(t)
 	_, err := g.Take(ctx, store.TakeParams{Key: "k", Limit: lim("open"), Cost: 1})
 	require.NoError(t, err)
 	f.mode.Store(1)
