@@ -46,11 +46,11 @@
 //     share, however often the store comes and goes.
 //
 // While down, the guard stops calling the store for a short backoff (100ms,
-// doubling to 500ms) and decides every call by its outage mode at once;
+// doubling to 250ms) and decides every call by its outage mode at once;
 // then a single call probes the store, and the first success returns every
 // call to the store. So a dead store costs callers at most one timeout (or
 // MinTimeouts of them, for a silent one), and a healed one is back in use
-// within about half a second.
+// within about a quarter of a second.
 //
 // Every fallback is reported to Config.OnFallback (for metrics) and logged
 // to Config.Logger at most once a second per limit and reason, with how
@@ -130,7 +130,7 @@ type Config struct {
 // MaxBackoff.
 const (
 	MinBackoff = 100 * time.Millisecond
-	MaxBackoff = 500 * time.Millisecond
+	MaxBackoff = 250 * time.Millisecond
 )
 
 const ()
