@@ -1,4 +1,4 @@
-package fleet
+package blackbox
 
 import (
 	"bufio"
@@ -31,13 +31,13 @@ import (
 	"github.com/sluicerl/sluice/store/guard"
 )
 
-var figures = flag.Bool("fleet.figures", false,
+var figures = flag.Bool("blackbox.figures", false,
 	"print the figures table (admitted/ideal and excess per store, outage mode, healthy and with a 5 s outage, quiet and saturated): about 3 minutes")
 
 // TestMain runs this binary as a busy loop when asked to: the processes
 // that saturate the machine.
 func TestMain(m *testing.M) {
-	if os.Getenv("SLUICE_FLEET_BUSY") == "1" {
+	if os.Getenv("SLUICE_BLACKBOX_BUSY") == "1" {
 		var x uint64
 		for {
 			x = x*6364136223846793005 + 1442695040888963407
@@ -122,16 +122,16 @@ var (
 )
 
 // sluiceBinary builds cmd/sluice once per test binary, or returns
-// SLUICE_FLEET_BIN, a sluice binary built elsewhere (to run the fleet
+// SLUICE_BLACKBOX_BIN, a sluice binary built elsewhere (to run the fleet
 // against another version, such as the one before the store health work).
 func sluiceBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		if bin := os.Getenv("SLUICE_FLEET_BIN"); bin != "" {
+		if bin := os.Getenv("SLUICE_BLACKBOX_BIN"); bin != "" {
 			binPath = bin
 			return
 		}
-		dir, err := os.MkdirTemp("", "sluice-fleet-")
+		dir, err := os.MkdirTemp("", "sluice-blackbox-")
 		if err != nil {
 			buildErr = err
 			return
@@ -160,7 +160,7 @@ func saturate(t *testing.T) func() {
 	var cmds []*exec.Cmd
 	for range 2 * runtime.NumCPU() {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "SLUICE_FLEET_BUSY=1")
+		cmd.Env = append(os.Environ(), "SLUICE_BLACKBOX_BUSY=1")
 		require.NoError(t, cmd.Start())
 		cmds = append(cmds, cmd)
 	}
@@ -458,7 +458,7 @@ func redisBackend(t *testing.T) backend {
 
 func postgresBackend(t *testing.T) backend {
 	t.Helper()
-	schema := testenv.PostgresSchema(t, "fleet_")
+	schema := testenv.PostgresSchema(t, "blackbox_")
 	raw := testenv.PostgresURL()
 	u, err := url.Parse(raw)
 	require.NoError(t, err)
@@ -469,7 +469,7 @@ func postgresBackend(t *testing.T) backend {
 	p, err := faultproxy.New(target)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
-	app := fmt.Sprintf("sluice-fleet-%08x", rand.Uint32())
+	app := fmt.Sprintf("sluice-blackbox-%08x", rand.Uint32())
 	u.Host = p.Addr()
 	q := u.Query()
 	q.Set("application_name", app)
