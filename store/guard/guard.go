@@ -165,8 +165,8 @@ type Store struct {
 	backoff    time.Duration
 	lastAnswer atomic.Int64 // clock time (Unix ns) a call was last answered; 0: never
 	timeouts   atomic.Int64 // calls timed out since lastAnswer
-	down       atomic.Bool // the store is held down
-	probing    atomic.Bool // one call is probing the store
+	down       atomic.Bool  // the store is held down
+	probing    atomic.Bool  // one call is probing the store
 
 	debts   debts // keys granted locally, to charge into the store
 	logging logLimiter
