@@ -43,7 +43,11 @@ func TestMain(m *testing.M) {
 			x = x*6364136223846793005 + 1442695040888963407
 		}
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }
 
 // The policies: one per outage mode, with the same limit.
@@ -117,6 +121,7 @@ type backend struct {
 
 var (
 	buildOnce sync.Once
+	binDir    string // the built binary's directory, removed at exit
 	binPath   string
 	buildErr  error
 )
