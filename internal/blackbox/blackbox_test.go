@@ -234,6 +234,10 @@ func startServers(t *testing.T, state string) []string {
 			t.Fatalf("server %d did not start within 60s: %s", i, stderr.String())
 		}
 	}
+	// Warm up: every server's pool connects before anything is measured.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	load(ctx, t, urls, fmt.Sprintf("warm-up-%016x", rand.Uint64()))
 	return urls
 }
 
@@ -338,7 +342,6 @@ func run(t *testing.T, b backend, urls []string, sc scenario) map[string]*result
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan []answer, 1)
-	start := time.Now()
 	go func() { done <- load(ctx, t, urls, key) }()
 	var downAt, upAt time.Time
 	if sc.outage > 0 {
@@ -354,17 +357,21 @@ func run(t *testing.T, b backend, urls []string, sc scenario) map[string]*result
 	}
 	cancel()
 	answers := <-done
-	end := time.Now()
 
 	out := map[string]*result{}
 	for _, mode := range modes {
-		r := &result{mode: mode, ideal: burst + rate*end.Sub(start).Seconds()}
+		r := &result{mode: mode}
+		var first, last time.Time
 		var grants []answer
 		firstBack := make([]time.Time, servers)
 		for _, a := range answers {
 			if a.policy != mode {
 				continue
 			}
+			if first.IsZero() || a.send.Before(first) {
+				first = a.send
+			}
+			last = later(last, a.recv)
 			if a.status != http.StatusOK && a.status != http.StatusTooManyRequests {
 				r.unexpectedCode++
 			}
@@ -389,6 +396,10 @@ func run(t *testing.T, b backend, urls []string, sc scenario) map[string]*result
 			}
 			grants = append(grants, a)
 		}
+		// The ideal is what the policy admits to demand that never stops,
+		// over the span the answers cover: an upper bound on what it could
+		// admit them.
+		r.ideal = burst + rate*last.Sub(first).Seconds()
 		r.checkedGrants = len(grants)
 		r.excess, r.where = excess(grants)
 		if !upAt.IsZero() {
@@ -522,6 +533,13 @@ func postgresBackend(t *testing.T) backend {
 		stop:  func(*testing.T) { p.Set(faultproxy.Reset) },
 		start: func(*testing.T) { p.Set(faultproxy.Pass) },
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func loadavg() string {
