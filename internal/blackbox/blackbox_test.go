@@ -141,7 +141,7 @@ func sluiceBinary(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		binPath = filepath.Join(dir, "sluice")
+		binDir, binPath = dir, filepath.Join(dir, "sluice")
 		out, err := exec.Command("go", "build", "-o", binPath, "github.com/sluicerl/sluice/cmd/sluice").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
