@@ -251,6 +251,13 @@ type Decision struct {
 	RetryAfter time.Duration
 	// ResetAfter is how long until the key is back to its full budget.
 	ResetAfter time.Duration
+	// Fallback is set when the shared store did not decide (see
+	// store/guard): FallbackMode, the policy's outage mode, did, or (for
+	// store.FallbackTimeout) the call was denied because the store did not
+	// answer in time. A client should not read such a denial as the limit
+	// being spent.
+	Fallback     store.FallbackReason
+	FallbackMode store.OutageMode
 }
 
 func decision(p *Policy, r *store.Result) Decision {
@@ -268,6 +275,7 @@ func (d *Decision) set(p *Policy, r *store.Result) {
 	d.Remaining = r.Remaining
 	d.RetryAfter = r.RetryAfter
 	d.ResetAfter = r.ResetAfter
+	d.Fallback, d.FallbackMode = r.Fallback, r.FallbackMode
 	if !r.Allowed && p.Shadow {
 		d.Allowed, d.Shadowed = true, true
 	}

@@ -54,6 +54,17 @@
 // scaled down. r is what remains and t the seconds, rounded up, until the
 // key is back to its full quota. Take answers are Cache-Control: no-store.
 //
+// An answer the shared store did not decide (see store/guard) says so: a
+// Sluice-Outage header naming the policy's outage mode and the reason,
+//
+//	Sluice-Outage: fail_closed;reason=store_down
+//
+// and "outage" and "outageReason" fields in the decision (absent when the
+// store decided). reason is store_down (the store is held down; the outage
+// mode decided) or timeout (the store is up but did not answer this call
+// in time: denied in every mode, since the store may still apply it). A
+// 429 with Sluice-Outage is not the limit being spent.
+//
 // # Leases
 //
 // POST /v1/leases {"policy":"bulk","key":"shop-1","holder":"worker-7"}

@@ -82,7 +82,7 @@ func leaseResult(err error) string {
 	case errors.Is(err, store.ErrLeaseNotHeld):
 		return leaseNotHeld
 	case errors.Is(err, store.ErrInvalidLease), errors.Is(err, store.ErrEmptyKey), errors.Is(err, limiter.ErrShadowInMixed),
-		errors.Is(err, limiter.ErrNotRatePolicy), errors.Is(err, limiter.ErrNotLeasePolicy):
+		errors.Is(err, limiter.ErrNotRatePolicy), errors.Is(err, limiter.ErrNotLeasePolicy), errors.Is(err, store.ErrInvalidValue):
 		return leaseInvalid
 	}
 	return leaseError

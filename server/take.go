@@ -45,6 +45,12 @@ type decisionJSON struct {
 	RetryAfterMs int64  `json:"retryAfterMs"`
 	ResetAfterMs int64  `json:"resetAfterMs"`
 	Shadowed     bool   `json:"shadowed"`
+	// Outage and OutageReason are set when the shared store did not
+	// decide: the policy's outage mode ("fail_open", "fail_closed",
+	// "local") and why ("store_down"; "timeout": the store is up but did
+	// not answer in time, so the request is denied in every mode).
+	Outage       string `json:"outage,omitempty"`
+	OutageReason string `json:"outageReason,omitempty"`
 }
 
 type multiJSON struct {
@@ -54,7 +60,7 @@ type multiJSON struct {
 }
 
 func toJSON(d limiter.Decision) decisionJSON {
-	return decisionJSON{
+	out := decisionJSON{
 		Allowed:      d.Allowed,
 		Policy:       d.Policy,
 		Limit:        d.Limit,
@@ -62,6 +68,27 @@ func toJSON(d limiter.Decision) decisionJSON {
 		RetryAfterMs: ceilMillis(d.RetryAfter),
 		ResetAfterMs: ceilMillis(d.ResetAfter),
 		Shadowed:     d.Shadowed,
+	}
+	if d.Fallback != store.NoFallback {
+		out.Outage, out.OutageReason = d.FallbackMode.String(), d.Fallback.String()
+	}
+	return out
+}
+
+// OutageHeader is the response header that marks an answer the shared
+// store did not decide: `Sluice-Outage: fail_open;reason=store_down` (a
+// structured-field token, the policy's outage mode, with the reason:
+// store_down or timeout). For an all-or-nothing take it names the first
+// item so decided.
+const OutageHeader = "Sluice-Outage"
+
+// setOutageHeader sets OutageHeader from the first fallback decision.
+func setOutageHeader(h http.Header, ds []limiter.Decision) {
+	for _, d := range ds {
+		if d.Fallback != store.NoFallback {
+			h.Set(OutageHeader, d.FallbackMode.String()+";reason="+d.Fallback.String())
+			return
+		}
 	}
 }
 
@@ -109,6 +136,7 @@ func (s *Server) takeOne(ctx context.Context, w http.ResponseWriter, it validate
 	}
 	s.count(d, d.Allowed)
 	s.setRateLimitHeaders(w.Header(), []limiter.Decision{d})
+	setOutageHeader(w.Header(), []limiter.Decision{d})
 	status := http.StatusOK
 	if !d.Allowed {
 		status = http.StatusTooManyRequests
@@ -145,6 +173,7 @@ func (s *Server) takeAll(ctx context.Context, w http.ResponseWriter, items []val
 		out.Items[i] = toJSON(d)
 	}
 	s.setRateLimitHeaders(w.Header(), md.Decisions)
+	setOutageHeader(w.Header(), md.Decisions)
 	status := http.StatusOK
 	if !md.Allowed {
 		status = http.StatusTooManyRequests
@@ -176,7 +205,8 @@ func (s *Server) storeError(w http.ResponseWriter, err error, ptr string) {
 		writeProblem(w, &problem{Type: TypeCostExceedsLimit, Status: http.StatusUnprocessableEntity,
 			Detail: "cost exceeds what the policy admits in one request"})
 		return
-	case errors.Is(err, store.ErrNegativeCost), errors.Is(err, store.ErrEmptyKey), errors.Is(err, limiter.ErrUnknownPolicy):
+	case errors.Is(err, store.ErrNegativeCost), errors.Is(err, store.ErrEmptyKey), errors.Is(err, limiter.ErrUnknownPolicy),
+		errors.Is(err, store.ErrInvalidValue):
 		writeProblem(w, &problem{Type: TypeInvalidRequest, Status: http.StatusUnprocessableEntity,
 			Detail: "the store refused the request: " + err.Error(),
 			Errors: []fieldError{{Pointer: ptr, Detail: err.Error()}}})

@@ -41,6 +41,11 @@ var (
 	ErrTooManyKeys = errors.New("store: too many keys hold state")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("store: closed")
+	// ErrInvalidValue: the backend refused a value of the request itself
+	// (PostgreSQL's data exceptions, SQLSTATE class 22, or 54000
+	// program_limit_exceeded: a key the database cannot hold). It is an
+	// answer about the request, never a sign that the store is down.
+	ErrInvalidValue = errors.New("store: the store refused a value of the request")
 )
 
 // Algorithm selects how a limit counts.
@@ -199,9 +204,43 @@ func (o Outage) Validate() error {
 	return nil
 }
 
+// FallbackReason says why a result was decided without the shared store
+// (by store/guard). The zero value, NoFallback, means the store decided.
+type FallbackReason uint8
+
+const (
+	// NoFallback: the store decided.
+	NoFallback FallbackReason = iota
+	// FallbackStoreDown: the store is held down (a connection error, or
+	// timeouts sustained across a window), and the limit's outage mode
+	// decided.
+	FallbackStoreDown
+	// FallbackTimeout: the store is up but did not answer this call in
+	// time. The store may still apply the call, so every outage mode
+	// denies it: admitting could exceed the limit.
+	FallbackTimeout
+)
+
+// String returns the name used in headers, logs and metric labels.
+func (r FallbackReason) String() string {
+	switch r {
+	case NoFallback:
+		return "none"
+	case FallbackStoreDown:
+		return "store_down"
+	case FallbackTimeout:
+		return "timeout"
+	}
+	return fmt.Sprintf("fallback_reason(%d)", uint8(r))
+}
+
 // Result is the outcome of a rate operation.
 type Result struct {
 	Allowed bool
+	// Fallback is set when the result was not decided by the store (see
+	// FallbackReason); FallbackMode is then the outage mode that decided.
+	Fallback     FallbackReason
+	FallbackMode OutageMode
 	// Limit is the most a single request may cost: the burst for GCRA, the
 	// window's limit otherwise.
 	Limit int64

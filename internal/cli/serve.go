@@ -19,6 +19,7 @@ import (
 	"github.com/sluicerl/sluice/server"
 	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/guard"
 )
 
 // DefaultAddr is where serve listens without --addr or SLUICE_ADDR.
@@ -90,9 +91,12 @@ slot API (POST /api/v1/slots, /api/v1/slots/batch, GET /api/v1/slots/{eventId},
 
 Without --config, serve enforces one built-in policy, "default": GCRA,
 100 per second, bursts of 100. Rate state lives in memory unless --state
-names a shared store (Redis, PostgreSQL) or a SQLite file; with a shared
-store every decision waits at most --store-timeout, after which each
-policy's on_store_outage mode decides. Records (used by slots and jobs) go
+names a shared store (Redis, PostgreSQL) or a SQLite file. With a shared
+store every decision waits at most --store-timeout (default 1s); a call
+that times out is denied, and the store is held down, with each policy's
+on_store_outage mode deciding, only on connection errors or on timeouts
+sustained across a window (3 within 5s, at least half the calls). Outage
+answers carry a Sluice-Outage header and an "outage" body field. Records (used by slots and jobs) go
 to --db, by default the SQLite file sluice.db in the working directory;
 pending migrations are applied at start. It stops gracefully on SIGINT or
 SIGTERM.
@@ -125,8 +129,8 @@ command line wins.`,
 		"rate state `URL` (env SLUICE_STATE): memory:, sqlite:PATH, redis://HOST:PORT[/DB], redis+cluster://HOST:PORT?addr=HOST:PORT..., postgres://...")
 	fs.StringVar(&f.db, "db", DefaultDB,
 		"records database `URL` (env SLUICE_DB): sqlite:PATH or postgres://...")
-	fs.DurationVar(&f.storeTimeout, "store-timeout", 50*time.Millisecond,
-		"longest a decision waits for a shared store before the policy's outage mode decides (env SLUICE_STORE_TIMEOUT)")
+	fs.DurationVar(&f.storeTimeout, "store-timeout", guard.DefaultTimeout,
+		"longest a decision waits for a shared store (env SLUICE_STORE_TIMEOUT); a call past it is denied, and the store is held down (outage modes decide) only on connection errors or timeouts sustained across a window")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error (env SLUICE_LOG_LEVEL)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json (env SLUICE_LOG_FORMAT)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second,
@@ -156,7 +160,7 @@ func (f *serveFlags) validate(source map[string]string) (slog.Level, error) {
 		return 0, err
 	}
 	if f.storeTimeout <= 0 {
-		return 0, usagef("invalid %s %s: want a positive duration such as 50ms", source["store-timeout"], f.storeTimeout)
+		return 0, usagef("invalid %s %s: want a positive duration such as 1s", source["store-timeout"], f.storeTimeout)
 	}
 	if f.cleanupInterval < 0 {
 		return 0, usagef("invalid %s %s: want a duration >= 0 such as 1m (0 turns cleanup off)", source["cleanup-interval"], f.cleanupInterval)
@@ -215,13 +219,18 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	fallbacks := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_store_fallback_total",
-		Help: "Decisions made by a policy's outage mode because the shared store was unavailable.",
-	}, []string{"policy", "mode"})
+		Help: "Operations not decided by the shared store, by policy, outage mode and reason: store_down (the store is held down and the mode decided) or timeout (the store is up but did not answer in time; denied in every mode).",
+	}, []string{"policy", "mode", "reason"})
 	reg.MustRegister(fallbacks)
+	for _, p := range policies { // known series start at zero
+		for _, r := range []store.FallbackReason{store.FallbackStoreDown, store.FallbackTimeout} {
+			fallbacks.WithLabelValues(p.Name, p.Outage.Mode.String(), r.String())
+		}
+	}
 	st, err := openState(ctx, source["state"], f.state, policies, f.storeTimeout,
-		func(policy string, mode store.OutageMode, _ error) {
-			fallbacks.WithLabelValues(policy, mode.String()).Inc()
-		})
+		func(policy string, mode store.OutageMode, reason store.FallbackReason, _ error) {
+			fallbacks.WithLabelValues(policy, mode.String(), reason.String()).Inc()
+		}, log)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -120,7 +121,7 @@ type stateStore struct {
 // (Redis, PostgreSQL) are wrapped in a guard with each policy's outage mode
 // and the per-call timeout.
 func openState(ctx context.Context, flag, raw string, policies []limiter.Policy, timeout time.Duration,
-	onFallback func(string, store.OutageMode, error)) (*stateStore, error) {
+	onFallback func(string, store.OutageMode, store.FallbackReason, error), log *slog.Logger) (*stateStore, error) {
 	kind, path, err := parseStoreURL(flag, raw)
 	if err != nil {
 		return nil, err
@@ -158,7 +159,12 @@ func openState(ctx context.Context, flag, raw string, policies []limiter.Policy,
 		}
 		primary = st
 	case kindPostgres:
-		pool, err := pgxpool.New(ctx, raw)
+		pcfg, err := pgxpool.ParseConfig(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		pgstore.ConfigurePool(pcfg) // a timed-out call keeps its connection
+		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", flag, err)
 		}
@@ -180,7 +186,7 @@ func openState(ctx context.Context, flag, raw string, policies []limiter.Policy,
 	for _, p := range policies {
 		limits[p.Name] = p.Outage
 	}
-	g, err := guard.New(primary, guard.Config{Timeout: timeout, Limits: limits, OnFallback: onFallback})
+	g, err := guard.New(primary, guard.Config{Timeout: timeout, Limits: limits, OnFallback: onFallback, Logger: log})
 	if err != nil {
 		closeFn()
 		return nil, err

@@ -1,28 +1,61 @@
 // Package guard keeps rate decisions answering when the shared store is slow
-// or down.
+// or down, and tells a store that is down from one that was slow once.
 //
 // A guard.Store wraps a shared store.RateStore (Redis, PostgreSQL) and gives
-// every call a deadline (Config.Timeout, default 50ms). When the store does
-// not answer in time, or fails, the call is decided by the limit's outage
-// mode instead:
+// every call a deadline (Config.Timeout, default 1s: generous, because a
+// call that times out is denied). The guard waits for the store no longer
+// than that deadline, even if the backend takes longer to give the call up.
+//
+// # Health, not latency
+//
+// The store is declared down
+//
+//   - at once on a connection error (refused, reset, EOF, a closed pool:
+//     any error that is neither a timeout nor an answer about the request);
+//   - on timeouts sustained across a window: at least Config.MinTimeouts
+//     calls timed out and none answered for Config.Window (default: 3
+//     timeouts and no answer for 2s).
+//
+// One slow call never declares it down. A call that times out while the
+// store is not down is answered with store.FallbackTimeout: denied, in
+// every outage mode, with RetryAfter one Timeout. The store may still apply
+// such a call, so admitting it (fail_open, or local on top of the shared
+// grants) could exceed the limit while the store is up.
+//
+// Errors about the request (store.ErrCostExceedsLimit, ErrInvalidLimit,
+// ErrNegativeCost, ErrEmptyKey, ErrInvalidValue, and the lease answers
+// ErrLeaseNotHeld, ErrStaleToken, ErrInvalidLease) pass through unchanged
+// and count as the store answering, as does the caller's own context ending
+// (which counts as nothing).
+//
+// # Outage modes
+//
+// While the store is down, each call is decided by its limit's outage mode
+// and its result says so (Result.Fallback is store.FallbackStoreDown,
+// Result.FallbackMode the mode):
 //
 //   - store.FailClosed: denied, with RetryAfter until the store is tried
 //     again.
 //   - store.FailOpen: allowed (Remaining is unknown and reported as 0).
 //   - store.FailLocal: decided by a store in this process that enforces the
 //     limit scaled by Outage.Share, this process's share of the fleet's
-//     limit.
+//     limit. When the store is back, the first call for a key that was
+//     granted locally first charges into the shared key what the local
+//     grants still weigh (the units the local store has not yet recovered),
+//     so local plus shared grants never exceed the limit plus the local
+//     share, however often the store comes and goes.
 //
-// After a failure the guard stops calling the store for a short backoff
-// (100ms, doubling to 1s) and decides every call by its outage mode at once;
+// While down, the guard stops calling the store for a short backoff (100ms,
+// doubling to 250ms) and decides every call by its outage mode at once;
 // then a single call probes the store, and the first success returns every
-// call to the store. So a dead store costs callers at most one timeout, and
-// a healed one is back in use within about a second.
+// call to the store. So a dead store costs callers at most one timeout (or
+// MinTimeouts of them, for a silent one), and a healed one is back in use
+// within about a quarter of a second.
 //
-// Errors that say the request itself is wrong (store.ErrCostExceedsLimit,
-// ErrInvalidLimit, ErrNegativeCost, ErrEmptyKey, and the lease answers
-// ErrLeaseNotHeld, ErrStaleToken, ErrInvalidLease) pass through unchanged,
-// as does the caller's own context ending.
+// Every fallback is reported to Config.OnFallback (for metrics) and logged
+// to Config.Logger at most once a second per limit and reason, with how
+// many were not logged; the store going down and coming back are always
+// logged.
 //
 // Store.Leases guards the primary's lease operations with the same timeout
 // and health state; leases always fail closed.
@@ -32,6 +65,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,13 +76,34 @@ import (
 )
 
 // ErrUnavailable wraps the store's error when a call could not be decided
-// by the store (Reset, which has no outage mode).
+// by the store and has no outage mode (Reset; Settle and Sync that timed
+// out while the store is up; leases).
 var ErrUnavailable = errors.New("guard: store unavailable")
+
+// Defaults for the zero fields of Config.
+const (
+	// DefaultTimeout bounds each call to the shared store.
+	DefaultTimeout = time.Second
+	// DefaultWindow is how long the store must have answered nothing.
+	DefaultWindow = 2 * time.Second
+	// DefaultMinTimeouts is how many calls must have timed out since the
+	// last answer.
+	DefaultMinTimeouts = 3
+)
 
 // Config configures a Store. Zero fields take the documented defaults.
 type Config struct {
-	// Timeout bounds every call to the shared store. Zero means 50ms.
+	// Timeout bounds every call to the shared store. Zero means
+	// DefaultTimeout (1s).
 	Timeout time.Duration
+	// Window and MinTimeouts say when timeouts declare the store down: when
+	// no call has been answered for Window and at least MinTimeouts calls
+	// have timed out since the last answer. So a stall shorter than Window
+	// (a busy machine, a pause) never does, however many calls it times
+	// out, and a silent store is declared down after at most about Window
+	// plus Timeout. Zero means DefaultWindow (2s), DefaultMinTimeouts (3).
+	Window      time.Duration
+	MinTimeouts int
 	// Default is the outage behaviour of limits not named in Limits.
 	Default store.Outage
 	// Limits sets the outage behaviour per limit name.
@@ -56,35 +111,65 @@ type Config struct {
 	// Local decides FailLocal limits during an outage. Nil means a new
 	// memstore.
 	Local store.RateStore
-	// Clock times the backoff. Nil means the real clock.
+	// Clock times the backoff and the health window. Nil means the real
+	// clock. (Each call's deadline is a context deadline, in real time.)
 	Clock clock.Clock
-	// OnFallback, if set, is called for every decision made by an outage
-	// mode instead of the store (for metrics). It must be fast and safe for
-	// concurrent use.
-	OnFallback func(limit string, mode store.OutageMode, err error)
+	// OnFallback, if set, is called for every decision not made by the
+	// store (for metrics), with the limit, its outage mode, why, and the
+	// store's error (nil if the store was skipped while down). It must be
+	// fast and safe for concurrent use.
+	OnFallback func(limit string, mode store.OutageMode, reason store.FallbackReason, err error)
+	// Logger receives the store going down and coming back, and fallbacks
+	// (at most one line per second per limit and reason). Nil discards
+	// them. Keys are never logged.
+	Logger *slog.Logger
 }
 
+// Backoff while the store is down: the first probe comes MinBackoff after
+// it was declared down, each failed probe doubles the wait up to
+// MaxBackoff.
 const (
-	minBackoff = 100 * time.Millisecond
-	maxBackoff = time.Second
+	MinBackoff = 100 * time.Millisecond
+	MaxBackoff = 250 * time.Millisecond
 )
 
-// Store is a store.RateStore that guards a shared store with a timeout and
-// per-limit outage modes. It is safe for concurrent use. Build it with New.
-type Store struct {
-	primary store.RateStore
-	local   store.RateStore
-	timeout time.Duration
-	def     store.Outage
-	limits  map[string]store.Outage
-	clk     clock.Clock
-	notify  func(string, store.OutageMode, error)
+const ()
 
-	mu        sync.Mutex
-	downUntil time.Time // while in the future, skip the store
-	backoff   time.Duration
-	down      atomic.Bool // the store failed and has not answered since
-	probing   atomic.Bool // one call is probing the store
+// outcome is what one store call says about the store's health.
+type outcome uint8
+
+const (
+	answered  outcome = iota // the store answered (success or a request error)
+	cancelled                // the caller gave up: says nothing
+	timedOut                 // no answer within the timeout
+	broken                   // a connection error: down at once
+)
+
+// Store is a store.RateStore that guards a shared store with a timeout, a
+// health detector and per-limit outage modes. It is safe for concurrent
+// use. Build it with New; the zero value is not usable.
+type Store struct {
+	primary     store.RateStore
+	local       store.RateStore
+	timeout     time.Duration
+	window      time.Duration
+	minTimeouts int
+	def         store.Outage
+	limits      map[string]store.Outage
+	clk         clock.Clock
+	notify      func(string, store.OutageMode, store.FallbackReason, error)
+	log         *slog.Logger
+
+	mu         sync.Mutex
+	downUntil  time.Time // while in the future, skip the store
+	backoff    time.Duration
+	lastAnswer atomic.Int64 // clock time (Unix ns) a call was last answered; 0: never
+	timeouts   atomic.Int64 // calls timed out since lastAnswer
+	down       atomic.Bool  // the store is held down
+	probing    atomic.Bool  // one call is probing the store
+
+	debts   debts // keys granted locally, to charge into the store
+	logging logLimiter
 }
 
 var _ store.RateStore = (*Store)(nil)
@@ -97,6 +182,12 @@ func New(primary store.RateStore, cfg Config) (*Store, error) {
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("guard: timeout must be >= 0, got %s", cfg.Timeout)
 	}
+	if cfg.Window < 0 {
+		return nil, fmt.Errorf("guard: window must be >= 0, got %s", cfg.Window)
+	}
+	if cfg.MinTimeouts < 0 {
+		return nil, fmt.Errorf("guard: min timeouts must be >= 0, got %d", cfg.MinTimeouts)
+	}
 	if err := cfg.Default.Validate(); err != nil {
 		return nil, err
 	}
@@ -106,26 +197,43 @@ func New(primary store.RateStore, cfg Config) (*Store, error) {
 		}
 	}
 	s := &Store{
-		primary: primary,
-		local:   cfg.Local,
-		timeout: cfg.Timeout,
-		def:     cfg.Default,
-		limits:  cfg.Limits,
-		clk:     clock.Or(cfg.Clock),
-		notify:  cfg.OnFallback,
-		backoff: minBackoff,
+		primary:     primary,
+		local:       cfg.Local,
+		timeout:     cmpOr(cfg.Timeout, DefaultTimeout),
+		window:      cmpOr(cfg.Window, DefaultWindow),
+		minTimeouts: cmpOr(cfg.MinTimeouts, DefaultMinTimeouts),
+		def:         cfg.Default,
+		limits:      cfg.Limits,
+		clk:         clock.Or(cfg.Clock),
+		notify:      cfg.OnFallback,
+		log:         cfg.Logger,
+		backoff:     MinBackoff,
 	}
-	if s.timeout == 0 {
-		s.timeout = 50 * time.Millisecond
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.local == nil {
 		s.local = memstore.New(memstore.Config{Clock: cfg.Clock})
 	}
+	s.debts.m = map[debtKey]*debt{}
+	s.logging.last = map[logKey]*logEntry{}
 	return s, nil
 }
 
-// Healthy reports whether the last call to the store succeeded.
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Healthy reports whether the store is in use: it has not been declared
+// down, or has answered since.
 func (s *Store) Healthy() bool { return !s.down.Load() }
+
+// Timeout is the deadline of each call to the store.
+func (s *Store) Timeout() time.Duration { return s.timeout }
 
 func (s *Store) outage(name string) store.Outage {
 	if o, ok := s.limits[name]; ok {
@@ -135,7 +243,7 @@ func (s *Store) outage(name string) store.Outage {
 }
 
 // usable reports whether this call should go to the store: always while it
-// is healthy; during an outage, only one call per backoff period probes it.
+// is up; while down, only one call per backoff period probes it.
 func (s *Store) usable() bool {
 	if !s.down.Load() {
 		return true
@@ -156,63 +264,146 @@ func (s *Store) retryIn() time.Duration {
 	return max(s.downUntil.Sub(s.clk.Now()), time.Millisecond)
 }
 
-func (s *Store) succeeded() {
-	if s.down.Load() {
-		s.mu.Lock()
-		s.backoff = minBackoff
-		s.down.Store(false)
-		s.mu.Unlock()
+// settle updates the health state with one call's outcome.
+func (s *Store) settle(o outcome, err error) {
+	switch o {
+	case cancelled:
+		s.probing.Store(false)
+		return
+	case answered:
+		// Lock-free while the store is up: the hot path.
+		s.lastAnswer.Store(s.clk.Now().UnixNano())
+		if s.timeouts.Load() != 0 {
+			s.timeouts.Store(0)
+		}
+		if s.down.Load() {
+			s.mu.Lock()
+			if s.down.Load() {
+				s.backoff = MinBackoff
+				s.down.Store(false)
+				s.log.Info("guard: the shared store answers again; decisions are the store's")
+			}
+			s.mu.Unlock()
+		}
+		s.probing.Store(false)
+		return
 	}
+	s.mu.Lock()
+	wasDown := s.down.Load()
+	declare := o == broken
+	if o == timedOut {
+		n := s.timeouts.Add(1)
+		last := s.lastAnswer.Load()
+		silent := last == 0 || s.clk.Now().UnixNano()-last >= s.window.Nanoseconds()
+		declare = wasDown || n >= int64(s.minTimeouts) && silent // a probe that times out keeps it down
+	}
+	if declare {
+		if wasDown {
+			s.backoff = min(2*s.backoff, MaxBackoff)
+		}
+		s.downUntil = s.clk.Now().Add(s.backoff)
+		s.down.Store(true)
+		if !wasDown {
+			s.log.Warn("guard: the shared store is down; outage modes decide", "cause", causeName(o), "err", err)
+		}
+	}
+	s.mu.Unlock()
 	s.probing.Store(false)
 }
 
-func (s *Store) failed() {
-	s.mu.Lock()
-	if s.down.Load() {
-		s.backoff = min(2*s.backoff, maxBackoff)
+func causeName(o outcome) string {
+	if o == timedOut {
+		return "sustained timeouts"
 	}
-	s.downUntil = s.clk.Now().Add(s.backoff)
-	s.down.Store(true)
-	s.mu.Unlock()
-	s.probing.Store(false)
+	return "connection error"
 }
 
 // requestError reports whether err is about the request, not the store.
 func requestError(err error) bool {
 	return errors.Is(err, store.ErrCostExceedsLimit) || errors.Is(err, store.ErrInvalidLimit) ||
-		errors.Is(err, store.ErrNegativeCost) || errors.Is(err, store.ErrEmptyKey) || leaseAnswer(err)
+		errors.Is(err, store.ErrNegativeCost) || errors.Is(err, store.ErrEmptyKey) ||
+		errors.Is(err, store.ErrInvalidValue) || leaseAnswer(err)
 }
 
-// call runs f against the store with the timeout. It returns ok=false when
-// the store is unavailable and the caller should use the outage mode, with
-// the error that made it so (nil if the store was skipped during backoff).
-func (s *Store) call(ctx context.Context, f func(ctx context.Context) error) (ok bool, err error) {
+// timeoutError reports whether err says a deadline passed.
+func timeoutError(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
+}
+
+// verdict is what the guard makes of one store call.
+type verdict struct {
+	ok     bool                 // the store decided: use its answer (and err)
+	reason store.FallbackReason // else why not
+	err    error
+}
+
+// call runs f against the store with the timeout, waiting no longer than
+// the timeout even if f does. While the store is down (or the call is
+// skipped during the backoff) the verdict is FallbackStoreDown; a call that
+// timed out while the store is up is FallbackTimeout.
+//
+// f runs on a goroutine of its own and hands its result over the channel
+// only: a call abandoned at the deadline writes nothing the caller reads.
+func call[T any](s *Store, ctx context.Context, f func(ctx context.Context) (T, error)) (T, verdict) {
+	var zero T
 	if !s.usable() {
-		return false, nil
+		return zero, verdict{reason: store.FallbackStoreDown}
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	err = f(cctx)
-	cancel()
-	switch {
-	case err == nil:
-		s.succeeded()
-		return true, nil
-	case requestError(err):
-		s.succeeded() // the store answered
-		return true, err
-	case ctx.Err() != nil:
-		// The caller gave up; that says nothing about the store.
-		s.probing.Store(false)
-		return true, ctx.Err()
+	defer cancel()
+	type answer struct {
+		r   T
+		err error
 	}
-	s.failed()
-	return false, err
+	done := make(chan answer, 1)
+	go func() {
+		r, err := f(cctx)
+		done <- answer{r, err}
+	}()
+	var a answer
+	select {
+	case a = <-done:
+	case <-cctx.Done():
+		// The backend may take longer to give the call up (a cancel
+		// request, a dead socket); its answer no longer matters.
+		a.err = cctx.Err()
+	}
+	return a.r, s.judge(ctx, cctx, a.err)
 }
 
-func (s *Store) fallback(name string, mode store.OutageMode, err error) {
-	if s.notify != nil {
-		s.notify(name, mode, err)
+// judge turns a store call's error into a verdict and updates the health
+// state with it.
+func (s *Store) judge(ctx, cctx context.Context, err error) verdict {
+	switch {
+	case err == nil:
+		s.settle(answered, nil)
+		return verdict{ok: true}
+	case requestError(err):
+		s.settle(answered, nil)
+		return verdict{ok: true, err: err}
+	case ctx.Err() != nil:
+		s.settle(cancelled, nil)
+		return verdict{ok: true, err: ctx.Err()}
+	case cctx.Err() != nil || timeoutError(err):
+		s.settle(timedOut, err)
+	default:
+		s.settle(broken, err)
 	}
+	if s.down.Load() {
+		return verdict{reason: store.FallbackStoreDown, err: err}
+	}
+	return verdict{reason: store.FallbackTimeout, err: err}
+}
+
+func (s *Store) fallback(name string, mode store.OutageMode, v verdict) {
+	if s.notify != nil {
+		s.notify(name, mode, v.reason, v.err)
+	}
+	s.logging.log(s.log, s.clk.Now(), name, mode, v)
 }
 
 // scaled returns l shrunk to a local share.
@@ -227,54 +418,83 @@ func scaled(l store.Limit, share float64) store.Limit {
 	return l
 }
 
+// denied is the answer to a call the store did not decide, when that
+// answer is a denial.
+func denied(l store.Limit, retry time.Duration, v verdict, mode store.OutageMode) store.Result {
+	return store.Result{Limit: l.Max(), RetryAfter: retry, Fallback: v.reason, FallbackMode: mode}
+}
+
 // Take implements store.RateStore.
 func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, error) {
-	var res store.Result
-	ok, err := s.call(ctx, func(ctx context.Context) error {
-		var err error
-		res, err = s.primary.Take(ctx, p)
-		return err
-	})
-	if ok {
-		return res, err
-	}
-	o := s.outage(p.Limit.Name)
-	s.fallback(p.Limit.Name, o.Mode, err)
-	switch o.Mode {
-	case store.FailOpen:
-		if err := store.CheckCost(p.Limit, p.Cost); err != nil {
+	res, v := call(s, ctx, func(ctx context.Context) (store.Result, error) {
+		if err := s.chargeDebt(ctx, p.Key, p.Limit); err != nil {
 			return store.Result{}, err
 		}
-		return store.Result{Allowed: true, Limit: p.Limit.Max()}, nil
+		res, err := s.primary.Take(ctx, p)
+		if err == nil {
+			s.paid(p.Key, p.Limit)
+		}
+		return res, err
+	})
+	if v.ok {
+		return res, v.err
+	}
+	o := s.outage(p.Limit.Name)
+	s.fallback(p.Limit.Name, o.Mode, v)
+	if err := store.CheckCost(p.Limit, p.Cost); err != nil {
+		return store.Result{}, err
+	}
+	if v.reason == store.FallbackTimeout {
+		return denied(p.Limit, s.timeout, v, o.Mode), nil
+	}
+	switch o.Mode {
+	case store.FailOpen:
+		return store.Result{Allowed: true, Limit: p.Limit.Max(), Fallback: v.reason, FallbackMode: o.Mode}, nil
 	case store.FailLocal:
 		lp := p
 		lp.Limit = scaled(p.Limit, o.Share)
-		r, err := s.local.Take(ctx, lp)
-		if errors.Is(err, store.ErrCostExceedsLimit) && store.CheckCost(p.Limit, p.Cost) == nil {
-			// Fits the fleet's limit but not this process's share of it.
-			return store.Result{Limit: lp.Limit.Max(), RetryAfter: s.retryIn()}, nil
-		}
-		return r, err
-	default:
-		if err := store.CheckCost(p.Limit, p.Cost); err != nil {
+		if err := s.startLocal(ctx, p.Key, p.Limit, lp.Limit); err != nil {
 			return store.Result{}, err
 		}
-		return store.Result{Limit: p.Limit.Max(), RetryAfter: s.retryIn()}, nil
+		r, err := s.local.Take(ctx, lp)
+		if errors.Is(err, store.ErrCostExceedsLimit) {
+			// Fits the fleet's limit but not this process's share of it.
+			return denied(lp.Limit, s.retryIn(), v, o.Mode), nil
+		}
+		if err != nil {
+			return r, err
+		}
+		if r.Allowed {
+			s.debts.grant(p.Limit.Name, p.Key, p.Cost)
+		}
+		r.Fallback, r.FallbackMode = v.reason, o.Mode
+		return r, nil
+	default:
+		return denied(p.Limit, s.retryIn(), v, o.Mode), nil
 	}
 }
 
-// TakeAll implements store.RateStore. During an outage a request with any
-// FailClosed limit is denied whole; FailLocal limits are taken
-// all-or-nothing from the local store; FailOpen limits are allowed.
+// TakeAll implements store.RateStore. While the store is down a request
+// with any FailClosed limit is denied whole; FailLocal limits are taken
+// all-or-nothing from the local store; FailOpen limits are allowed. A call
+// that timed out while the store is up is denied whole.
 func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllResult, error) {
-	var res store.AllResult
-	ok, err := s.call(ctx, func(ctx context.Context) error {
-		var err error
-		res, err = s.primary.TakeAll(ctx, p)
-		return err
-	})
-	if ok {
+	res, v := call(s, ctx, func(ctx context.Context) (store.AllResult, error) {
+		for _, it := range p.Items {
+			if err := s.chargeDebt(ctx, it.Key, it.Limit); err != nil {
+				return store.AllResult{}, err
+			}
+		}
+		res, err := s.primary.TakeAll(ctx, p)
+		if err == nil {
+			for _, it := range p.Items {
+				s.paid(it.Key, it.Limit)
+			}
+		}
 		return res, err
+	})
+	if v.ok {
+		return res, v.err
 	}
 	out := store.AllResult{Allowed: true, Results: make([]store.Result, len(p.Items))}
 	var local []store.Item
@@ -285,18 +505,24 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 			return store.AllResult{}, err
 		}
 		o := s.outage(it.Limit.Name)
-		s.fallback(it.Limit.Name, o.Mode, err)
-		switch o.Mode {
-		case store.FailOpen:
-			out.Results[i] = store.Result{Allowed: true, Limit: it.Limit.Max()}
-		case store.FailLocal:
+		s.fallback(it.Limit.Name, o.Mode, v)
+		switch {
+		case v.reason == store.FallbackTimeout:
+			closed = true
+			out.Results[i] = denied(it.Limit, s.timeout, v, o.Mode)
+		case o.Mode == store.FailOpen:
+			out.Results[i] = store.Result{Allowed: true, Limit: it.Limit.Max(), Fallback: v.reason, FallbackMode: o.Mode}
+		case o.Mode == store.FailLocal:
 			li := it
 			li.Limit = scaled(it.Limit, o.Share)
+			if err := s.startLocal(ctx, it.Key, it.Limit, li.Limit); err != nil {
+				return store.AllResult{}, err
+			}
 			local = append(local, li)
 			at = append(at, i)
 		default:
 			closed = true
-			out.Results[i] = store.Result{Limit: it.Limit.Max(), RetryAfter: s.retryIn()}
+			out.Results[i] = denied(it.Limit, s.retryIn(), v, o.Mode)
 		}
 	}
 	if closed {
@@ -304,6 +530,10 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 		for i := range out.Results {
 			if out.Results[i].RetryAfter == 0 {
 				out.Results[i].Allowed = true // had room as far as we know
+			}
+			if out.Results[i].Fallback == store.NoFallback { // a local item not taken
+				o := s.outage(p.Items[i].Limit.Name)
+				out.Results[i] = store.Result{Allowed: true, Limit: p.Items[i].Limit.Max(), Fallback: v.reason, FallbackMode: o.Mode}
 			}
 		}
 		return out, nil
@@ -315,60 +545,255 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 		}
 		out.Allowed = lr.Allowed
 		for j, i := range at {
-			out.Results[i] = lr.Results[j]
+			r := lr.Results[j]
+			r.Fallback, r.FallbackMode = v.reason, store.FailLocal
+			out.Results[i] = r
+			if lr.Allowed {
+				s.debts.grant(p.Items[i].Limit.Name, p.Items[i].Key, p.Items[i].Cost)
+			}
 		}
 	}
 	return out, nil
 }
 
-// Settle implements store.RateStore. During an outage the correction is
-// applied to the local store.
+// Settle implements store.RateStore. While the store is down the
+// correction is applied to the local store; when the call timed out while
+// the store is up (it may still apply it) it fails with ErrUnavailable.
 func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result, error) {
-	var res store.Result
-	ok, err := s.call(ctx, func(ctx context.Context) error {
-		var err error
-		res, err = s.primary.Settle(ctx, p)
-		return err
-	})
-	if ok {
-		return res, err
+	res, v := call(s, ctx, func(ctx context.Context) (store.Result, error) { return s.primary.Settle(ctx, p) })
+	if v.ok {
+		return res, v.err
 	}
 	o := s.outage(p.Limit.Name)
-	s.fallback(p.Limit.Name, o.Mode, err)
+	s.fallback(p.Limit.Name, o.Mode, v)
+	if v.reason == store.FallbackTimeout {
+		return store.Result{}, fmt.Errorf("%w: settle: %w", ErrUnavailable, v.err)
+	}
 	lp := p
 	lp.Limit = scaled(p.Limit, o.Share)
-	return s.local.Settle(ctx, lp)
+	if o.Mode == store.FailLocal {
+		if err := s.startLocal(ctx, p.Key, p.Limit, lp.Limit); err != nil {
+			return store.Result{}, err
+		}
+	}
+	r, err := s.local.Settle(ctx, lp)
+	if err == nil && o.Mode == store.FailLocal && p.Actual > p.Reserved {
+		s.debts.grant(p.Limit.Name, p.Key, p.Actual-p.Reserved)
+	}
+	r.Fallback, r.FallbackMode = v.reason, o.Mode
+	return r, err
 }
 
-// Sync implements store.RateStore. During an outage the provider's report
-// is applied to the local store, so FailLocal limits still honour it.
+// Sync implements store.RateStore. While the store is down the provider's
+// report is applied to the local store, so FailLocal limits still honour
+// it; when the call timed out while the store is up it fails with
+// ErrUnavailable.
 func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, error) {
-	var res store.Result
-	ok, err := s.call(ctx, func(ctx context.Context) error {
-		var err error
-		res, err = s.primary.Sync(ctx, p)
-		return err
-	})
-	if ok {
-		return res, err
+	res, v := call(s, ctx, func(ctx context.Context) (store.Result, error) { return s.primary.Sync(ctx, p) })
+	if v.ok {
+		return res, v.err
 	}
 	o := s.outage(p.Limit.Name)
-	s.fallback(p.Limit.Name, o.Mode, err)
+	s.fallback(p.Limit.Name, o.Mode, v)
+	if v.reason == store.FallbackTimeout {
+		return store.Result{}, fmt.Errorf("%w: sync: %w", ErrUnavailable, v.err)
+	}
 	lp := p
 	lp.Limit = scaled(p.Limit, o.Share)
-	return s.local.Sync(ctx, lp)
+	r, err := s.local.Sync(ctx, lp)
+	r.Fallback, r.FallbackMode = v.reason, o.Mode
+	return r, err
 }
 
-// Reset implements store.RateStore. It fails with ErrUnavailable during an
-// outage (the local state is reset too).
+// Reset implements store.RateStore. It fails with ErrUnavailable when the
+// store could not answer (the local state is reset too).
 func (s *Store) Reset(ctx context.Context, p store.ResetParams) error {
-	ok, err := s.call(ctx, func(ctx context.Context) error { return s.primary.Reset(ctx, p) })
+	_, v := call(s, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, s.primary.Reset(ctx, p) })
 	_ = s.local.Reset(ctx, p)
-	if ok {
-		return err
+	s.debts.drop(p.Limit.Name, p.Key)
+	if v.ok {
+		return v.err
 	}
+	err := v.err
 	if err == nil {
-		err = errors.New("store skipped during backoff")
+		err = errors.New("store skipped while down")
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// debtKey names a key granted locally.
+type debtKey struct{ name, key string }
+
+// debts are the keys granted by the local store during an outage, whose
+// local grants are charged into the shared store before its next decision
+// on them.
+type debts struct {
+	mu sync.Mutex
+	m  map[debtKey]*debt
+	n  atomic.Int64 // len(m), read without the lock
+}
+
+// debt is one key's local episode.
+type debt struct {
+	granted int64 // units granted locally
+}
+
+func (d *debts) add(name, key string) {
+	d.mu.Lock()
+	d.m[debtKey{name, key}] = &debt{}
+	d.n.Store(int64(len(d.m)))
+	d.mu.Unlock()
+}
+
+// grant counts units granted locally on key.
+func (d *debts) grant(name, key string, n int64) {
+	d.mu.Lock()
+	if e := d.m[debtKey{name, key}]; e != nil {
+		e.granted += n
+	}
+	d.mu.Unlock()
+}
+
+// granted is what was granted locally on key in its episode.
+func (d *debts) granted(name, key string) int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e := d.m[debtKey{name, key}]; e != nil {
+		return e.granted
+	}
+	return 0
+}
+
+func (d *debts) has(name, key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.m[debtKey{name, key}]
+	return ok
+}
+
+func (d *debts) drop(name, key string) {
+	d.mu.Lock()
+	delete(d.m, debtKey{name, key})
+	d.n.Store(int64(len(d.m)))
+	d.mu.Unlock()
+}
+
+// startLocal readies key's local state for its first local decision since
+// it was last charged into the shared store: the local budget starts spent
+// (its whole burst, or its window's limit, is charged), so local decisions
+// pace at the local share's rate and never hand out a fresh burst that the
+// shared store may have granted just before it went down.
+func (s *Store) startLocal(ctx context.Context, key string, l, sl store.Limit) error {
+	if s.debts.has(l.Name, key) {
+		return nil
+	}
+	peek, err := s.local.Take(ctx, store.TakeParams{Key: key, Limit: sl})
+	if err != nil {
+		return err
+	}
+	if _, err := s.local.Settle(ctx, store.SettleParams{Key: key, Limit: sl, Actual: sl.Max(), ReservedAt: peek.At}); err != nil {
+		return err
+	}
+	s.debts.add(l.Name, key)
+	return nil
+}
+
+// Debts is how many keys hold local grants not yet charged into the shared
+// store.
+func (s *Store) Debts() int { return int(s.debts.n.Load()) }
+
+// chargeDebt charges into the shared store what the local grants on key
+// still weigh: the units the local store has not recovered yet (for GCRA,
+// its TAT ahead of now in emission intervals; for windows, the current
+// window's count), at most the units granted locally. Units recovered locally at the local share's rate are
+// not charged: over any interval, local grants beyond what was charged are
+// at most the local share's rate times the time spent local, which the
+// shared limit's own rate covers. It runs inside a store call, before the
+// shared decision on the key.
+func (s *Store) chargeDebt(ctx context.Context, key string, l store.Limit) error {
+	if s.debts.n.Load() == 0 || !s.debts.has(l.Name, key) {
+		return nil
+	}
+	sl := scaled(l, s.outage(l.Name).Share)
+	peek, err := s.local.Take(ctx, store.TakeParams{Key: key, Limit: sl})
+	if err != nil {
+		s.debts.drop(l.Name, key) // nothing the local store can tell
+		return nil
+	}
+	var used int64
+	if sl.Algorithm == store.GCRA {
+		iv := sl.GCRA().Interval()
+		used = (peek.ResetAfter.Microseconds() + iv - 1) / iv
+	} else {
+		used = sl.Max() - peek.Remaining
+	}
+	// The local budget started spent, so the units it has not recovered
+	// can exceed what was granted: never charge more than that.
+	used = min(used, s.debts.granted(l.Name, key))
+	if used > 0 {
+		// A peek of the shared key gives the store's time, which a window's
+		// settle needs to find the current window.
+		sp, err := s.primary.Take(ctx, store.TakeParams{Key: key, Limit: l})
+		if err != nil {
+			return err
+		}
+		if _, err := s.primary.Settle(ctx, store.SettleParams{Key: key, Limit: l, Actual: used, ReservedAt: sp.At}); err != nil {
+			return err
+		}
+		// Charged: should the store fail again before deciding, the next
+		// local decision starts a new local episode (spent budget).
+		s.debts.drop(l.Name, key)
+	}
+	// Nothing left to charge: the key leaves the debts once the store has
+	// decided on it (paid), not before, or a failing probe would let the
+	// next local decision start over.
+	return nil
+}
+
+// paid drops key from the debts once the store has decided on it.
+func (s *Store) paid(key string, l store.Limit) {
+	if s.debts.n.Load() != 0 {
+		s.debts.drop(l.Name, key)
+	}
+}
+
+// logKey is what fallback log lines are rate-limited by.
+type logKey struct {
+	limit  string
+	reason store.FallbackReason
+}
+
+type logEntry struct {
+	last       time.Time
+	suppressed int
+}
+
+// logLimiter logs at most one fallback line per second per limit and
+// reason.
+type logLimiter struct {
+	mu   sync.Mutex
+	last map[logKey]*logEntry
+}
+
+func (l *logLimiter) log(log *slog.Logger, now time.Time, name string, mode store.OutageMode, v verdict) {
+	k := logKey{name, v.reason}
+	l.mu.Lock()
+	e := l.last[k]
+	if e == nil {
+		e = &logEntry{}
+		l.last[k] = e
+	}
+	if !e.last.IsZero() && now.Sub(e.last) < time.Second {
+		e.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	suppressed := e.suppressed
+	e.last, e.suppressed = now, 0
+	l.mu.Unlock()
+	attrs := []any{"limit", name, "mode", mode.String(), "reason", v.reason.String(), "suppressed", suppressed}
+	if v.err != nil {
+		attrs = append(attrs, "err", v.err)
+	}
+	log.Warn("guard: decided without the shared store", attrs...)
 }

@@ -60,61 +60,56 @@ var (
 
 // leaseCall runs f through the guard; an unavailable store is an error
 // wrapping ErrUnavailable.
-func (b *baseLeases) leaseCall(ctx context.Context, f func(ctx context.Context) error) error {
-	ok, err := b.g.call(ctx, f)
-	if ok {
-		return err
+func leaseCall[T any](b *baseLeases, ctx context.Context, f func(ctx context.Context) (T, error)) (T, error) {
+	r, v := call(b.g, ctx, f)
+	if v.ok {
+		return r, v.err
 	}
-	if err == nil {
-		return fmt.Errorf("%w: waiting %s before trying it again", ErrUnavailable, b.g.retryIn())
+	var zero T
+	if v.err == nil {
+		return zero, fmt.Errorf("%w: waiting %s before trying it again", ErrUnavailable, b.g.retryIn())
 	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	return zero, fmt.Errorf("%w: %w", ErrUnavailable, v.err)
 }
 
 // Acquire implements store.LeaseStore.
-func (b *baseLeases) Acquire(ctx context.Context, p store.AcquireParams) (r store.AcquireResult, err error) {
-	err = b.leaseCall(ctx, func(ctx context.Context) error {
-		r, err = b.ls.Acquire(ctx, p)
-		return err
-	})
-	return r, err
+func (b *baseLeases) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
+	return leaseCall(b, ctx, func(ctx context.Context) (store.AcquireResult, error) { return b.ls.Acquire(ctx, p) })
 }
 
 // Renew implements store.LeaseStore.
-func (b *baseLeases) Renew(ctx context.Context, p store.RenewParams) (l store.Lease, err error) {
-	err = b.leaseCall(ctx, func(ctx context.Context) error {
-		l, err = b.ls.Renew(ctx, p)
-		return err
-	})
-	return l, err
+func (b *baseLeases) Renew(ctx context.Context, p store.RenewParams) (store.Lease, error) {
+	return leaseCall(b, ctx, func(ctx context.Context) (store.Lease, error) { return b.ls.Renew(ctx, p) })
 }
 
 // Release implements store.LeaseStore.
 func (b *baseLeases) Release(ctx context.Context, p store.ReleaseParams) error {
-	return b.leaseCall(ctx, func(ctx context.Context) error { return b.ls.Release(ctx, p) })
+	_, err := leaseCall(b, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, b.ls.Release(ctx, p) })
+	return err
 }
 
 // Holders implements store.LeaseStore.
-func (b *baseLeases) Holders(ctx context.Context, p store.HoldersParams) (hs []store.Lease, err error) {
-	err = b.leaseCall(ctx, func(ctx context.Context) error {
-		hs, err = b.ls.Holders(ctx, p)
-		return err
-	})
-	return hs, err
+func (b *baseLeases) Holders(ctx context.Context, p store.HoldersParams) ([]store.Lease, error) {
+	return leaseCall(b, ctx, func(ctx context.Context) ([]store.Lease, error) { return b.ls.Holders(ctx, p) })
 }
 
 // FencedWrite implements store.LeaseStore.
 func (b *baseLeases) FencedWrite(ctx context.Context, p store.FencedWriteParams) error {
-	return b.leaseCall(ctx, func(ctx context.Context) error { return b.ls.FencedWrite(ctx, p) })
+	_, err := leaseCall(b, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, b.ls.FencedWrite(ctx, p) })
+	return err
 }
 
 // FencedRead implements store.LeaseStore.
-func (b *baseLeases) FencedRead(ctx context.Context, p store.FencedReadParams) (v store.FencedValue, found bool, err error) {
-	err = b.leaseCall(ctx, func(ctx context.Context) error {
-		v, found, err = b.ls.FencedRead(ctx, p)
-		return err
+func (b *baseLeases) FencedRead(ctx context.Context, p store.FencedReadParams) (store.FencedValue, bool, error) {
+	type read struct {
+		v     store.FencedValue
+		found bool
+	}
+	r, err := leaseCall(b, ctx, func(ctx context.Context) (read, error) {
+		v, found, err := b.ls.FencedRead(ctx, p)
+		return read{v, found}, err
 	})
-	return v, found, err
+	return r.v, r.found, err
 }
 
 // Take implements store.RateStore through the guard (outage modes apply).
@@ -145,12 +140,10 @@ func (l *Leases) Reset(ctx context.Context, p store.ResetParams) error {
 // TakeAllAcquire implements store.RateLeaseStore. It fails closed as a
 // whole while the store cannot answer: nothing is charged locally and no
 // lease is granted.
-func (l *Leases) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams) (r store.TakeAllAcquireResult, err error) {
-	err = l.leaseCall(ctx, func(ctx context.Context) error {
-		r, err = l.rl.TakeAllAcquire(ctx, p)
-		return err
+func (l *Leases) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams) (store.TakeAllAcquireResult, error) {
+	return leaseCall(&l.baseLeases, ctx, func(ctx context.Context) (store.TakeAllAcquireResult, error) {
+		return l.rl.TakeAllAcquire(ctx, p)
 	})
-	return r, err
 }
 
 // WatchLease implements store.LeaseWatcher. Setting up the watch is bounded
@@ -164,11 +157,14 @@ func (l *Leases) WatchLease(ctx context.Context, name, key string) (ch <-chan st
 	ch, stop, err = l.w.WatchLease(cctx, name, key)
 	switch {
 	case err == nil || requestError(err):
-		l.g.succeeded() // the store answered
+		l.g.settle(answered, nil)
 	case ctx.Err() != nil:
-		l.g.probing.Store(false)
+		l.g.settle(cancelled, nil)
+	case cctx.Err() != nil || timeoutError(err):
+		l.g.settle(timedOut, err)
+		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 	default:
-		l.g.failed()
+		l.g.settle(broken, err)
 		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return ch, stop, err

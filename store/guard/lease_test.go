@@ -56,7 +56,7 @@ func leaseSetup(t *testing.T) (store.LeaseStore, *guard.Store, *flaky, *clocktes
 	f := &flaky{RateStore: mem}
 	fl := &flakyLeases{Leases: memstore.NewLeases(memstore.LeasesConfig{Rates: mem}), f: f}
 	g, err := guard.New(fl, guard.Config{
-		Timeout: 20 * time.Millisecond,
+		Timeout: time.Minute, // never reached: flaky times out at once
 		Clock:   clk,
 		Limits:  map[string]store.Outage{"open": {Mode: store.FailOpen}},
 	})
@@ -73,7 +73,7 @@ func acquire(holder string) store.AcquireParams {
 func TestLeasesConformanceWhileHealthy(t *testing.T) {
 	t.Parallel()
 	storetest.RunLeases(t, func(t *testing.T) store.LeaseStore {
-		g, err := guard.New(memstore.NewLeases(memstore.LeasesConfig{}), guard.Config{Timeout: time.Second})
+		g, err := guard.New(memstore.NewLeases(memstore.LeasesConfig{}), guard.Config{Timeout: time.Minute})
 		require.NoError(t, err)
 		return g.Leases()
 	})
@@ -101,14 +101,20 @@ func TestLeasesFailClosedWithinTheTimeout(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, got.Acquired)
 
-	// A black-holed store: the call ends at the guard's timeout, fails
-	// closed, and marks the store down.
+	// A black-holed store: each call times out and fails closed; enough of
+	// them, over a window, mark the store down.
 	f.mode.Store(1)
-	start := time.Now()
-	_, err = ls.Acquire(ctx, acquire("b"))
-	require.ErrorIs(t, err, guard.ErrUnavailable)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Less(t, time.Since(start), 2*time.Second)
+	for i := range guard.DefaultMinTimeouts {
+		require.True(t, g.Healthy(), "fewer timeouts than the threshold leave the store up")
+		if i > 0 {
+			clk.Advance(guard.DefaultWindow / 2) // spread over the window
+		}
+		start := time.Now()
+		_, err = ls.Acquire(ctx, acquire("b"))
+		require.ErrorIs(t, err, guard.ErrUnavailable)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Less(t, time.Since(start), 2*time.Second)
+	}
 	require.False(t, g.Healthy())
 
 	// During the backoff nothing reaches the store and every lease call

@@ -1,10 +1,14 @@
 package pgstore
 
 import (
+	"errors"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/store"
 )
 
 // TestInFlightDefaults needs no server: pgxpool connects lazily.
@@ -30,4 +34,19 @@ func TestInFlightDefaults(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, tc.want, s.maxInFlight, "%+v", tc.cfg)
 	}
+}
+
+// TestRequestSQLStatesAreRequestErrors: the data exceptions PostgreSQL
+// raises for a request's own values are store.ErrInvalidValue (a 4xx that
+// never counts toward an outage); other server errors are not.
+func TestRequestSQLStatesAreRequestErrors(t *testing.T) {
+	t.Parallel()
+	for code, want := range map[string]bool{
+		"22021": true, "22P05": true, "22003": true, "54000": true,
+		"57014": false, "53300": false, "40001": false, "XX000": false,
+	} {
+		err := wrap("take", &pgconn.PgError{Code: code, Message: "m"})
+		require.Equal(t, want, errors.Is(err, store.ErrInvalidValue), code)
+	}
+	require.ErrorIs(t, wrap("settle", &pgconn.PgError{Code: sqlStateCostExceeds}), store.ErrCostExceedsLimit)
 }

@@ -32,6 +32,13 @@
 // no index writes). A write that leaves a state fresh already stores zeros
 // (store.Kept, migration 0005), as Redis and memstore drop the key.
 //
+// Build the pool with ConfigurePool, so that a call whose context ends (a
+// store timeout) is cancelled on the server with a cancel request and its
+// connection kept, rather than closed (pgx's default), which would make the
+// next call pay for a new session. Values the database refuses (SQLSTATE
+// class 22, 54000) are store.ErrInvalidValue: the request's fault, never a
+// sign of an outage.
+//
 // The store is also a store.LeaseStore (lease.go, migration 0003): one
 // PL/pgSQL call per operation, acquires and releases of a key serialised by
 // a transaction-scoped advisory lock, fencing tokens from one sequence, a

@@ -152,10 +152,27 @@ const sqlStateCostExceeds = "SL001"
 
 func wrap(op string, err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == sqlStateCostExceeds {
-		return store.ErrCostExceedsLimit
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == sqlStateCostExceeds:
+			return store.ErrCostExceedsLimit
+		case requestSQLState(pe.Code):
+			// The request carried a value the database refuses (a key
+			// that is not valid UTF-8 or holds NUL, a number out of
+			// range, a key too long to index): an answer about the
+			// request, not a store failure.
+			return fmt.Errorf("pgstore: %s: %w: %s (SQLSTATE %s)", op, store.ErrInvalidValue, pe.Message, pe.Code)
+		}
 	}
 	return fmt.Errorf("pgstore: %s: %w", op, err)
+}
+
+// requestSQLState reports whether a SQLSTATE blames the request's values:
+// class 22 (data exception: 22021 character_not_in_repertoire, 22P05
+// untranslatable_character, 22003 numeric_value_out_of_range, ...) and
+// 54000 program_limit_exceeded (an index row too large: a huge key).
+func requestSQLState(code string) bool {
+	return len(code) == 5 && code[:2] == "22" || code == "54000"
 }
 
 // Take implements store.RateStore. Concurrent calls share round trips and
