@@ -119,8 +119,8 @@ func (l Limit) Max() int64 {
 
 // Validate reports whether the limit can be enforced.
 func (l Limit) Validate() error {
-	if l.Name == "" {
-		return ErrEmptyKey
+	if err := CheckID("limit name", l.Name); err != nil {
+		return err
 	}
 	var err error
 	switch l.Algorithm {

@@ -20,7 +20,7 @@
 // a healed one is back in use within about a second.
 //
 // Errors that say the request itself is wrong (store.ErrCostExceedsLimit,
-// ErrInvalidLimit, ErrNegativeCost, ErrEmptyKey, and the lease answers
+// ErrInvalidLimit, ErrNegativeCost, ErrEmptyKey, ErrInvalidID, and the lease answers
 // ErrLeaseNotHeld, ErrStaleToken, ErrInvalidLease) pass through unchanged,
 // as does the caller's own context ending.
 //
@@ -180,7 +180,8 @@ func (s *Store) failed() {
 // requestError reports whether err is about the request, not the store.
 func requestError(err error) bool {
 	return errors.Is(err, store.ErrCostExceedsLimit) || errors.Is(err, store.ErrInvalidLimit) ||
-		errors.Is(err, store.ErrNegativeCost) || errors.Is(err, store.ErrEmptyKey) || leaseAnswer(err)
+		errors.Is(err, store.ErrNegativeCost) || errors.Is(err, store.ErrEmptyKey) ||
+		errors.Is(err, store.ErrInvalidID) || leaseAnswer(err)
 }
 
 // call runs f against the store with the timeout. It returns ok=false when

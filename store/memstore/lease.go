@@ -188,8 +188,8 @@ func (l *Leases) Release(_ context.Context, p store.ReleaseParams) error {
 
 // Holders implements store.LeaseStore.
 func (l *Leases) Holders(_ context.Context, p store.HoldersParams) ([]store.Lease, error) {
-	if p.Name == "" || p.Key == "" {
-		return nil, store.ErrEmptyKey
+	if err := store.CheckLeaseKey(p.Name, p.Key); err != nil {
+		return nil, err
 	}
 	sh, now := l.lock(p.Name, p.Key, p.Now)
 	defer sh.mu.Unlock()
@@ -221,8 +221,8 @@ func (l *Leases) FencedWrite(_ context.Context, p store.FencedWriteParams) error
 
 // FencedRead implements store.LeaseStore.
 func (l *Leases) FencedRead(_ context.Context, p store.FencedReadParams) (store.FencedValue, bool, error) {
-	if p.Name == "" || p.Key == "" {
-		return store.FencedValue{}, false, store.ErrEmptyKey
+	if err := store.CheckLeaseKey(p.Name, p.Key); err != nil {
+		return store.FencedValue{}, false, err
 	}
 	sh := l.shard(p.Name, p.Key)
 	sh.mu.Lock()
@@ -234,8 +234,8 @@ func (l *Leases) FencedRead(_ context.Context, p store.FencedReadParams) (store.
 
 // WatchLease implements store.LeaseWatcher.
 func (l *Leases) WatchLease(_ context.Context, name, key string) (<-chan struct{}, func(), error) {
-	if name == "" || key == "" {
-		return nil, nil, store.ErrEmptyKey
+	if err := store.CheckLeaseKey(name, key); err != nil {
+		return nil, nil, err
 	}
 	ch := make(chan struct{}, 1)
 	k := leaseKey{name, key}

@@ -179,8 +179,8 @@ func (s *Store) lockFree(override int64) bool { return override != 0 || s.real }
 
 // Take implements store.RateStore.
 func (s *Store) Take(_ context.Context, p store.TakeParams) (store.Result, error) {
-	if p.Key == "" {
-		return store.Result{}, store.ErrEmptyKey
+	if err := store.CheckKey(p.Key); err != nil {
+		return store.Result{}, err
 	}
 	override := micros(p.Now)
 	t := s.clockMicros(override)
@@ -230,8 +230,8 @@ func (s *Store) Take(_ context.Context, p store.TakeParams) (store.Result, error
 // copy-free path the limiter takes for every Allow on the embedded store;
 // its decisions are exactly Take's.
 func (s *Store) TakePrepared(key string, l *store.Prepared, cost int64, res *store.Result) error {
-	if key == "" {
-		return store.ErrEmptyKey
+	if err := store.CheckKey(key); err != nil {
+		return err
 	}
 	t := s.clockMicros(0)
 	h := s.hash(key)
@@ -530,8 +530,8 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 // clamped store time (or the override), and stores what f returns if that
 // differs. The result is a peek after the update.
 func (s *Store) update(key string, l store.Limit, override int64, f func(cur store.State, now int64) (store.State, error)) (store.Result, error) {
-	if key == "" {
-		return store.Result{}, store.ErrEmptyKey
+	if err := store.CheckKey(key); err != nil {
+		return store.Result{}, err
 	}
 	if err := l.Validate(); err != nil {
 		return store.Result{}, err
@@ -581,8 +581,11 @@ func (s *Store) Sync(_ context.Context, p store.SyncParams) (store.Result, error
 
 // Reset implements store.RateStore.
 func (s *Store) Reset(_ context.Context, p store.ResetParams) error {
-	if p.Key == "" || p.Limit.Name == "" {
-		return store.ErrEmptyKey
+	if err := store.CheckKey(p.Key); err != nil {
+		return err
+	}
+	if err := store.CheckID("limit name", p.Limit.Name); err != nil {
+		return err
 	}
 	h := s.hash(p.Key)
 	sh := s.shard(h)
