@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,7 +80,8 @@ func leaseResult(err error) string {
 	switch {
 	case errors.Is(err, store.ErrLeaseNotHeld):
 		return leaseNotHeld
-	case errors.Is(err, store.ErrInvalidLease), errors.Is(err, store.ErrEmptyKey), errors.Is(err, limiter.ErrShadowInMixed),
+	case errors.Is(err, store.ErrInvalidLease), errors.Is(err, store.ErrEmptyKey), errors.Is(err, store.ErrInvalidID),
+		errors.Is(err, limiter.ErrShadowInMixed),
 		errors.Is(err, limiter.ErrNotRatePolicy), errors.Is(err, limiter.ErrNotLeasePolicy):
 		return leaseInvalid
 	}
@@ -158,7 +158,7 @@ func parseLeaseID(id string) (store.Lease, bool) {
 	var l store.Lease
 	if json.Unmarshal(parts[0], &l.Name) != nil || json.Unmarshal(parts[1], &l.Key) != nil ||
 		json.Unmarshal(parts[2], &l.Holder) != nil || json.Unmarshal(parts[3], &l.Token) != nil ||
-		l.Name == "" || l.Key == "" || l.Holder == "" {
+		!leaseIDText(raw, l) {
 		return store.Lease{}, false
 	}
 	return l, true
@@ -209,13 +209,15 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 	errs = append(errs, s.checkLeasePolicy(body.Policy)...)
 	if body.Key == "" {
 		add("key", TypeInvalidRequest, "is required")
+	} else if why := idReason(body.Key, store.MaxIDBytes); why != "" {
+		add("key", TypeInvalidRequest, why)
 	}
 	if body.Holder == "" {
 		var b [12]byte
 		_, _ = rand.Read(b[:])
 		body.Holder = hex.EncodeToString(b[:])
-	} else if err := store.CheckHolder(body.Holder); err != nil {
-		add("holder", TypeInvalidRequest, strings.TrimPrefix(err.Error(), store.ErrInvalidLease.Error()+": "))
+	} else if why := idReason(body.Holder, store.MaxHolderLen); why != "" {
+		add("holder", TypeInvalidRequest, why)
 	}
 	if len(body.Items) > s.maxItems {
 		add("items", TypeInvalidRequest, fmt.Sprintf("holds %d items; at most %d are allowed", len(body.Items), s.maxItems))
@@ -376,6 +378,8 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
 	var errs []fieldError
 	if key == "" {
 		errs = append(errs, fieldError{Pointer: "#/query/key", kind: TypeInvalidRequest, Detail: "query parameter key is required"})
+	} else if why := idReason(key, store.MaxIDBytes); why != "" {
+		errs = append(errs, fieldError{Pointer: "#/query/key", kind: TypeInvalidRequest, Detail: "query parameter key " + why})
 	}
 	if policy == "" {
 		// One concurrency policy needs no naming.

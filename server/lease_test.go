@@ -159,7 +159,7 @@ func TestLeaseAPIErrors(t *testing.T) {
 		{"unknown policy", "POST", "/v1/leases", `{"policy":"nope","key":"k"}`, 422, server.TypeUnknownPolicy, "unknown policy"},
 		{"rate policy", "POST", "/v1/leases", `{"policy":"api","key":"k"}`, 422, server.TypeInvalidRequest, "not concurrency"},
 		{"no key", "POST", "/v1/leases", `{"policy":"bulk"}`, 422, server.TypeInvalidRequest, "key is required"},
-		{"long holder", "POST", "/v1/leases", `{"policy":"bulk","key":"k","holder":"` + strings.Repeat("h", 300) + `"}`, 422, server.TypeInvalidRequest, "holder of 300 bytes"},
+		{"long holder", "POST", "/v1/leases", `{"policy":"bulk","key":"k","holder":"` + strings.Repeat("h", 300) + `"}`, 422, server.TypeInvalidRequest, "holder is 300 bytes, longer than 256"},
 		{"NUL in holder", "POST", "/v1/leases", `{"policy":"bulk","key":"k","holder":"a\u0000b"}`, 422, server.TypeInvalidRequest, "without NUL"},
 		{"unknown field", "POST", "/v1/leases", `{"policy":"bulk","key":"k","ttl":5}`, 400, server.TypeMalformedRequest, "the policy sets permits and ttl"},
 		{"malformed", "POST", "/v1/leases", `{"policy":`, 400, server.TypeMalformedRequest, ""},

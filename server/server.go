@@ -238,6 +238,11 @@ func (s *Server) wrap(route string, h http.HandlerFunc) http.Handler {
 				panic(v)
 			}
 		}()
+		// Strings that are not text, before a decoder hides them (ident.go).
+		if p := rawTextProblem(r); p != nil {
+			writeProblem(sw, p)
+			return
+		}
 		h(sw, r)
 	})
 }
