@@ -160,7 +160,7 @@ func TestLeaseAPIErrors(t *testing.T) {
 		{"rate policy", "POST", "/v1/leases", `{"policy":"api","key":"k"}`, 422, server.TypeInvalidRequest, "not concurrency"},
 		{"no key", "POST", "/v1/leases", `{"policy":"bulk"}`, 422, server.TypeInvalidRequest, "key is required"},
 		{"long holder", "POST", "/v1/leases", `{"policy":"bulk","key":"k","holder":"` + strings.Repeat("h", 300) + `"}`, 422, server.TypeInvalidRequest, "holder is 300 bytes, longer than 256"},
-		{"NUL in holder", "POST", "/v1/leases", `{"policy":"bulk","key":"k","holder":"a\u0000b"}`, 422, server.TypeInvalidRequest, "without NUL"},
+		{"NUL in holder", "POST", "/v1/leases", `{"policy":"bulk","key":"k","holder":"a\u0000b"}`, 422, server.TypeInvalidRequest, "holder contains control character U+0000 at byte 1"},
 		{"unknown field", "POST", "/v1/leases", `{"policy":"bulk","key":"k","ttl":5}`, 400, server.TypeMalformedRequest, "the policy sets permits and ttl"},
 		{"malformed", "POST", "/v1/leases", `{"policy":`, 400, server.TypeMalformedRequest, ""},
 		{"trailing", "POST", "/v1/leases", `{"policy":"bulk","key":"k"} {}`, 400, server.TypeMalformedRequest, "after the JSON object"},
