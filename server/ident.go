@@ -86,7 +86,8 @@ var errStop = errors.New("stop")
 // scan returns the path and reason of the first string that is not text,
 // or a nil path and "".
 func (sc *textScan) scan() ([]string, string) {
-	if sc.value(0) != nil || sc.bad == "" {
+	_ = sc.value(0)
+	if sc.bad == "" {
 		return nil, ""
 	}
 	return sc.path, sc.bad
