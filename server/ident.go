@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -51,6 +52,9 @@ func rawTextProblem(r *http.Request) *problem {
 	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), rest))
 	if utf8.Valid(b) && !bytes.Contains(b, []byte(`\u`)) && !bytes.Contains(b, []byte(`\U`)) {
 		return nil // the common case: nothing to look at
+	}
+	if !json.Valid(b) {
+		return nil // the decoder says what is wrong
 	}
 	sc := textScan{b: b}
 	path, reason := sc.scan()
