@@ -136,6 +136,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if err := s.registerMemMetrics(); err != nil { // metrics.go
+		return nil, err
+	}
 	if err := s.registerLeaseMetrics(); err != nil {
 		return nil, err
 	}
