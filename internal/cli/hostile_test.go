@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicerl/sluice/internal/cli"
 	"github.com/sluicerl/sluice/internal/testenv"
 )
 
@@ -206,4 +207,47 @@ func deleteRedisKeys(rc *redis.Client, pattern string) {
 	for iter.Next(ctx) {
 		_ = rc.Del(ctx, iter.Val()).Err()
 	}
+}
+
+// TestCLIRefusesHostileIdentifiers: the commands that take a key, holder,
+// event id or config name refuse one that breaks the identifier rule as a
+// usage error naming the argument, before they reach a server or database
+// (none is running at these addresses).
+func TestCLIRefusesHostileIdentifiers(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"SLUICE_SERVER": "http://127.0.0.1:1", "SLUICE_DB": "sqlite:" + filepath.Join(t.TempDir(), "none", "x.db")}
+	at := "2030-01-01T00:00:00Z"
+	for _, h := range hostileIDs() {
+		if h.name == "900 KB" {
+			continue
+		}
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"lease", "acquire", "bulk", h.raw}, "invalid KEY: "},
+			{[]string{"lease", "acquire", "bulk", "k", "--holder", h.raw}, "invalid --holder: "},
+			{[]string{"lease", "list", "bulk", h.raw}, "invalid KEY: "},
+			{[]string{"slots", "assign", h.raw, "--config", "c", "--at", at}, "invalid EVENT_ID: "},
+			{[]string{"slots", "assign", "e", "--config", h.raw, "--at", at}, "invalid --config: "},
+			{[]string{"slots", "load", "-", "--config", h.raw}, "invalid --config: "},
+			{[]string{"slots", "config", h.raw, "--max", "1", "--window", "PT1S"}, "invalid slot config: name "},
+		} {
+			r := run(t, env, tc.args...)
+			require.Equal(t, cli.ExitUsage, r.code, "%s %q: %s", h.name, tc.args, r.stderr)
+			require.Contains(t, r.stderr, tc.want, "%s %q", h.name, tc.args)
+		}
+	}
+}
+
+// TestSlotsLoadRefusesInvalidUTF8: a JSON-lines file with bytes that are
+// not UTF-8 is refused naming the line, not loaded with U+FFFD ids.
+func TestSlotsLoadRefusesInvalidUTF8(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "events.jsonl")
+	require.NoError(t, os.WriteFile(file, []byte("{\"eventId\":\"ok\",\"requestedTime\":\"2030-01-01T00:00:00Z\"}\n{\"eventId\":\"a\xffb\",\"requestedTime\":\"2030-01-01T00:00:00Z\"}\n"), 0o600))
+	r := run(t, map[string]string{"SLUICE_DB": "sqlite:" + filepath.Join(dir, "db.sqlite")}, "slots", "load", file, "--config", "c")
+	require.NotEqual(t, cli.ExitOK, r.code)
+	require.Contains(t, r.stderr, "events.jsonl:2: not valid UTF-8")
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/schollz/progressbar/v3"
@@ -152,6 +153,12 @@ one 'sluice serve' uses.`,
 		Short: "Assign one event a slot (or print the one it has)",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
+			if err := checkID("EVENT_ID", args[0], store.MaxEventIDLen); err != nil {
+				return err
+			}
+			if err := checkID("--config", cfgName, store.MaxConfigNameLen); err != nil {
+				return err
+			}
 			t, err := time.Parse(time.RFC3339Nano, at)
 			if err != nil {
 				return usagef("invalid --at %q: want an RFC 3339 time such as 2025-06-01T12:00:00Z", at)
@@ -189,6 +196,9 @@ that, the first character. Use - for standard input.`,
 			}
 			if format != "" && format != "csv" && format != "jsonl" {
 				return usagef("invalid --format %q: want csv or jsonl", format)
+			}
+			if err := checkID("--config", loadCfg, store.MaxConfigNameLen); err != nil {
+				return err
 			}
 			events, err := readEvents(args[0], format)
 			if err != nil {
@@ -320,6 +330,10 @@ func readEvents(name, format string) ([]slot.Event, error) {
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 {
 			continue
+		}
+		if !utf8.Valid(b) {
+			// The decoder would turn the bytes into U+FFFD without a word.
+			return nil, fmt.Errorf("%s:%d: not valid UTF-8", name, line)
 		}
 		var fe fileEvent
 		dec := json.NewDecoder(bytes.NewReader(b))
