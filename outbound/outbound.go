@@ -761,6 +761,9 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 	if key == "" {
 		return nil, fmt.Errorf("%w: request to %q has no host", ErrEmptyKey, req.URL)
 	}
+	if err := store.CheckKey(key); err != nil {
+		return nil, fmt.Errorf("outbound: %w", err)
+	}
 	ks := c.state(key, label)
 	ctx := req.Context()
 	cancel := context.CancelFunc(func() {})
@@ -863,6 +866,11 @@ type DoOpts struct {
 func (c *Client) Do(ctx context.Context, key string, opts *DoOpts, fn func(context.Context) error) error {
 	if key == "" {
 		return ErrEmptyKey
+	}
+	// The key names a limiter key and a breaker: the identifier rule
+	// applies (store.CheckID).
+	if err := store.CheckKey(key); err != nil {
+		return fmt.Errorf("outbound: %w", err)
 	}
 	label := "other"
 	if c.keyLabels {
