@@ -251,3 +251,18 @@ func TestSlotsLoadRefusesInvalidUTF8(t *testing.T) {
 	require.NotEqual(t, cli.ExitOK, r.code)
 	require.Contains(t, r.stderr, "events.jsonl:2: not valid UTF-8")
 }
+
+// TestServeMemoryMaxBytes: --memory-max-bytes bounds the in-memory store,
+// as its metrics say; a bound that is not positive is a usage error.
+func TestServeMemoryMaxBytes(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, nil, "--addr", "127.0.0.1:0", "--memory-max-bytes", "1048576")
+	code, m := get(t, "http://"+s.addr+"/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.Regexp(t, regexp.MustCompile(`(?m)^sluice_memstore_max_bytes 1\.048576e\+06$`), m)
+	require.Equal(t, 0, s.stop(t))
+
+	r := run(t, nil, "serve", "--memory-max-bytes", "0")
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.stderr, "invalid --memory-max-bytes 0: want a positive number of bytes")
+}

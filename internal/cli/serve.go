@@ -19,6 +19,7 @@ import (
 	"github.com/sluicerl/sluice/server"
 	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/memstore"
 )
 
 // DefaultAddr is where serve listens without --addr or SLUICE_ADDR.
@@ -47,6 +48,7 @@ type serveFlags struct {
 	logFormat       string
 	shutdownTimeout time.Duration
 	cleanupInterval time.Duration
+	memoryMaxBytes  int64
 }
 
 func newServeCmd(opts *Options) *cobra.Command {
@@ -81,6 +83,7 @@ command line wins.`,
 				{"log-format", "SLUICE_LOG_FORMAT"},
 				{"shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT"},
 				{"cleanup-interval", "SLUICE_CLEANUP_INTERVAL"},
+				{"memory-max-bytes", "SLUICE_MEMORY_MAX_BYTES"},
 			})
 			if err != nil {
 				return err
@@ -103,6 +106,8 @@ command line wins.`,
 		"how long to let in-flight requests finish on shutdown (env SLUICE_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", DefaultCleanupInterval,
 		"how often to delete stale rate rows and expired leases from a SQLite or PostgreSQL --state; 0 never (env SLUICE_CLEANUP_INTERVAL)")
+	fs.Int64Var(&f.memoryMaxBytes, "memory-max-bytes", memstore.DefaultMaxBytes,
+		"with --state memory:, the most `bytes` the keys holding state may take (key length plus 96 each); a new key beyond it is refused with 503, never by forgetting a key that owes (env SLUICE_MEMORY_MAX_BYTES)")
 	return cmd
 }
 
@@ -130,6 +135,9 @@ func (f *serveFlags) validate(source map[string]string) (slog.Level, error) {
 	}
 	if f.cleanupInterval < 0 {
 		return 0, usagef("invalid %s %s: want a duration >= 0 such as 1m (0 turns cleanup off)", source["cleanup-interval"], f.cleanupInterval)
+	}
+	if f.memoryMaxBytes <= 0 {
+		return 0, usagef("invalid %s %d: want a positive number of bytes", source["memory-max-bytes"], f.memoryMaxBytes)
 	}
 	if f.shutdownTimeout <= 0 {
 		return 0, usagef("invalid %s %s: want a positive duration such as 10s", source["shutdown-timeout"], f.shutdownTimeout)
@@ -179,7 +187,7 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	st, err := openState(ctx, source["state"], f.state, policies, f.storeTimeout,
 		func(policy string, mode store.OutageMode, _ error) {
 			fallbacks.WithLabelValues(policy, mode.String()).Inc()
-		})
+		}, f.memoryMaxBytes)
 	if err != nil {
 		return err
 	}
