@@ -94,3 +94,68 @@ func TestMaxBytesDefault(t *testing.T) {
 	_, err := s.Take(context.Background(), store.TakeParams{Key: strings.Repeat("k", store.MaxIDBytes), Limit: store.Limit{Name: "n", Rate: 1, Period: time.Hour}, Cost: 1})
 	require.NoError(t, err)
 }
+
+// TestLeasesMaxBytes: live leases count against MaxBytes; an acquire
+// beyond it fails with ErrTooManyKeys and takes nothing from a live holder;
+// once the leases expire, or one is released, new ones fit again.
+func TestLeasesMaxBytes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	perLease := int64(1+500+200) + EntryOverhead
+	// The per-shard floor is one lease of the longest kind: 1376 bytes,
+	// room for one of these leases per shard.
+	l := NewLeases(LeasesConfig{MaxBytes: 1})
+	require.Less(t, perLease, l.maxBytes)
+	require.Greater(t, 2*perLease, l.maxBytes)
+	holder := strings.Repeat("h", 200)
+	key := func(i int) string { return strconv.Itoa(i) + strings.Repeat("k", 500-len(strconv.Itoa(i))) }
+	acquire := func(i int, at time.Time) (store.AcquireResult, error) {
+		return l.Acquire(ctx, store.AcquireParams{Name: "n", Key: key(i), Holder: holder, Permits: 1, TTL: time.Minute, Now: at})
+	}
+	var held []int
+	refused := 0
+	for i := range 4 * leaseShards {
+		res, err := acquire(i, base)
+		if err != nil {
+			require.ErrorIs(t, err, store.ErrTooManyKeys)
+			refused++
+			continue
+		}
+		require.True(t, res.Acquired)
+		held = append(held, i)
+	}
+	require.LessOrEqual(t, len(held), leaseShards)
+	require.Positive(t, refused)
+	require.Equal(t, int64(refused), l.Stats().Refused)
+	// Every live lease is still held.
+	for _, i := range held {
+		hs, err := l.Holders(ctx, store.HoldersParams{Name: "n", Key: key(i), Now: base.Add(time.Second)})
+		require.NoError(t, err)
+		require.Len(t, hs, 1)
+	}
+	// Releasing one makes room in its shard: the same key fits again.
+	hs, err := l.Holders(ctx, store.HoldersParams{Name: "n", Key: key(held[0]), Now: base})
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx, store.ReleaseParams{Name: "n", Key: key(held[0]), Holder: holder, Token: hs[0].Token, Now: base}))
+	res, err := acquire(held[0], base.Add(time.Second))
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	// A minute on, every lease has expired: the refused keys fit now.
+	admitted := 0
+	for i := range 4 * leaseShards {
+		if res, err := acquire(i, base.Add(2*time.Minute)); err == nil && res.Acquired {
+			admitted++
+		}
+	}
+	require.GreaterOrEqual(t, admitted, len(held))
+}
+
+// TestLeasesMaxBytesFromRates: a Leases built on a rate store takes its
+// byte bound unless given one.
+func TestLeasesMaxBytesFromRates(t *testing.T) {
+	t.Parallel()
+	rates := New(Config{MaxBytes: 64 << 20})
+	require.Equal(t, int64(64<<20)/leaseShards, NewLeases(LeasesConfig{Rates: rates}).maxBytes)
+	require.Equal(t, int64(DefaultMaxBytes)/leaseShards, NewLeases(LeasesConfig{}).maxBytes)
+	require.Equal(t, int64(1<<20)/leaseShards, NewLeases(LeasesConfig{Rates: rates, MaxBytes: 1 << 20}).maxBytes)
+}

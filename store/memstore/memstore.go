@@ -70,7 +70,8 @@ type Stats struct {
 	// Evicted counts the keys dropped because their state had become a
 	// fresh key's (by the store's sweeps or Sweep; never one that owes
 	// anything), Refused the requests for a new key that failed with
-	// store.ErrTooManyKeys because the store was full.
+	// store.ErrTooManyKeys because the store was full (with those of a
+	// Leases built on this store: its acquires and fenced writes).
 	Evicted, Refused int64
 }
 
