@@ -40,9 +40,9 @@ type LeasesConfig struct {
 // it is live; fenced values are kept until the process ends. MaxBytes
 // bounds both.
 type Leases struct {
-	*Store // the rate half, for TakeAllAcquire and store.RateLeaseStore
-	clk    clock.Clock
-	seed   maphash.Seed
+	*Store   // the rate half, for TakeAllAcquire and store.RateLeaseStore
+	clk      clock.Clock
+	seed     maphash.Seed
 	tokens   atomic.Int64
 	maxBytes int64 // per shard
 	shards   [leaseShards]leaseShard
