@@ -494,21 +494,26 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 		h         uint64
 		name, key string
 	}
-	news := make(map[uint64]int)
-	nb := make(map[uint64]int64)
+	type need struct {
+		n     int   // keys
+		bytes int64 // their entryBytes
+	}
+	news := make(map[uint64]need)
 	seen := make(map[ref]bool, len(p.Items))
 	for i, it := range p.Items {
 		r := ref{hs[i], it.Limit.Name, it.Key}
 		// A held key that is fresh counts as new too: making room may
 		// sweep it, and the commit must then find room to insert it again.
 		if c := s.shard(hs[i]).get(hs[i], it.Limit.Name, it.Key); !seen[r] && (c == nil || c.freshTime() <= now) {
-			news[hs[i]&s.mask]++
-			nb[hs[i]&s.mask] += entryBytes(it.Key)
+			nd := news[hs[i]&s.mask]
+			nd.n++
+			nd.bytes += entryBytes(it.Key)
+			news[hs[i]&s.mask] = nd
 		}
 		seen[r] = true
 	}
-	for i, n := range news {
-		if err := s.shards[i].room(n, nb[i], now, &s.lim); err != nil {
+	for i, nd := range news {
+		if err := s.shards[i].room(nd.n, nd.bytes, now, &s.lim); err != nil {
 			return store.AllResult{}, err
 		}
 	}
