@@ -75,11 +75,15 @@ type Stats struct {
 	Evicted, Refused int64
 }
 
-// bounds are the per-shard bounds and the counters of what they did.
+// bounds are the per-shard bounds and the counters of what they did. The
+// counters have cache lines of their own: sweeps write them, and lock-free
+// decisions read the Store fields around them.
 type bounds struct {
 	keys             int   // per shard
 	bytes            int64 // per shard
+	_                [48]byte
 	evicted, refused atomic.Int64
+	_                [48]byte
 }
 
 // Store is an in-memory store.RateStore. It is safe for concurrent use. Build
@@ -410,7 +414,9 @@ func (s *Store) Sweep() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		s.lim.evicted.Add(int64(sh.sweep(sh.now(t))))
+		if n := sh.sweep(sh.now(t)); n > 0 {
+			s.lim.evicted.Add(int64(n))
+		}
 		sh.nextSweep = min(max(2*sh.t.n, minSweep), s.maxPerShard)
 		sh.mu.Unlock()
 	}
