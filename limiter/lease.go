@@ -102,7 +102,22 @@ func (l *Limiter) LeaseParams(policy, key, holder string) (store.AcquireParams, 
 	if err != nil {
 		return store.AcquireParams{}, err
 	}
+	if err := checkLease(key, holder); err != nil {
+		return store.AcquireParams{}, err
+	}
 	return store.AcquireParams{Name: p.Name, Key: key, Holder: holder, Permits: p.Permits, TTL: p.TTL}, nil
+}
+
+// checkLease checks a lease's key and holder by the identifier rule before
+// any store sees them.
+func checkLease(key, holder string) error {
+	if err := store.CheckKey(key); err != nil {
+		return fmt.Errorf("limiter: lease: %w", err)
+	}
+	if err := store.CheckHolder(holder); err != nil {
+		return fmt.Errorf("limiter: lease: %w", err)
+	}
+	return nil
 }
 
 // Acquire takes one of a concurrency policy's permits of key for holder,
@@ -121,12 +136,18 @@ func (l *Limiter) Renew(ctx context.Context, policy, key, holder string, token i
 	if err != nil {
 		return store.Lease{}, err
 	}
+	if err := checkLease(key, holder); err != nil {
+		return store.Lease{}, err
+	}
 	return l.leases.Renew(ctx, store.RenewParams{Name: p.Name, Key: key, Holder: holder, Token: token, TTL: p.TTL})
 }
 
 // Release frees holder's permit of key (with token).
 func (l *Limiter) Release(ctx context.Context, policy, key, holder string, token int64) error {
 	if _, err := l.leasePolicy(policy); err != nil {
+		return err
+	}
+	if err := checkLease(key, holder); err != nil {
 		return err
 	}
 	return l.leases.Release(ctx, store.ReleaseParams{Name: policy, Key: key, Holder: holder, Token: token})
@@ -136,6 +157,9 @@ func (l *Limiter) Release(ctx context.Context, policy, key, holder string, token
 func (l *Limiter) Holders(ctx context.Context, policy, key string) ([]store.Lease, error) {
 	if _, err := l.leasePolicy(policy); err != nil {
 		return nil, err
+	}
+	if err := store.CheckKey(key); err != nil {
+		return nil, fmt.Errorf("limiter: lease: %w", err)
 	}
 	return l.leases.Holders(ctx, store.HoldersParams{Name: policy, Key: key})
 }
@@ -179,6 +203,9 @@ func (l *Limiter) AllowAllAcquire(ctx context.Context, reqs []Request, lr LeaseR
 		}
 		if h.policy.Shadow {
 			return MixedDecision{}, fmt.Errorf("%w: %q", ErrShadowInMixed, r.Policy)
+		}
+		if err := store.CheckKey(r.Key); err != nil {
+			return MixedDecision{}, fmt.Errorf("limiter: all-or-nothing with lease: request %d: %w", i, err)
 		}
 		hs[i] = h
 		items[i] = store.Item{Key: r.Key, Limit: h.limit, Cost: r.Cost}

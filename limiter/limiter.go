@@ -318,7 +318,9 @@ func (h *Handle) allowInto(ctx context.Context, key string, cost int64, d *Decis
 		err = h.mem.TakePrepared(key, h.prepared, cost, &r)
 	} else if h.policy.Algorithm == store.Concurrency {
 		err = ErrNotRatePolicy
-	} else {
+	} else if err = store.CheckKey(key); err == nil {
+		// The key is checked before any store sees it: a store outage
+		// policy must never answer for a bad key.
 		r, err = h.store.Take(ctx, store.TakeParams{Key: key, Limit: h.limit, Cost: cost})
 	}
 	if err != nil {
@@ -386,6 +388,9 @@ func (h *Handle) ReserveN(ctx context.Context, key string, cost int64, opts *Res
 	if h.policy.Algorithm == store.Concurrency {
 		return nil, fmt.Errorf("limiter: policy %q: %w", h.policy.Name, ErrNotRatePolicy)
 	}
+	if err := store.CheckKey(key); err != nil {
+		return nil, fmt.Errorf("limiter: policy %q: %w", h.policy.Name, err)
+	}
 	r, err := h.l.store.Take(ctx, store.TakeParams{Key: key, Limit: h.limit, Cost: cost, MaxDelay: maxDelay})
 	if err != nil {
 		return nil, fmt.Errorf("limiter: policy %q: %w", h.policy.Name, err)
@@ -447,6 +452,9 @@ func (h *Handle) Wait(ctx context.Context, key string) error { return h.WaitN(ct
 func (h *Handle) WaitN(ctx context.Context, key string, cost int64) error {
 	if h.policy.Algorithm == store.Concurrency {
 		return fmt.Errorf("limiter: policy %q: %w", h.policy.Name, ErrNotRatePolicy)
+	}
+	if err := store.CheckKey(key); err != nil {
+		return fmt.Errorf("limiter: policy %q: %w", h.policy.Name, err)
 	}
 	for {
 		if err := ctx.Err(); err != nil {

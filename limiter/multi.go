@@ -49,6 +49,9 @@ func (l *Limiter) takeAll(ctx context.Context, reqs []Request, maxDelay time.Dur
 		if h.policy.Algorithm == store.Concurrency {
 			return MultiDecision{}, fmt.Errorf("limiter: all-or-nothing: policy %q: %w", r.Policy, ErrNotRatePolicy)
 		}
+		if err := store.CheckKey(r.Key); err != nil {
+			return MultiDecision{}, fmt.Errorf("limiter: all-or-nothing: request %d: %w", i, err)
+		}
 		hs[i] = h
 		items[i] = store.Item{Key: r.Key, Limit: h.limit, Cost: r.Cost}
 	}

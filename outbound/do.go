@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/sluicerl/sluice/signal"
+	"github.com/sluicerl/sluice/store"
 )
 
 // StatusError lets a Do function report a response it got: the status and
@@ -37,6 +38,11 @@ type DoOpts struct {
 func (c *Client) Do(ctx context.Context, key string, opts *DoOpts, fn func(context.Context) error) error {
 	if key == "" {
 		return ErrEmptyKey
+	}
+	// The key names a limiter key and a breaker: the identifier rule
+	// applies (store.CheckID).
+	if err := store.CheckKey(key); err != nil {
+		return fmt.Errorf("outbound: %w", err)
 	}
 	label := "other"
 	if c.keyLabels {

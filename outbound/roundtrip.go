@@ -9,6 +9,7 @@ import (
 	"net/http"
 
 	"github.com/sluicerl/sluice/signal"
+	"github.com/sluicerl/sluice/store"
 )
 
 // RoundTrip sends req through the layers under req's key.
@@ -16,6 +17,9 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 	key, label := c.keyFor(req)
 	if key == "" {
 		return nil, fmt.Errorf("%w: request to %q has no host", ErrEmptyKey, req.URL)
+	}
+	if err := store.CheckKey(key); err != nil {
+		return nil, fmt.Errorf("outbound: %w", err)
 	}
 	ctx := req.Context()
 	cancel := context.CancelFunc(func() {})

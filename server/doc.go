@@ -104,7 +104,10 @@
 //	413 about:blank           body over Config.MaxBodyBytes (4 MiB); the detail names the cap
 //	415 about:blank           Content-Type is not application/json (charset, if any, utf-8)
 //	422 TypeInvalidRequest    empty policy or key, negative, fractional or > 2^53 cost,
-//	                          empty or too many items, both single fields and items
+//	                          empty or too many items, both single fields and items,
+//	                          an identifier that breaks store.CheckID's rule (also in a
+//	                          path or query: #/path/eventId, #/query/key), a JSON string
+//	                          that is not text (invalid UTF-8, a lone \ud800)
 //	422 TypeUnknownPolicy     a policy the server does not hold
 //	422 TypeCostExceedsLimit  a cost above the policy's burst or window limit
 //	404 about:blank           no such endpoint (the detail lists every endpoint)

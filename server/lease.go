@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,8 +80,9 @@ func leaseResult(err error) string {
 	switch {
 	case errors.Is(err, store.ErrLeaseNotHeld):
 		return leaseNotHeld
-	case errors.Is(err, store.ErrInvalidLease), errors.Is(err, store.ErrEmptyKey), errors.Is(err, limiter.ErrShadowInMixed),
-		errors.Is(err, limiter.ErrNotRatePolicy), errors.Is(err, limiter.ErrNotLeasePolicy), errors.Is(err, store.ErrInvalidValue):
+	case errors.Is(err, store.ErrInvalidLease), errors.Is(err, store.ErrEmptyKey), errors.Is(err, store.ErrInvalidID),
+		errors.Is(err, limiter.ErrShadowInMixed), errors.Is(err, store.ErrInvalidValue),
+		errors.Is(err, limiter.ErrNotRatePolicy), errors.Is(err, limiter.ErrNotLeasePolicy):
 		return leaseInvalid
 	}
 	return leaseError
@@ -157,7 +157,7 @@ func parseLeaseID(id string) (store.Lease, bool) {
 	var l store.Lease
 	if json.Unmarshal(parts[0], &l.Name) != nil || json.Unmarshal(parts[1], &l.Key) != nil ||
 		json.Unmarshal(parts[2], &l.Holder) != nil || json.Unmarshal(parts[3], &l.Token) != nil ||
-		l.Name == "" || l.Key == "" || l.Holder == "" {
+		!leaseIDText(raw, l) {
 		return store.Lease{}, false
 	}
 	return l, true
@@ -205,15 +205,15 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 	s.checkLeasePolicy(&errs, body.Policy, "policy")
 	if body.Key == "" {
 		errs.add(TypeInvalidRequest, []string{"key"}, "is required")
+	} else if why := idReason(body.Key, store.MaxIDBytes); why != "" {
+		errs.add(TypeInvalidRequest, []string{"key"}, "%s", why)
 	}
 	if body.Holder == "" {
 		var b [12]byte
 		_, _ = rand.Read(b[:])
 		body.Holder = hex.EncodeToString(b[:])
-	} else if err := store.CheckHolder(body.Holder); err != nil {
-		// The store's words start with "holder" too: say it once.
-		detail := strings.TrimPrefix(strings.TrimPrefix(err.Error(), store.ErrInvalidLease.Error()+": "), "holder ")
-		errs.add(TypeInvalidRequest, []string{"holder"}, "%s", detail)
+	} else if why := idReason(body.Holder, store.MaxHolderLen); why != "" {
+		errs.add(TypeInvalidRequest, []string{"holder"}, "%s", why)
 	}
 	if len(body.Items) > s.maxItems {
 		errs.add(TypeInvalidRequest, []string{"items"}, "holds %d items; at most %d are allowed", len(body.Items), s.maxItems)
@@ -371,6 +371,8 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
 	var errs fieldErrs
 	if key == "" {
 		errs.add(TypeInvalidRequest, []string{"query", "key"}, "is required")
+	} else if why := idReason(key, store.MaxIDBytes); why != "" {
+		errs.add(TypeInvalidRequest, []string{"query", "key"}, "%s", why)
 	}
 	if policy == "" {
 		// One concurrency policy needs no naming.

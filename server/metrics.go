@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicerl/sluice/store/memstore"
 )
 
 // Values of the result label of sluice_decisions_total.
@@ -65,4 +67,57 @@ func newMetrics(reg prometheus.Registerer, policies []string) (*metrics, error) 
 		}
 	}
 	return m, nil
+}
+
+// memStats is what an in-memory rate store reports of its size and bounds
+// (*memstore.Store has it).
+type memStats interface{ Stats() memstore.Stats }
+
+// memCollector exports a memStats store's size, bounds, evictions and
+// refusals, reading Stats once per scrape.
+type memCollector struct {
+	st                                      memStats
+	keys, bytes, maxKeys, maxBytes, evicted *prometheus.Desc
+	refused                                 *prometheus.Desc
+}
+
+func newMemCollector(st memStats) *memCollector {
+	return &memCollector{
+		st:       st,
+		keys:     prometheus.NewDesc("sluice_memstore_keys", "Keys the in-memory rate store holds state for.", nil, nil),
+		bytes:    prometheus.NewDesc("sluice_memstore_bytes", "Bytes the in-memory rate store's byte bound counts for its keys (key length plus a fixed overhead each).", nil, nil),
+		maxKeys:  prometheus.NewDesc("sluice_memstore_max_keys", "The in-memory rate store's key bound.", nil, nil),
+		maxBytes: prometheus.NewDesc("sluice_memstore_max_bytes", "The in-memory rate store's byte bound.", nil, nil),
+		evicted:  prometheus.NewDesc("sluice_memstore_evicted_total", "Keys the in-memory rate store dropped because their state had become a fresh key's (never one that owes anything).", nil, nil),
+		refused:  prometheus.NewDesc("sluice_memstore_refused_total", "Requests for a new key the in-memory rate store refused because it was full of keys that still hold state (answered 503).", nil, nil),
+	}
+}
+
+func (c *memCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.keys, c.bytes, c.maxKeys, c.maxBytes, c.evicted, c.refused} {
+		ch <- d
+	}
+}
+
+func (c *memCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.st.Stats()
+	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(s.Keys))
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(s.Bytes))
+	ch <- prometheus.MustNewConstMetric(c.maxKeys, prometheus.GaugeValue, float64(s.MaxKeys))
+	ch <- prometheus.MustNewConstMetric(c.maxBytes, prometheus.GaugeValue, float64(s.MaxBytes))
+	ch <- prometheus.MustNewConstMetric(c.evicted, prometheus.CounterValue, float64(s.Evicted))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(s.Refused))
+}
+
+// registerMemMetrics registers memCollector when the limiter's rate store
+// is an in-memory one.
+func (s *Server) registerMemMetrics() error {
+	st, ok := s.lim.Store().(memStats)
+	if !ok {
+		return nil
+	}
+	if err := s.reg.Register(newMemCollector(st)); err != nil {
+		return fmt.Errorf("server: register metrics: %w", err)
+	}
+	return nil
 }

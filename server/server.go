@@ -141,6 +141,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if err := s.registerMemMetrics(); err != nil { // metrics.go
+		return nil, err
+	}
 	if err := s.registerLeaseMetrics(); err != nil {
 		return nil, err
 	}
@@ -306,6 +309,11 @@ func (s *Server) wrap(route string, h http.HandlerFunc) http.Handler {
 				panic(v)
 			}
 		}()
+		// Strings that are not text, before a decoder hides them (ident.go).
+		if p := rawTextProblem(r); p != nil {
+			writeProblem(sw, p)
+			return
+		}
 		h(sw, r)
 	})
 }

@@ -157,10 +157,8 @@ func (f *fieldErrs) eventID(id string, path ...string) {
 	switch {
 	case id == "":
 		f.add(TypeInvalidRequest, path, "is required")
-	case len(id) > store.MaxEventIDLen:
-		f.add(TypeInvalidRequest, path, "is longer than %d bytes", store.MaxEventIDLen)
-	case strings.ContainsRune(id, 0):
-		f.add(TypeInvalidRequest, path, "must not hold a NUL character")
+	case idReason(id, store.MaxEventIDLen) != "":
+		f.add(TypeInvalidRequest, path, "%s", idReason(id, store.MaxEventIDLen))
 	}
 }
 
@@ -169,12 +167,8 @@ func nameProblem(name string) string {
 	switch {
 	case name == "":
 		return "is required"
-	case len(name) > store.MaxConfigNameLen:
-		return fmt.Sprintf("is longer than %d bytes", store.MaxConfigNameLen)
-	case !store.ValidSlotConfigName(name):
-		return "must be UTF-8 text without NUL characters"
 	}
-	return ""
+	return idReason(name, store.MaxConfigNameLen)
 }
 
 func (f *fieldErrs) configName(name string, path ...string) {
@@ -310,6 +304,10 @@ func (s *Server) assignSlots(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getSlot(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	id := r.PathValue("eventId")
+	if p := paramProblem("path", "eventId", id, store.MaxEventIDLen); p != nil {
+		writeProblem(w, p)
+		return
+	}
 	sl, err := s.slots.Get(r.Context(), id)
 	if err != nil {
 		s.slotError(w, err, "")
@@ -378,6 +376,10 @@ func (s *Server) putSlotConfig(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getSlotConfig(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	name := r.PathValue("name")
+	if p := paramProblem("path", "name", name, store.MaxConfigNameLen); p != nil {
+		writeProblem(w, p)
+		return
+	}
 	c, err := s.slots.Config(r.Context(), name)
 	if errors.Is(err, store.ErrConfigNotFound) {
 		writeProblem(w, &problem{Type: TypeUnknownConfig, Title: "Unknown slot config", Status: http.StatusNotFound,
@@ -393,6 +395,10 @@ func (s *Server) getSlotConfig(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deactivateSlotConfig(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
+	if p := paramProblem("path", "name", name, store.MaxConfigNameLen); p != nil {
+		writeProblem(w, p)
+		return
+	}
 	err := s.slots.Deactivate(r.Context(), name)
 	if errors.Is(err, store.ErrConfigNotFound) {
 		writeProblem(w, &problem{Type: TypeUnknownConfig, Title: "Unknown slot config", Status: http.StatusNotFound,
@@ -410,6 +416,12 @@ func (s *Server) deactivateSlotConfig(w http.ResponseWriter, r *http.Request) {
 // or every one.
 func (s *Server) flushSlotConfigs(w http.ResponseWriter, r *http.Request) {
 	names := r.URL.Query()["configName"]
+	for _, n := range names {
+		if p := paramProblem("query", "configName", n, store.MaxConfigNameLen); p != nil {
+			writeProblem(w, p)
+			return
+		}
+	}
 	s.slots.Flush(names...)
 	writeJSON(w, http.StatusOK, contentJSON, map[string]any{"flushed": true})
 }

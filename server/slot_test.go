@@ -169,11 +169,11 @@ func TestSlotBadInput(t *testing.T) {
 		{"fractional max", "POST", "/admin/rate-limit/config", "application/json", `{"configName":"x","maxPerWindow":1.5,"windowSize":"PT4S"}`, 422, "whole number"},
 		{"tiny window", "POST", "/admin/rate-limit/config", "application/json", `{"configName":"x","maxPerWindow":1,"windowSize":"PT0.0001S"}`, 422, "windowSize must be from 1ms"},
 		{"no slot", "GET", "/api/v1/slots/missing", "", "", 404, server.TypeSlotNotFound},
-		{"NUL config name", "POST", "/admin/rate-limit/config", "application/json", `{"configName":"a\u0000b","maxPerWindow":1,"windowSize":"PT4S"}`, 422, "configName must be UTF-8 text without NUL"},
-		{"NUL config in assign", "POST", "/api/v1/slots", "application/json", `{"eventId":"a","configName":"a\u0000b","requestedTime":"2025-06-01T12:00:00Z"}`, 422, "configName must be UTF-8 text without NUL"},
-		{"invalid UTF-8 event id", "GET", "/api/v1/slots/%FF", "", "", 404, server.TypeSlotNotFound},
-		{"invalid UTF-8 config", "GET", "/admin/rate-limit/config/%FF", "", "", 404, server.TypeUnknownConfig},
-		{"deactivate invalid UTF-8 config", "POST", "/admin/rate-limit/config/%FF/deactivate", "", "", 404, server.TypeUnknownConfig},
+		{"NUL config name", "POST", "/admin/rate-limit/config", "application/json", `{"configName":"a\u0000b","maxPerWindow":1,"windowSize":"PT4S"}`, 422, "configName contains control character U+0000 at byte 1"},
+		{"NUL config in assign", "POST", "/api/v1/slots", "application/json", `{"eventId":"a","configName":"a\u0000b","requestedTime":"2025-06-01T12:00:00Z"}`, 422, "configName contains control character U+0000 at byte 1"},
+		{"invalid UTF-8 event id", "GET", "/api/v1/slots/%FF", "", "", 422, `"pointer":"#/path/eventId"`},
+		{"invalid UTF-8 config", "GET", "/admin/rate-limit/config/%FF", "", "", 422, "path parameter name is not valid UTF-8"},
+		{"deactivate invalid UTF-8 config", "POST", "/admin/rate-limit/config/%FF/deactivate", "", "", 422, "path parameter name is not valid UTF-8"},
 		{"wrong method", "DELETE", "/api/v1/slots", "", "", 405, "POST"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

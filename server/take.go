@@ -205,8 +205,8 @@ func (s *Server) storeError(w http.ResponseWriter, err error, ptr string) {
 		writeProblem(w, &problem{Type: TypeCostExceedsLimit, Status: http.StatusUnprocessableEntity,
 			Detail: "cost exceeds what the policy admits in one request"})
 		return
-	case errors.Is(err, store.ErrNegativeCost), errors.Is(err, store.ErrEmptyKey), errors.Is(err, limiter.ErrUnknownPolicy),
-		errors.Is(err, store.ErrInvalidValue):
+	case errors.Is(err, store.ErrNegativeCost), errors.Is(err, store.ErrEmptyKey), errors.Is(err, store.ErrInvalidID),
+		errors.Is(err, limiter.ErrUnknownPolicy), errors.Is(err, store.ErrInvalidValue):
 		writeProblem(w, &problem{Type: TypeInvalidRequest, Status: http.StatusUnprocessableEntity,
 			Detail: "the store refused the request: " + err.Error(),
 			Errors: []fieldError{{Pointer: ptr, Detail: err.Error()}}})
@@ -294,6 +294,8 @@ func (s *Server) validateItem(ti takeItem, at []string) (validated, []fieldError
 	}
 	if ti.Key == "" {
 		add("key", TypeInvalidRequest, "is required")
+	} else if why := idReason(ti.Key, store.MaxIDBytes); why != "" {
+		add("key", TypeInvalidRequest, "%s", why)
 	}
 	cost, msg := parseCost(ti.Cost)
 	switch {

@@ -130,8 +130,8 @@ func (s *Scheduler) remember(c store.SlotConfig) {
 // is fresh. Another process's new version or deactivation is seen once the
 // cached entry expires, or at once after Flush.
 func (s *Scheduler) Config(ctx context.Context, name string) (store.SlotConfig, error) {
-	if !store.ValidSlotConfigName(name) {
-		return store.SlotConfig{}, fmt.Errorf("%w: %q cannot name a config (1 to %d bytes of UTF-8 text)", ErrConfigNotFound, name, store.MaxConfigNameLen)
+	if err := store.CheckIDMax("config name", name, store.MaxConfigNameLen); err != nil {
+		return store.SlotConfig{}, fmt.Errorf("%w: %w", ErrConfigNotFound, err)
 	}
 	s.mu.Lock()
 	c, ok := s.cache[name]
@@ -168,8 +168,8 @@ func (s *Scheduler) Flush(names ...string) {
 // cache. Assignments under it fail with ErrConfigNotFound until a new
 // version is put.
 func (s *Scheduler) Deactivate(ctx context.Context, name string) error {
-	if !store.ValidSlotConfigName(name) {
-		return fmt.Errorf("%w: %q cannot name a config (1 to %d bytes of UTF-8 text)", ErrConfigNotFound, name, store.MaxConfigNameLen)
+	if err := store.CheckIDMax("config name", name, store.MaxConfigNameLen); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfigNotFound, err)
 	}
 	err := s.st.DeactivateSlotConfig(ctx, name)
 	s.Flush(name)
@@ -216,8 +216,8 @@ func (s *Scheduler) AssignBatch(ctx context.Context, configName string, events [
 
 // Get returns an event's slot, or store.ErrSlotNotFound.
 func (s *Scheduler) Get(ctx context.Context, eventID string) (Slot, error) {
-	if !store.ValidEventID(eventID) {
-		return Slot{}, fmt.Errorf("%w: %q cannot be an event id (1 to %d bytes of UTF-8 text)", store.ErrSlotNotFound, eventID, store.MaxEventIDLen)
+	if err := store.CheckIDMax("event id", eventID, store.MaxEventIDLen); err != nil {
+		return Slot{}, fmt.Errorf("%w: %w", store.ErrSlotNotFound, err)
 	}
 	return s.st.GetSlot(ctx, eventID)
 }

@@ -26,8 +26,8 @@ type State struct {
 // work, in this order, so that all of them fail alike: a key, a valid limit,
 // and a cost the limit could ever grant.
 func (it *Item) Check() error {
-	if it.Key == "" {
-		return ErrEmptyKey
+	if err := CheckKey(it.Key); err != nil {
+		return err
 	}
 	if err := it.Limit.Validate(); err != nil {
 		return err
@@ -81,8 +81,8 @@ func Prepare(l Limit) (*Prepared, error) {
 }
 
 func (p *Prepared) prepare(l *Limit) error {
-	if l.Name == "" {
-		return ErrEmptyKey
+	if err := CheckID("limit name", l.Name); err != nil {
+		return err
 	}
 	p.limit = *l
 	if l.Algorithm == GCRA {

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 )
 
 // Leases
@@ -269,27 +267,22 @@ func (p *FencedWriteParams) Check() error {
 	return nil
 }
 
-func checkLeaseKey(name, key string) error {
-	if name == "" || key == "" {
-		return ErrEmptyKey
+func checkLeaseKey(name, key string) error { return CheckLeaseKey(name, key) }
+
+// CheckLeaseKey checks a lease's policy name and key against the
+// identifier rule (ident.go).
+func CheckLeaseKey(name, key string) error {
+	if err := CheckID("name", name); err != nil {
+		return err
 	}
-	return nil
+	return CheckKey(key)
 }
 
-// CheckHolder validates a holder id: non-empty, at most MaxHolderLen bytes,
-// valid UTF-8 without NUL (which PostgreSQL text cannot hold), so that every
-// backend accepts the same holders.
+// CheckHolder validates a holder id by the identifier rule (ident.go) with
+// the MaxHolderLen bound, so that every backend accepts the same holders.
+// The error matches both ErrInvalidLease and ErrInvalidID.
 func CheckHolder(h string) error {
-	if h == "" {
-		return fmt.Errorf("%w: empty holder", ErrInvalidLease)
-	}
-	if len(h) > MaxHolderLen {
-		return fmt.Errorf("%w: holder of %d bytes is longer than %d", ErrInvalidLease, len(h), MaxHolderLen)
-	}
-	if !utf8.ValidString(h) || strings.IndexByte(h, 0) >= 0 {
-		return fmt.Errorf("%w: holder %q is not valid UTF-8 without NUL", ErrInvalidLease, h)
-	}
-	return nil
+	return checkIDAs(ErrInvalidLease, "holder", h, MaxHolderLen)
 }
 
 // CheckTTL validates a lease TTL: in [MinLeaseTTL, MaxLeaseTTL] and a whole

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	isoduration "github.com/sosodev/duration"
 )
@@ -113,13 +111,10 @@ func (c *SlotConfig) EffectiveHeadroom() int64 {
 // Validate reports whether the config can be enforced, naming the field
 // that cannot.
 func (c *SlotConfig) Validate() error {
+	if err := checkIDAs(ErrInvalidSlotConfig, "name", c.Name, MaxConfigNameLen); err != nil {
+		return err
+	}
 	switch {
-	case c.Name == "":
-		return fmt.Errorf("%w: name is required", ErrInvalidSlotConfig)
-	case len(c.Name) > MaxConfigNameLen:
-		return fmt.Errorf("%w: name is longer than %d bytes", ErrInvalidSlotConfig, MaxConfigNameLen)
-	case !validText(c.Name):
-		return fmt.Errorf("%w: name must be UTF-8 text without NUL characters", ErrInvalidSlotConfig)
 	case c.MaxPerWindow < 1 || c.MaxPerWindow > MaxSlotsPerWindow:
 		return fmt.Errorf("%w %q: maxPerWindow must be from 1 to %d, got %d", ErrInvalidSlotConfig, c.Name, MaxSlotsPerWindow, c.MaxPerWindow)
 	case c.WindowSize < time.Millisecond || c.WindowSize > MaxSlotWindow:
@@ -203,13 +198,10 @@ type SlotEvent struct {
 
 // Check reports whether the event can be scheduled.
 func (e *SlotEvent) Check() error {
+	if err := checkIDAs(ErrInvalidEvent, "event id", e.EventID, MaxEventIDLen); err != nil {
+		return err
+	}
 	switch {
-	case e.EventID == "":
-		return fmt.Errorf("%w: event id is required", ErrInvalidEvent)
-	case len(e.EventID) > MaxEventIDLen:
-		return fmt.Errorf("%w: event id is longer than %d bytes", ErrInvalidEvent, MaxEventIDLen)
-	case !validText(e.EventID):
-		return fmt.Errorf("%w: event id must be UTF-8 text without NUL characters", ErrInvalidEvent)
 	case e.RequestedTime.IsZero():
 		return fmt.Errorf("%w %q: requested time is required", ErrInvalidEvent, e.EventID)
 	case !(e.Jitter >= 0 && e.Jitter < 1):
@@ -234,24 +226,18 @@ func (e *SlotEvent) RequestedMicros() int64 {
 	return us
 }
 
-// validText reports whether s can be stored as text by every backend
-// (PostgreSQL refuses NUL and invalid UTF-8).
-func validText(s string) bool {
-	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
-}
-
 // ValidSlotConfigName reports whether name could name a stored config (1
-// to MaxConfigNameLen bytes of UTF-8 text without NUL): a lookup of any
-// other name finds nothing.
+// to MaxConfigNameLen bytes by the identifier rule, ident.go): a lookup of
+// any other name finds nothing.
 func ValidSlotConfigName(name string) bool {
-	return name != "" && len(name) <= MaxConfigNameLen && validText(name)
+	return CheckIDMax("name", name, MaxConfigNameLen) == nil
 }
 
 // ValidEventID reports whether id could be a stored event id (1 to
-// MaxEventIDLen bytes of UTF-8 text without NUL): a lookup of any other id
-// finds nothing.
+// MaxEventIDLen bytes by the identifier rule, ident.go): a lookup of any
+// other id finds nothing.
 func ValidEventID(id string) bool {
-	return id != "" && len(id) <= MaxEventIDLen && validText(id)
+	return CheckIDMax("event id", id, MaxEventIDLen) == nil
 }
 
 // maxSlotTime is 9999-12-31T00:00:00Z in Unix microseconds: far enough for

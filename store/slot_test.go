@@ -57,7 +57,7 @@ func TestSlotConfigValidate(t *testing.T) {
 		mut  func(*store.SlotConfig)
 		want string
 	}{
-		{func(c *store.SlotConfig) { c.Name = "" }, "name is required"},
+		{func(c *store.SlotConfig) { c.Name = "" }, "name is empty"},
 		{func(c *store.SlotConfig) { c.Name = strings.Repeat("n", 129) }, "longer than 128"},
 		{func(c *store.SlotConfig) { c.MaxPerWindow = 0 }, "maxPerWindow"},
 		{func(c *store.SlotConfig) { c.MaxPerWindow = store.MaxSlotsPerWindow + 1 }, "maxPerWindow"},

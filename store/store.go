@@ -13,6 +13,13 @@
 // A denial is a result (Result.Allowed == false), never an error. Errors are
 // for requests that can never succeed (ErrCostExceedsLimit, an invalid
 // limit) and for a store that could not answer.
+//
+// Every key, limit name, holder, event id and config name follows one
+// identifier rule (ident.go, CheckID): 1 to a documented number of bytes of
+// valid UTF-8 without control characters. Facades check it before calling a
+// store, and every backend checks it again before touching its state; a
+// value that breaks it is an *InvalidIDError matching ErrInvalidID, the
+// caller's mistake and never a store outage.
 package store
 
 import (
@@ -124,8 +131,8 @@ func (l Limit) Max() int64 {
 
 // Validate reports whether the limit can be enforced.
 func (l Limit) Validate() error {
-	if l.Name == "" {
-		return ErrEmptyKey
+	if err := CheckID("limit name", l.Name); err != nil {
+		return err
 	}
 	var err error
 	switch l.Algorithm {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sluicerl/sluice/store"
 )
 
 // DefaultServer is the server the lease commands talk to without --server
@@ -70,6 +72,14 @@ holder may release early), and never later than the server's Retry-After.`,
 		Args:    usageArgs(cobra.ExactArgs(2)),
 		PreRunE: pre,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkID("KEY", args[1], store.MaxIDBytes); err != nil {
+				return err
+			}
+			if f.holder != "" {
+				if err := checkID("--holder", f.holder, store.MaxHolderLen); err != nil {
+					return err
+				}
+			}
 			body, _ := json.Marshal(map[string]string{"policy": args[0], "key": args[1], "holder": f.holder})
 			deadline := time.Now().Add(f.wait)
 			backoff := 100 * time.Millisecond
@@ -132,6 +142,9 @@ holder may release early), and never later than the server's Retry-After.`,
 		Args:    usageArgs(cobra.ExactArgs(2)),
 		PreRunE: pre,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkID("KEY", args[1], store.MaxIDBytes); err != nil {
+				return err
+			}
 			q := url.Values{"policy": {args[0]}, "key": {args[1]}}
 			code, _, out, err := f.call(cmd.Context(), http.MethodGet, "/v1/leases?"+q.Encode(), nil)
 			if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/guard"
+	"github.com/sluicerl/sluice/store/memstore"
 )
 
 // DefaultAddr is where serve listens without --addr or SLUICE_ADDR.
@@ -48,6 +49,7 @@ type serveFlags struct {
 	logFormat       string
 	shutdownTimeout time.Duration
 	cleanupInterval time.Duration
+	memoryMaxBytes  int64
 	maxBody         byteSize
 }
 
@@ -115,6 +117,7 @@ command line wins.`,
 				{"shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT"},
 				{"cleanup-interval", "SLUICE_CLEANUP_INTERVAL"},
 				{"max-body", "SLUICE_MAX_BODY"},
+				{"memory-max-bytes", "SLUICE_MEMORY_MAX_BYTES"},
 			})
 			if err != nil {
 				return err
@@ -139,6 +142,8 @@ command line wins.`,
 		"how often to delete stale rate rows and expired leases from a SQLite or PostgreSQL --state; 0 never (env SLUICE_CLEANUP_INTERVAL)")
 	f.maxBody = server.DefaultMaxBodyBytes
 	fs.Var(&f.maxBody, "max-body", "largest request body the API reads, in bytes or with a unit (4MiB, 512KiB); larger ones get 413 (env SLUICE_MAX_BODY)")
+	fs.Int64Var(&f.memoryMaxBytes, "memory-max-bytes", memstore.DefaultMaxBytes,
+		"with --state memory:, the most `bytes` the keys holding state may take (key length plus 96 each); a new key beyond it is refused with 503, never by forgetting a key that owes (env SLUICE_MEMORY_MAX_BYTES)")
 	return cmd
 }
 
@@ -164,6 +169,9 @@ func (f *serveFlags) validate(source map[string]string) (slog.Level, error) {
 	}
 	if f.cleanupInterval < 0 {
 		return 0, usagef("invalid %s %s: want a duration >= 0 such as 1m (0 turns cleanup off)", source["cleanup-interval"], f.cleanupInterval)
+	}
+	if f.memoryMaxBytes <= 0 {
+		return 0, usagef("invalid %s %d: want a positive number of bytes", source["memory-max-bytes"], f.memoryMaxBytes)
 	}
 	if f.shutdownTimeout <= 0 {
 		return 0, usagef("invalid %s %s: want a positive duration such as 10s", source["shutdown-timeout"], f.shutdownTimeout)
@@ -230,7 +238,7 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	st, err := openState(ctx, source["state"], f.state, policies, f.storeTimeout,
 		func(policy string, mode store.OutageMode, reason store.FallbackReason, _ error) {
 			fallbacks.WithLabelValues(policy, mode.String(), reason.String()).Inc()
-		}, log)
+		}, log, f.memoryMaxBytes)
 	if err != nil {
 		return err
 	}

@@ -118,7 +118,7 @@ func (f *simFlags) options(cmd *cobra.Command) (fleet.Options, func(), error) {
 	if f.state == "" || f.state == DefaultState {
 		return o, func() {}, nil
 	}
-	st, err := openState(cmd.Context(), "--state", f.state, nil, 0, nil, nil)
+	st, err := openState(cmd.Context(), "--state", f.state, nil, 0, nil, nil, 0)
 	if err != nil {
 		return o, nil, err
 	}

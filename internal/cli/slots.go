@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/schollz/progressbar/v3"
@@ -165,6 +166,12 @@ one 'sluice serve' uses.`,
 			if err := requireFlags(c, "at"); err != nil {
 				return err
 			}
+			if err := checkID("EVENT_ID", args[0], store.MaxEventIDLen); err != nil {
+				return err
+			}
+			if err := checkID("--config", cfgName, store.MaxConfigNameLen); err != nil {
+				return err
+			}
 			t, err := time.Parse(time.RFC3339Nano, at)
 			if err != nil {
 				return usagef("invalid --at %q: want an RFC 3339 time such as 2025-06-01T12:00:00Z", at)
@@ -202,6 +209,9 @@ that, the first character. Use - for standard input.`,
 			}
 			if format != "" && format != "csv" && format != "jsonl" {
 				return usagef("invalid --format %q: want csv or jsonl", format)
+			}
+			if err := checkID("--config", loadCfg, store.MaxConfigNameLen); err != nil {
+				return err
 			}
 			events, err := readEvents(args[0], format)
 			if err != nil {
@@ -333,6 +343,10 @@ func readEvents(name, format string) ([]slot.Event, error) {
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 {
 			continue
+		}
+		if !utf8.Valid(b) {
+			// The decoder would turn the bytes into U+FFFD without a word.
+			return nil, fmt.Errorf("%s:%d: not valid UTF-8", name, line)
 		}
 		var fe fileEvent
 		dec := json.NewDecoder(bytes.NewReader(b))

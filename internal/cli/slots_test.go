@@ -106,7 +106,7 @@ func TestSlotsBadInput(t *testing.T) {
 		{[]string{"slots", "assign", "e", "--at", "2025-06-01T12:00:00Z", "--config", "nope", "--db", db}, cli.ExitFailure, "no active slot config"},
 		{[]string{"slots", "load", bad, "--db", db}, cli.ExitFailure, "bad.csv:2: requestedTime \"yesterday\""},
 		{[]string{"slots", "load", bad, "--db", db, "--batch", "0"}, cli.ExitUsage, "invalid --batch"},
-		{[]string{"slots", "load", noID, "--db", db}, cli.ExitFailure, "noid.csv:3: invalid slot event: event id is required"},
+		{[]string{"slots", "load", noID, "--db", db}, cli.ExitFailure, "noid.csv:3: invalid slot event: event id is empty"},
 		{[]string{"slots", "load", early, "--db", db}, cli.ExitFailure, "early.jsonl:2: invalid slot event \"b\": requested time 1969-12-31T23:59:59Z is outside"},
 		{[]string{"slots", "load", trailing, "--db", db}, cli.ExitFailure, "trailing.jsonl:3: data after the JSON object"},
 		{[]string{"slots", "load", long, "--db", db}, cli.ExitFailure, "long.jsonl:2: bufio.Scanner: token too long"},

@@ -119,9 +119,10 @@ type stateStore struct {
 
 // openState opens the rate store at raw (a --state URL). Shared stores
 // (Redis, PostgreSQL) are wrapped in a guard with each policy's outage mode
-// and the per-call timeout.
+// and the per-call timeout. memMaxBytes bounds an in-memory store's bytes
+// (0: memstore.DefaultMaxBytes).
 func openState(ctx context.Context, flag, raw string, policies []limiter.Policy, timeout time.Duration,
-	onFallback func(string, store.OutageMode, store.FallbackReason, error), log *slog.Logger) (*stateStore, error) {
+	onFallback func(string, store.OutageMode, store.FallbackReason, error), log *slog.Logger, memMaxBytes int64) (*stateStore, error) {
 	kind, path, err := parseStoreURL(flag, raw)
 	if err != nil {
 		return nil, err
@@ -130,7 +131,7 @@ func openState(ctx context.Context, flag, raw string, policies []limiter.Policy,
 	closeFn := func() {}
 	switch kind {
 	case kindMemory:
-		return &stateStore{store: memstore.New(memstore.Config{}), kind: kind, close: closeFn}, nil
+		return &stateStore{store: memstore.New(memstore.Config{MaxBytes: memMaxBytes}), kind: kind, close: closeFn}, nil
 	case kindSQLite:
 		st, err := sqlitestore.Open(ctx, path, sqlitestore.Config{})
 		if err != nil {

@@ -3,6 +3,7 @@ package memstore
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,14 @@ type LeasesConfig struct {
 	// Rates is the rate store TakeAllAcquire charges. Nil means a new
 	// Store with the same clock.
 	Rates *Store
+	// MaxBytes bounds the memory live leases and fenced values may take:
+	// each lease counts its name, key and holder plus EntryOverhead, each
+	// fenced value its name, key, field and value plus EntryOverhead. An
+	// acquire or fenced write beyond it fails with store.ErrTooManyKeys
+	// (expired leases are dropped first; a live one never is). Zero means
+	// the MaxBytes of Rates when it is set, else DefaultMaxBytes. It is
+	// split evenly over the shards.
+	MaxBytes int64
 }
 
 // Leases is the in-process store.LeaseStore (and, with its rate store,
@@ -28,13 +37,15 @@ type LeasesConfig struct {
 // Fencing tokens come from one counter per Leases, so they strictly increase
 // per key and across keys for the life of the process (an in-process store
 // keeps nothing across restarts). A key's entry is dropped once no lease of
-// it is live; fenced values are kept until the process ends.
+// it is live; fenced values are kept until the process ends. MaxBytes
+// bounds both.
 type Leases struct {
-	*Store // the rate half, for TakeAllAcquire and store.RateLeaseStore
-	clk    clock.Clock
-	seed   maphash.Seed
-	tokens atomic.Int64
-	shards [leaseShards]leaseShard
+	*Store   // the rate half, for TakeAllAcquire and store.RateLeaseStore
+	clk      clock.Clock
+	seed     maphash.Seed
+	tokens   atomic.Int64
+	maxBytes int64 // per shard
+	shards   [leaseShards]leaseShard
 }
 
 const leaseShards = 64
@@ -55,7 +66,12 @@ type leaseShard struct {
 	fence     map[fenceKey]store.FencedValue
 	watchers  map[leaseKey]map[chan struct{}]struct{}
 	nextSweep int
-	_         [40]byte
+	// bytes is at least what MaxBytes counts for the shard: adds are
+	// counted as they happen, drops only by recount. recountAt is when a
+	// recount that left the shard full may next find room (the earliest
+	// expiry then, or sooner after a release).
+	bytes, recountAt int64
+	_                [24]byte
 }
 
 // NewLeases returns a Leases.
@@ -67,6 +83,15 @@ func NewLeases(cfg LeasesConfig) *Leases {
 	if l.Store == nil {
 		l.Store = New(Config{Clock: cfg.Clock})
 	}
+	l.maxBytes = cfg.MaxBytes
+	if l.maxBytes <= 0 {
+		l.maxBytes = DefaultMaxBytes
+		if cfg.Rates != nil {
+			l.maxBytes = cfg.Rates.lim.bytes * int64(len(cfg.Rates.shards))
+		}
+	}
+	// Every shard can hold at least one lease of the longest kind.
+	l.maxBytes = max(l.maxBytes/leaseShards, 2*store.MaxIDBytes+store.MaxHolderLen+EntryOverhead)
 	for i := range l.shards {
 		sh := &l.shards[i]
 		sh.m = make(map[leaseKey]*store.LeaseState)
@@ -123,6 +148,53 @@ func (sh *leaseShard) state(k leaseKey, now int64) *store.LeaseState {
 	return st
 }
 
+func leaseBytes(k leaseKey, holder string) int64 {
+	return int64(len(k.name)+len(k.key)+len(holder)) + EntryOverhead
+}
+
+func fenceBytes(k fenceKey, v []byte) int64 {
+	return int64(len(k.name)+len(k.key)+len(k.field)+len(v)) + EntryOverhead
+}
+
+// room makes room for n more bytes in a locked shard at now: when the
+// running count says the shard would be over its bound, it drops expired
+// leases and counts again; it fails if the shard is still full.
+func (l *Leases) room(sh *leaseShard, n, now int64) error {
+	if sh.bytes+n <= l.maxBytes {
+		return nil
+	}
+	if now >= sh.recountAt {
+		var b int64
+		next := int64(math.MaxInt64)
+		for k, st := range sh.m {
+			st.Expire(now)
+			if len(st.Holders) == 0 {
+				delete(sh.m, k)
+				continue
+			}
+			for _, h := range st.Holders {
+				b += leaseBytes(k, h.Holder)
+				next = min(next, h.Expires)
+			}
+		}
+		for k, v := range sh.fence {
+			b += fenceBytes(k, v.Value)
+		}
+		sh.bytes, sh.recountAt = b, next
+	}
+	if sh.bytes+n > l.maxBytes {
+		l.Store.lim.refused.Add(1)
+		return store.ErrTooManyKeys
+	}
+	return nil
+}
+
+// added counts a new lease of n bytes that expires at exp.
+func (sh *leaseShard) added(n, exp int64) {
+	sh.bytes += n
+	sh.recountAt = min(sh.recountAt, exp)
+}
+
 // tidy drops k's entry once nothing holds it.
 func (sh *leaseShard) tidy(k leaseKey, st *store.LeaseState) {
 	if len(st.Holders) == 0 {
@@ -138,8 +210,14 @@ func (l *Leases) Acquire(_ context.Context, p store.AcquireParams) (store.Acquir
 	sh, now := l.lock(p.Name, p.Key, p.Now)
 	defer sh.mu.Unlock()
 	k := leaseKey{p.Name, p.Key}
+	if err := l.room(sh, leaseBytes(k, p.Holder), now); err != nil {
+		return store.AcquireResult{}, err
+	}
 	st := sh.state(k, now)
 	res, err := st.Acquire(now, &p, l.next)
+	if err == nil && res.Acquired && !res.Renewed {
+		sh.added(leaseBytes(k, p.Holder), res.Lease.Expires)
+	}
 	sh.tidy(k, st)
 	return res, err
 }
@@ -176,6 +254,7 @@ func (l *Leases) Release(_ context.Context, p store.ReleaseParams) error {
 	err := st.Release(now, &p)
 	sh.tidy(k, st)
 	if err == nil {
+		sh.recountAt = 0 // the next full shard counts again
 		for ch := range sh.watchers[k] {
 			select {
 			case ch <- struct{}{}:
@@ -188,8 +267,8 @@ func (l *Leases) Release(_ context.Context, p store.ReleaseParams) error {
 
 // Holders implements store.LeaseStore.
 func (l *Leases) Holders(_ context.Context, p store.HoldersParams) ([]store.Lease, error) {
-	if p.Name == "" || p.Key == "" {
-		return nil, store.ErrEmptyKey
+	if err := store.CheckLeaseKey(p.Name, p.Key); err != nil {
+		return nil, err
 	}
 	sh, now := l.lock(p.Name, p.Key, p.Now)
 	defer sh.mu.Unlock()
@@ -212,17 +291,25 @@ func (l *Leases) FencedWrite(_ context.Context, p store.FencedWriteParams) error
 		return store.ErrStaleToken
 	}
 	fk := fenceKey{p.Name, p.Key, p.Field}
-	if cur, ok := sh.fence[fk]; ok && cur.Token > p.Token {
+	cur, ok := sh.fence[fk]
+	if ok && cur.Token > p.Token {
 		return store.ErrStaleToken
 	}
+	if err := l.room(sh, fenceBytes(fk, p.Value), now); err != nil {
+		return err
+	}
 	sh.fence[fk] = store.FencedValue{Value: slices.Clone(p.Value), Token: p.Token}
+	sh.bytes += fenceBytes(fk, p.Value)
+	if ok {
+		sh.recountAt = 0 // the old value is gone: a recount finds it
+	}
 	return nil
 }
 
 // FencedRead implements store.LeaseStore.
 func (l *Leases) FencedRead(_ context.Context, p store.FencedReadParams) (store.FencedValue, bool, error) {
-	if p.Name == "" || p.Key == "" {
-		return store.FencedValue{}, false, store.ErrEmptyKey
+	if err := store.CheckLeaseKey(p.Name, p.Key); err != nil {
+		return store.FencedValue{}, false, err
 	}
 	sh := l.shard(p.Name, p.Key)
 	sh.mu.Lock()
@@ -234,8 +321,8 @@ func (l *Leases) FencedRead(_ context.Context, p store.FencedReadParams) (store.
 
 // WatchLease implements store.LeaseWatcher.
 func (l *Leases) WatchLease(_ context.Context, name, key string) (<-chan struct{}, func(), error) {
-	if name == "" || key == "" {
-		return nil, nil, store.ErrEmptyKey
+	if err := store.CheckLeaseKey(name, key); err != nil {
+		return nil, nil, err
 	}
 	ch := make(chan struct{}, 1)
 	k := leaseKey{name, key}
@@ -278,6 +365,9 @@ func (l *Leases) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParam
 	sh, now := l.lock(lp.Name, lp.Key, lp.Now)
 	defer sh.mu.Unlock()
 	k := leaseKey{lp.Name, lp.Key}
+	if err := l.room(sh, leaseBytes(k, lp.Holder), now); err != nil {
+		return store.TakeAllAcquireResult{}, err
+	}
 	st := sh.state(k, now)
 	defer sh.tidy(k, st)
 	// Decide the lease on a copy first: no token is spent on a denial.
@@ -309,5 +399,8 @@ func (l *Leases) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParam
 	}
 	out.Lease, err = st.Acquire(now, &lp, l.next)
 	out.Allowed = err == nil && out.Lease.Acquired
+	if out.Allowed && !out.Lease.Renewed {
+		sh.added(leaseBytes(k, lp.Holder), out.Lease.Lease.Expires)
+	}
 	return out, err
 }

@@ -16,9 +16,10 @@
 // clamped per shard so that it never does either. A key is dropped only once its state equals a fresh key's (a
 // GCRA key whose TAT has passed, a window key whose windows have ended), so
 // eviction never hands out budget. Under a flood of unique keys the store
-// sweeps such keys away as it grows; if MaxKeys keys still hold state, a
-// request for a new key fails with store.ErrTooManyKeys rather than forget
-// what an old key owes.
+// sweeps such keys away as it grows; if MaxKeys keys, or keys of MaxBytes
+// bytes, still hold state, a request for a new key fails with
+// store.ErrTooManyKeys rather than forget what an old key owes. Stats counts
+// the keys swept and the requests refused.
 package memstore
 
 import (
@@ -26,7 +27,9 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sluicerl/sluice/clock"
 	"github.com/sluicerl/sluice/store"
@@ -42,6 +45,45 @@ type Config struct {
 	// MaxKeys bounds the keys that may hold state at once. Zero means
 	// 1<<22 (about 4 million keys, a few hundred MiB).
 	MaxKeys int
+	// MaxBytes bounds the memory the keys holding state may take: each
+	// counts its key's length plus EntryOverhead bytes (its cell and index
+	// slots). Zero means DefaultMaxBytes. Like MaxKeys it is split evenly
+	// over the shards.
+	MaxBytes int64
+}
+
+// DefaultMaxBytes is the MaxBytes of a zero Config: 512 MiB.
+const DefaultMaxBytes = 512 << 20
+
+// EntryOverhead is what MaxBytes counts for a key beyond its own bytes.
+const EntryOverhead = 96
+
+// entryBytes is what MaxBytes counts for key.
+func entryBytes(key string) int64 { return int64(len(key)) + EntryOverhead }
+
+// Stats is a snapshot of a Store's size and of what its bounds did.
+type Stats struct {
+	Keys     int   // keys holding state
+	Bytes    int64 // what MaxBytes counts for them
+	MaxKeys  int   // the bounds, as the shards apply them
+	MaxBytes int64
+	// Evicted counts the keys dropped because their state had become a
+	// fresh key's (by the store's sweeps or Sweep; never one that owes
+	// anything), Refused the requests for a new key that failed with
+	// store.ErrTooManyKeys because the store was full (with those of a
+	// Leases built on this store: its acquires and fenced writes).
+	Evicted, Refused int64
+}
+
+// bounds are the per-shard bounds and the counters of what they did. The
+// counters have cache lines of their own: sweeps write them, and lock-free
+// decisions read the Store fields around them.
+type bounds struct {
+	keys             int   // per shard
+	bytes            int64 // per shard
+	_                [48]byte
+	evicted, refused atomic.Int64
+	_                [48]byte
 }
 
 // Store is an in-memory store.RateStore. It is safe for concurrent use. Build
@@ -54,7 +96,8 @@ type Store struct {
 	seed        maphash.Seed
 	shards      []shard
 	mask        uint64
-	maxPerShard int
+	maxPerShard int // == lim.keys
+	lim         bounds
 }
 
 var _ store.RateStore = (*Store)(nil)
@@ -68,13 +111,16 @@ var _ store.RateStore = (*Store)(nil)
 // is a large allocation, so page-aligned).
 type shard struct {
 	t         table
-	_         [40]byte
+	_         [32]byte
 	mu        sync.Mutex
 	last      int64 // latest now used in this shard: the monotonic clamp
 	minFresh  int64 // no entry becomes fresh before this (may be stale low)
 	nextSweep int   // sweep when n reaches this (not on the decision path)
 	_         [32]byte
 }
+
+// The shard is two cache lines, as its doc says.
+var _ [128]struct{} = [unsafe.Sizeof(shard{})]struct{}{}
 
 const minSweep = 1024
 
@@ -87,6 +133,10 @@ func New(cfg Config) *Store {
 	maxKeys := cfg.MaxKeys
 	if maxKeys <= 0 {
 		maxKeys = 1 << 22
+	}
+	maxBytes := cfg.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
 	}
 	p := 1
 	for p < n {
@@ -104,6 +154,9 @@ func New(cfg Config) *Store {
 		mask:        uint64(p - 1),
 		maxPerShard: maxKeys / p,
 	}
+	s.lim.keys = s.maxPerShard
+	// Every shard can hold at least one key of the longest kind.
+	s.lim.bytes = max(maxBytes/int64(p), entryBytes(string(make([]byte, store.MaxIDBytes))))
 	if cfg.Clock == nil {
 		s.real, s.start = true, time.Now()
 		s.base = s.start.UnixMicro()
@@ -179,8 +232,8 @@ func (s *Store) lockFree(override int64) bool { return override != 0 || s.real }
 
 // Take implements store.RateStore.
 func (s *Store) Take(_ context.Context, p store.TakeParams) (store.Result, error) {
-	if p.Key == "" {
-		return store.Result{}, store.ErrEmptyKey
+	if err := store.CheckKey(p.Key); err != nil {
+		return store.Result{}, err
 	}
 	override := micros(p.Now)
 	t := s.clockMicros(override)
@@ -214,7 +267,7 @@ func (s *Store) Take(_ context.Context, p store.TakeParams) (store.Result, error
 	before := st
 	err := store.Eval(&p.Limit, &st, now, p.Cost, p.MaxDelay, &res)
 	if err == nil && st != before {
-		err = sh.put(h, c, &p.Limit, p.Key, st, now, s.maxPerShard)
+		err = sh.put(h, c, &p.Limit, p.Key, st, now, &s.lim)
 	} else if c != nil {
 		c.unfreeze(before)
 	}
@@ -230,8 +283,8 @@ func (s *Store) Take(_ context.Context, p store.TakeParams) (store.Result, error
 // copy-free path the limiter takes for every Allow on the embedded store;
 // its decisions are exactly Take's.
 func (s *Store) TakePrepared(key string, l *store.Prepared, cost int64, res *store.Result) error {
-	if key == "" {
-		return store.ErrEmptyKey
+	if err := store.CheckKey(key); err != nil {
+		return err
 	}
 	t := s.clockMicros(0)
 	h := s.hash(key)
@@ -267,7 +320,7 @@ func (s *Store) TakePrepared(key string, l *store.Prepared, cost int64, res *sto
 	before := st
 	err := l.Eval(&st, now, cost, 0, res)
 	if err == nil && st != before {
-		err = sh.putFresh(h, c, name, key, gcra, st, l.FreshAt(&st), now, s.maxPerShard)
+		err = sh.putFresh(h, c, name, key, gcra, st, l.FreshAt(&st), now, &s.lim)
 	} else if c != nil {
 		c.unfreeze(before)
 	}
@@ -275,18 +328,21 @@ func (s *Store) TakePrepared(key string, l *store.Prepared, cost int64, res *sto
 	return err
 }
 
-// room makes room for n new keys in a locked shard: it sweeps fresh keys
-// when the shard has grown, and fails if the shard is still full. No cell
-// of the shard may be frozen.
-func (sh *shard) room(n int, now int64, maxPerShard int) error {
-	if sh.t.n+n <= sh.nextSweep {
+// room makes room for n new keys of nb bytes (entryBytes) in a locked
+// shard: it sweeps fresh keys when the shard has grown or would be over its
+// byte bound, and fails if the shard is still full. No cell of the shard
+// may be frozen.
+func (sh *shard) room(n int, nb int64, now int64, lim *bounds) error {
+	overBytes := sh.t.bytes+nb > lim.bytes
+	if sh.t.n+n <= sh.nextSweep && !overBytes {
 		return nil
 	}
-	if sh.t.n+n <= maxPerShard || now >= sh.minFresh {
-		sh.sweep(now)
+	if (sh.t.n+n <= lim.keys && !overBytes) || now >= sh.minFresh {
+		lim.evicted.Add(int64(sh.sweep(now)))
 	}
-	sh.nextSweep = min(max(2*sh.t.n, minSweep), maxPerShard)
-	if sh.t.n+n > maxPerShard {
+	sh.nextSweep = min(max(2*sh.t.n, minSweep), lim.keys)
+	if sh.t.n+n > lim.keys || sh.t.bytes+nb > lim.bytes {
+		lim.refused.Add(1)
 		return store.ErrTooManyKeys
 	}
 	return nil
@@ -294,14 +350,14 @@ func (sh *shard) room(n int, now int64, maxPerShard int) error {
 
 // put stores ns for (l.Name, key) in a locked shard; c is the key's cell,
 // frozen, or nil. A new key that would hold state needs room first.
-func (sh *shard) put(h uint64, c *cell, l *store.Limit, key string, ns store.State, now int64, maxPerShard int) error {
+func (sh *shard) put(h uint64, c *cell, l *store.Limit, key string, ns store.State, now int64, lim *bounds) error {
 	fa := store.FreshAt(*l, ns)
-	return sh.putFresh(h, c, l.Name, key, l.Algorithm == store.GCRA, ns, fa, now, maxPerShard)
+	return sh.putFresh(h, c, l.Name, key, l.Algorithm == store.GCRA, ns, fa, now, lim)
 }
 
 // putFresh is put with the state's fresh time already known; gcra says
 // whether the limit is a GCRA limit.
-func (sh *shard) putFresh(h uint64, c *cell, name, key string, gcra bool, ns store.State, fa, now int64, maxPerShard int) error {
+func (sh *shard) putFresh(h uint64, c *cell, name, key string, gcra bool, ns store.State, fa, now int64, lim *bounds) error {
 	if fa <= now {
 		// Fresh under the limit that wrote it: nothing (store.Kept).
 		ns, fa = store.State{}, 0
@@ -328,7 +384,7 @@ func (sh *shard) putFresh(h uint64, c *cell, name, key string, gcra bool, ns sto
 	if fa <= now {
 		return nil // fresh: nothing to remember
 	}
-	if err := sh.room(1, now, maxPerShard); err != nil {
+	if err := sh.room(1, entryBytes(key), now, lim); err != nil {
 		return err
 	}
 	sh.insert(h, name, key, gcra, ns, fa)
@@ -343,8 +399,13 @@ func (sh *shard) insert(h uint64, name, key string, gcra bool, ns store.State, f
 	sh.t.insert(h, newCell(name, key, gcra, ns, fa))
 }
 
-// sweep drops every entry that is fresh at now and recomputes minFresh.
-func (sh *shard) sweep(now int64) { sh.minFresh = sh.t.sweep(now) }
+// sweep drops every entry that is fresh at now, recomputes minFresh, and
+// returns how many it dropped.
+func (sh *shard) sweep(now int64) int {
+	n := sh.t.n
+	sh.minFresh = sh.t.sweep(now)
+	return n - sh.t.n
+}
 
 // Sweep drops every key whose state equals a fresh key's. The store sweeps
 // by itself as it grows; call Sweep to return memory sooner.
@@ -353,7 +414,9 @@ func (s *Store) Sweep() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.sweep(sh.now(t))
+		if n := sh.sweep(sh.now(t)); n > 0 {
+			s.lim.evicted.Add(int64(n))
+		}
 		sh.nextSweep = min(max(2*sh.t.n, minSweep), s.maxPerShard)
 		sh.mu.Unlock()
 	}
@@ -369,6 +432,23 @@ func (s *Store) Len() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// Stats returns the store's size and the counts of its bounds. It takes
+// each shard's lock in turn.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		MaxKeys: s.lim.keys * len(s.shards), MaxBytes: s.lim.bytes * int64(len(s.shards)),
+		Evicted: s.lim.evicted.Load(), Refused: s.lim.refused.Load(),
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		st.Keys += sh.t.n
+		st.Bytes += sh.t.bytes
+		sh.mu.Unlock()
+	}
+	return st
 }
 
 // TakeAll implements store.RateStore. It locks the shards of every item in
@@ -420,19 +500,26 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 		h         uint64
 		name, key string
 	}
-	news := make(map[uint64]int)
+	type need struct {
+		n     int   // keys
+		bytes int64 // their entryBytes
+	}
+	news := make(map[uint64]need)
 	seen := make(map[ref]bool, len(p.Items))
 	for i, it := range p.Items {
 		r := ref{hs[i], it.Limit.Name, it.Key}
 		// A held key that is fresh counts as new too: making room may
 		// sweep it, and the commit must then find room to insert it again.
 		if c := s.shard(hs[i]).get(hs[i], it.Limit.Name, it.Key); !seen[r] && (c == nil || c.freshTime() <= now) {
-			news[hs[i]&s.mask]++
+			nd := news[hs[i]&s.mask]
+			nd.n++
+			nd.bytes += entryBytes(it.Key)
+			news[hs[i]&s.mask] = nd
 		}
 		seen[r] = true
 	}
-	for i, n := range news {
-		if err := s.shards[i].room(n, now, s.maxPerShard); err != nil {
+	for i, nd := range news {
+		if err := s.shards[i].room(nd.n, nd.bytes, now, &s.lim); err != nil {
 			return store.AllResult{}, err
 		}
 	}
@@ -518,7 +605,7 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 				continue
 			}
 			// The limit that wrote the state decides when it is fresh.
-			if err := s.shard(hs[i]).put(hs[i], hc.c, hc.by, it.Key, hc.st, now, s.maxPerShard); err != nil {
+			if err := s.shard(hs[i]).put(hs[i], hc.c, hc.by, it.Key, hc.st, now, &s.lim); err != nil {
 				return store.AllResult{}, err // unreachable: room was made above
 			}
 		}
@@ -530,8 +617,8 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 // clamped store time (or the override), and stores what f returns if that
 // differs. The result is a peek after the update.
 func (s *Store) update(key string, l store.Limit, override int64, f func(cur store.State, now int64) (store.State, error)) (store.Result, error) {
-	if key == "" {
-		return store.Result{}, store.ErrEmptyKey
+	if err := store.CheckKey(key); err != nil {
+		return store.Result{}, err
 	}
 	if err := l.Validate(); err != nil {
 		return store.Result{}, err
@@ -552,7 +639,7 @@ func (s *Store) update(key string, l store.Limit, override int64, f func(cur sto
 	if put {
 		// An unchanged state is not written: one fresh under l but
 		// written under another algorithm stays (store.Kept).
-		err = sh.put(h, c, &l, key, ns, now, s.maxPerShard)
+		err = sh.put(h, c, &l, key, ns, now, &s.lim)
 	}
 	if (!put || err != nil) && c != nil {
 		c.unfreeze(cur)
@@ -581,8 +668,11 @@ func (s *Store) Sync(_ context.Context, p store.SyncParams) (store.Result, error
 
 // Reset implements store.RateStore.
 func (s *Store) Reset(_ context.Context, p store.ResetParams) error {
-	if p.Key == "" || p.Limit.Name == "" {
-		return store.ErrEmptyKey
+	if err := store.CheckKey(p.Key); err != nil {
+		return err
+	}
+	if err := store.CheckID("limit name", p.Limit.Name); err != nil {
+		return err
 	}
 	h := s.hash(p.Key)
 	sh := s.shard(h)

@@ -182,8 +182,9 @@ func (ix *index) lookup(h uint64, name, key string) (*cell, int) {
 // table is a shard's index and its count. Every method but find needs the
 // shard lock.
 type table struct {
-	idx atomic.Pointer[index]
-	n   int
+	idx   atomic.Pointer[index]
+	n     int
+	bytes int64 // entryBytes of every cell held
 	// hash is the hash of a key the table was given with it (the store's
 	// hash); rebuild and remove recompute it rather than store it.
 	hash func(key string) uint64
@@ -218,6 +219,7 @@ func (t *table) insert(h uint64, c *cell) {
 	}
 	ix.place(h, tagged(c, h))
 	t.n++
+	t.bytes += entryBytes(c.key)
 }
 
 func (ix *index) place(h uint64, p *byte) {
@@ -270,6 +272,7 @@ func (t *table) remove(h uint64, name, key string) {
 	}
 	ix.slots[i].Store(nil)
 	t.n--
+	t.bytes -= entryBytes(c.key)
 }
 
 // testHookSweep, when set by a test, runs between a sweep's finding a cell
@@ -282,6 +285,7 @@ var testHookSweep func(*cell)
 func (t *table) sweep(now int64) (minFresh int64) {
 	minFresh = math.MaxInt64
 	keep := 0
+	var bytes int64
 	ix := t.idx.Load()
 	for i := range ix.slots {
 		c := ix.cellAt(i)
@@ -299,9 +303,10 @@ func (t *table) sweep(now int64) (minFresh int64) {
 			}
 		}
 		keep++
+		bytes += entryBytes(c.key)
 		minFresh = min(minFresh, c.freshTime())
 	}
-	t.n = keep
+	t.n, t.bytes = keep, bytes
 	t.rebuild(max(8, 2*keep))
 	return minFresh
 }

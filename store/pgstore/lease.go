@@ -56,8 +56,8 @@ WHERE name = $1 AND key = $2 AND expires_at > coalesce($3, sluice_rate_now()) OR
 func Fence(ctx context.Context, tx interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }, name, key string, token int64) error {
-	if name == "" || key == "" {
-		return store.ErrEmptyKey
+	if err := store.CheckLeaseKey(name, key); err != nil {
+		return err
 	}
 	if _, err := tx.Exec(ctx, fenceSQL, name, key, token); err != nil {
 		return leaseErr("fence", err)
@@ -137,8 +137,8 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 
 // Holders implements store.LeaseStore.
 func (s *Store) Holders(ctx context.Context, p store.HoldersParams) ([]store.Lease, error) {
-	if p.Name == "" || p.Key == "" {
-		return nil, store.ErrEmptyKey
+	if err := store.CheckLeaseKey(p.Name, p.Key); err != nil {
+		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, holdersSQL, p.Name, p.Key, nowArg(p.Now))
 	if err != nil {
@@ -180,8 +180,8 @@ func (s *Store) FencedWrite(ctx context.Context, p store.FencedWriteParams) erro
 
 // FencedRead implements store.LeaseStore.
 func (s *Store) FencedRead(ctx context.Context, p store.FencedReadParams) (store.FencedValue, bool, error) {
-	if p.Name == "" || p.Key == "" {
-		return store.FencedValue{}, false, store.ErrEmptyKey
+	if err := store.CheckLeaseKey(p.Name, p.Key); err != nil {
+		return store.FencedValue{}, false, err
 	}
 	var v store.FencedValue
 	err := s.pool.QueryRow(ctx, fencedReadSQL, p.Name, p.Key, p.Field).Scan(&v.Token, &v.Value)
@@ -327,8 +327,8 @@ func wakeID(name, key string) string {
 // WatchLease implements store.LeaseWatcher: while any watch is open, one
 // connection of the pool (taken out of it) LISTENs on sluice_lease.
 func (s *Store) WatchLease(ctx context.Context, name, key string) (<-chan struct{}, func(), error) {
-	if name == "" || key == "" {
-		return nil, nil, store.ErrEmptyKey
+	if err := store.CheckLeaseKey(name, key); err != nil {
+		return nil, nil, err
 	}
 	l := &s.listener
 	l.mu.Lock()

@@ -180,8 +180,8 @@ func requestSQLState(code string) bool {
 // own, and calls that arrive while those are out go together in one batch
 // (one implicit transaction) as soon as one returns.
 func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, error) {
-	if p.Key == "" {
-		return store.Result{}, store.ErrEmptyKey
+	if err := store.CheckKey(p.Key); err != nil {
+		return store.Result{}, err
 	}
 	// Eval on a blank state validates exactly as memstore does.
 	var probe store.Result
@@ -253,8 +253,8 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 
 // Settle implements store.RateStore.
 func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result, error) {
-	if p.Key == "" {
-		return store.Result{}, store.ErrEmptyKey
+	if err := store.CheckKey(p.Key); err != nil {
+		return store.Result{}, err
 	}
 	if err := p.Limit.Validate(); err != nil {
 		return store.Result{}, err
@@ -281,8 +281,8 @@ func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result,
 
 // Sync implements store.RateStore.
 func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, error) {
-	if p.Key == "" {
-		return store.Result{}, store.ErrEmptyKey
+	if err := store.CheckKey(p.Key); err != nil {
+		return store.Result{}, err
 	}
 	if err := p.Limit.Validate(); err != nil {
 		return store.Result{}, err
@@ -300,8 +300,11 @@ func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, err
 
 // Reset implements store.RateStore.
 func (s *Store) Reset(ctx context.Context, p store.ResetParams) error {
-	if p.Key == "" || p.Limit.Name == "" {
-		return store.ErrEmptyKey
+	if err := store.CheckKey(p.Key); err != nil {
+		return err
+	}
+	if err := store.CheckID("limit name", p.Limit.Name); err != nil {
+		return err
 	}
 	if _, err := s.pool.Exec(ctx, resetSQL, p.Limit.Name, p.Key); err != nil {
 		return wrap("reset", err)

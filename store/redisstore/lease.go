@@ -199,8 +199,8 @@ func (s *Store) leaseFlag(ctx context.Context, keys []string, notOK error, args 
 
 // Holders implements store.LeaseStore.
 func (s *Store) Holders(ctx context.Context, p store.HoldersParams) ([]store.Lease, error) {
-	if p.Name == "" || p.Key == "" {
-		return nil, store.ErrEmptyKey
+	if err := store.CheckLeaseKey(p.Name, p.Key); err != nil {
+		return nil, err
 	}
 	now, err := nowArg(p.Now)
 	if err != nil {
@@ -242,8 +242,8 @@ func (s *Store) FencedWrite(ctx context.Context, p store.FencedWriteParams) erro
 
 // FencedRead implements store.LeaseStore.
 func (s *Store) FencedRead(ctx context.Context, p store.FencedReadParams) (store.FencedValue, bool, error) {
-	if p.Name == "" || p.Key == "" {
-		return store.FencedValue{}, false, store.ErrEmptyKey
+	if err := store.CheckLeaseKey(p.Name, p.Key); err != nil {
+		return store.FencedValue{}, false, err
 	}
 	_, _, f, _ := leaseKeys(s.prefix, p.Name, p.Key)
 	sc, ok := s.client.(redis.Cmdable)
@@ -355,8 +355,8 @@ func (l *leaseSub) close() {
 // WatchLease implements store.LeaseWatcher. It needs a client that can
 // subscribe; with any other it returns an error.
 func (s *Store) WatchLease(ctx context.Context, name, key string) (<-chan struct{}, func(), error) {
-	if name == "" || key == "" {
-		return nil, nil, store.ErrEmptyKey
+	if err := store.CheckLeaseKey(name, key); err != nil {
+		return nil, nil, err
 	}
 	var subs []subscriber
 	switch c := s.client.(type) {

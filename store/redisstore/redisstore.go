@@ -215,8 +215,8 @@ func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, err
 // arguments, and its group.
 func (s *Store) takeArgs(p *store.TakeParams) ([]string, []any, group, error) {
 	// The checks of memstore.Take and store.Eval, in their order.
-	if p.Key == "" {
-		return nil, nil, group{}, store.ErrEmptyKey
+	if err := store.CheckKey(p.Key); err != nil {
+		return nil, nil, group{}, err
 	}
 	if err := p.Limit.Validate(); err != nil {
 		return nil, nil, group{}, err
@@ -381,8 +381,8 @@ func (s *Store) sameSlot(items []store.Item, tags []string) error {
 
 // Settle implements store.RateStore.
 func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result, error) {
-	if p.Key == "" {
-		return store.Result{}, store.ErrEmptyKey
+	if err := store.CheckKey(p.Key); err != nil {
+		return store.Result{}, err
 	}
 	if err := p.Limit.Validate(); err != nil {
 		return store.Result{}, err
@@ -430,8 +430,8 @@ func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result,
 
 // Sync implements store.RateStore.
 func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, error) {
-	if p.Key == "" {
-		return store.Result{}, store.ErrEmptyKey
+	if err := store.CheckKey(p.Key); err != nil {
+		return store.Result{}, err
 	}
 	if err := p.Limit.Validate(); err != nil {
 		return store.Result{}, err
@@ -468,8 +468,11 @@ func (s *Store) update(ctx context.Context, key string, l *store.Limit, override
 
 // Reset implements store.RateStore.
 func (s *Store) Reset(ctx context.Context, p store.ResetParams) error {
-	if p.Key == "" || p.Limit.Name == "" {
-		return store.ErrEmptyKey
+	if err := store.CheckKey(p.Key); err != nil {
+		return err
+	}
+	if err := store.CheckID("limit name", p.Limit.Name); err != nil {
+		return err
 	}
 	key, _ := rateKey(s.prefix, p.Key, p.Limit.Name)
 	_, err := s.run(ctx, []string{key}, []any{"r", 0}, false, group{})

@@ -202,8 +202,8 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 
 // Holders implements store.LeaseStore.
 func (s *Store) Holders(ctx context.Context, p store.HoldersParams) ([]store.Lease, error) {
-	if p.Name == "" || p.Key == "" {
-		return nil, store.ErrEmptyKey
+	if err := store.CheckLeaseKey(p.Name, p.Key); err != nil {
+		return nil, err
 	}
 	var out []store.Lease
 	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
@@ -261,8 +261,8 @@ func nonNil(b []byte) []byte {
 
 // FencedRead implements store.LeaseStore.
 func (s *Store) FencedRead(ctx context.Context, p store.FencedReadParams) (store.FencedValue, bool, error) {
-	if p.Name == "" || p.Key == "" {
-		return store.FencedValue{}, false, store.ErrEmptyKey
+	if err := store.CheckLeaseKey(p.Name, p.Key); err != nil {
+		return store.FencedValue{}, false, err
 	}
 	var (
 		v     store.FencedValue
@@ -285,8 +285,8 @@ func wakeID(name, key string) string { return name + "\x00" + key }
 // WatchLease implements store.LeaseWatcher for releases made through this
 // Store.
 func (s *Store) WatchLease(_ context.Context, name, key string) (<-chan struct{}, func(), error) {
-	if name == "" || key == "" {
-		return nil, nil, store.ErrEmptyKey
+	if err := store.CheckLeaseKey(name, key); err != nil {
+		return nil, nil, err
 	}
 	ch, stop, _ := s.wakeups.Watch(wakeID(name, key))
 	return ch, func() { stop() }, nil
@@ -389,8 +389,8 @@ WHERE name = ? AND key = ? AND token = ?
 func (s *Store) Fence(ctx context.Context, tx interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }, name, key string, token int64) error {
-	if name == "" || key == "" {
-		return store.ErrEmptyKey
+	if err := store.CheckLeaseKey(name, key); err != nil {
+		return err
 	}
 	var live bool
 	if err := tx.QueryRowContext(ctx, fenceSQL, name, key, token, s.clk.Now().UnixMicro()).Scan(&live); err != nil {

@@ -405,8 +405,8 @@ func micros(t time.Time) int64 {
 
 // Take implements store.RateStore.
 func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, error) {
-	if p.Key == "" {
-		return store.Result{}, store.ErrEmptyKey
+	if err := store.CheckKey(p.Key); err != nil {
+		return store.Result{}, err
 	}
 	var res store.Result
 	// Eval on a blank state validates exactly as memstore does, before
@@ -537,8 +537,8 @@ func (tx *txn) commitAll(items []store.Item, rows allRows) error {
 // update runs f on one key's state in a transaction, stores what it
 // returns if that differs, and answers with a peek at it.
 func (s *Store) update(ctx context.Context, key string, l *store.Limit, override int64, f func(cur store.State, now int64) (store.State, error)) (store.Result, error) {
-	if key == "" {
-		return store.Result{}, store.ErrEmptyKey
+	if err := store.CheckKey(key); err != nil {
+		return store.Result{}, err
 	}
 	if err := l.Validate(); err != nil {
 		return store.Result{}, err
@@ -584,8 +584,11 @@ func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, err
 
 // Reset implements store.RateStore.
 func (s *Store) Reset(ctx context.Context, p store.ResetParams) error {
-	if p.Key == "" || p.Limit.Name == "" {
-		return store.ErrEmptyKey
+	if err := store.CheckKey(p.Key); err != nil {
+		return err
+	}
+	if err := store.CheckID("limit name", p.Limit.Name); err != nil {
+		return err
 	}
 	return s.do(ctx, 0, func(tx *txn) error {
 		tx.wrote = true

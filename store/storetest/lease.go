@@ -252,6 +252,29 @@ func testLeaseErrors(b *leaseBundle) {
 	require.ErrorIs(t, b.s.FencedWrite(b.ctx, store.FencedWriteParams{Name: b.name, Key: "k", Token: 1, Field: "f", Value: make([]byte, store.MaxFencedValue+1)}), store.ErrInvalidLease)
 	_, err = b.s.Holders(b.ctx, store.HoldersParams{Name: b.name})
 	require.ErrorIs(t, err, store.ErrEmptyKey)
+
+	// Keys, names and holders that break the identifier rule.
+	for _, bad := range HostileIDs() {
+		for _, edit := range []func(*store.AcquireParams){
+			func(p *store.AcquireParams) { p.Key = bad },
+			func(p *store.AcquireParams) { p.Name = bad },
+			func(p *store.AcquireParams) { p.Holder = bad },
+		} {
+			p := ok
+			edit(&p)
+			_, err := b.s.Acquire(b.ctx, p)
+			require.ErrorIs(t, err, store.ErrInvalidID, "%q", bad)
+			_, err = b.s.Renew(b.ctx, store.RenewParams{Name: p.Name, Key: p.Key, Holder: p.Holder, Token: 1, TTL: time.Second})
+			require.ErrorIs(t, err, store.ErrInvalidID, "%q", bad)
+			err = b.s.Release(b.ctx, store.ReleaseParams{Name: p.Name, Key: p.Key, Holder: p.Holder, Token: 1})
+			require.ErrorIs(t, err, store.ErrInvalidID, "%q", bad)
+		}
+		_, err := b.s.Holders(b.ctx, store.HoldersParams{Name: b.name, Key: bad})
+		require.ErrorIs(t, err, store.ErrInvalidID, "%q", bad)
+		_, _, err = b.s.FencedRead(b.ctx, store.FencedReadParams{Name: b.name, Key: bad})
+		require.ErrorIs(t, err, store.ErrInvalidID, "%q", bad)
+	}
+	require.Empty(t, b.holders("k", at(0)), "no hostile acquire took a permit")
 }
 
 func testLeaseConcurrent(b *leaseBundle) {

@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -349,6 +350,28 @@ func testErrors(b *bundle) {
 		require.ErrorIs(t, b.s.Reset(b.ctx, store.ResetParams{Key: tc.key, Limit: tc.l}), store.ErrEmptyKey)
 	}
 	// The refused TakeAll charged none of its good items.
+	require.Equal(t, int64(10), b.peek(key, good, now).Remaining)
+
+	// Keys and names that break the identifier rule: every operation
+	// refuses them as the caller's mistake, before the backend sees them.
+	for _, bad := range HostileIDs() {
+		badName := good
+		badName.Name = bad
+		for _, tc := range []struct {
+			key string
+			l   store.Limit
+		}{{bad, good}, {key, badName}} {
+			_, err := b.s.Take(b.ctx, store.TakeParams{Key: tc.key, Limit: tc.l, Cost: 1, Now: now})
+			require.ErrorIs(t, err, store.ErrInvalidID, "%q", bad)
+			_, err = b.s.TakeAll(b.ctx, store.TakeAllParams{Now: now, Items: []store.Item{{Key: key, Limit: good, Cost: 1}, {Key: tc.key, Limit: tc.l, Cost: 1}}})
+			require.ErrorIs(t, err, store.ErrInvalidID, "%q", bad)
+			_, err = b.s.Settle(b.ctx, store.SettleParams{Key: tc.key, Limit: tc.l, Reserved: 2, Actual: 1, Now: now})
+			require.ErrorIs(t, err, store.ErrInvalidID, "%q", bad)
+			_, err = b.s.Sync(b.ctx, store.SyncParams{Key: tc.key, Limit: tc.l, Remaining: 1, Now: now})
+			require.ErrorIs(t, err, store.ErrInvalidID, "%q", bad)
+			require.ErrorIs(t, b.s.Reset(b.ctx, store.ResetParams{Key: tc.key, Limit: tc.l}), store.ErrInvalidID, "%q", bad)
+		}
+	}
 	require.Equal(t, int64(10), b.peek(key, good, now).Remaining)
 
 	// Invalid limits.
@@ -928,5 +951,15 @@ func testLongRun(b *bundle) {
 		ideal := float64(g.Burst) + float64(g.Rate)*span.Seconds()/g.Period.Seconds()
 		require.GreaterOrEqual(b.t, float64(admitted), 0.999*ideal, "%s: admitted %d of ideal %.0f", tc.name, admitted, ideal)
 		require.LessOrEqual(b.t, float64(admitted), ideal+1, "%s: admitted %d of ideal %.0f", tc.name, admitted, ideal)
+	}
+}
+
+// HostileIDs returns identifiers that break the identifier rule
+// (store.CheckID): NUL, invalid UTF-8, an encoded surrogate, C0, DEL and C1
+// control characters, and a key one byte over store.MaxIDBytes.
+func HostileIDs() []string {
+	return []string{
+		"a\x00b", "a\xffb", "\xed\xa0\x80", "a\x01", "a\nb", "a\x7f", "a\u0085",
+		strings.Repeat("k", store.MaxIDBytes+1),
 	}
 }
