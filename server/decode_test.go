@@ -203,13 +203,14 @@ func TestDefaultBodyCapFitsMaxBatch(t *testing.T) {
 	require.Contains(t, p.Detail, "1048576 bytes (1 MiB)")
 }
 
-// TestHolderDetail: a bad holder's detail names the field once.
+// TestHolderDetail: a bad holder's detail names the field once, in the
+// identifier rule's words (store.CheckID).
 func TestHolderDetail(t *testing.T) {
 	t.Parallel()
 	b := leaseSetup(t)
 	for body, want := range map[string]string{
-		`{"policy":"bulk","key":"k","holder":"` + strings.Repeat("h", 100000) + `"}`: "holder of 100000 bytes is longer than 256",
-		`{"policy":"bulk","key":"k","holder":"a\u0000b"}`:                            `holder "a\x00b" is not valid UTF-8 without NUL`,
+		`{"policy":"bulk","key":"k","holder":"` + strings.Repeat("h", 100000) + `"}`: "holder is 100000 bytes, longer than 256",
+		`{"policy":"bulk","key":"k","holder":"a\u0000b"}`:                            "holder contains control character U+0000 at byte 1",
 	} {
 		rec, _ := b.leaseDo(t, http.MethodPost, "/v1/leases", body)
 		p := requireProblem(t, rec, http.StatusUnprocessableEntity, server.TypeInvalidRequest)
