@@ -304,18 +304,26 @@ func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams
 	if err != nil {
 		return store.TakeAllAcquireResult{}, err
 	}
-	v, err := ints(raw, 2)
-	if err == nil {
-		err = check(v, 8+2+5*len(p.Items))
+	items := make([]item, len(p.Items))
+	if len(raw) < 8 {
+		// The rate call failed: its reply, {now, code}.
+		if _, _, err = decode(opTakeAll, raw, items); err == nil {
+			err = errUnexpectedReply(len(raw))
+		}
+		return store.TakeAllAcquireResult{}, err
 	}
+	v, err := ints(raw[:8], 8)
+	if err != nil {
+		return store.TakeAllAcquireResult{}, err
+	}
+	at, all, err := decode(opTakeAll, raw[8:], items)
 	if err != nil {
 		return store.TakeAllAcquireResult{}, err
 	}
 	out := store.TakeAllAcquireResult{Allowed: v[1] == 1, Lease: acquireResult(&lp, append([]int64{v[0]}, v[2:8]...))}
-	r := v[8:]
-	out.Rates = store.AllResult{Allowed: r[1] == 1, Results: make([]store.Result, len(p.Items))}
+	out.Rates = store.AllResult{Allowed: all, Results: make([]store.Result, len(p.Items))}
 	for i := range p.Items {
-		out.Rates.Results[i] = result(&p.Items[i].Limit, r[0], r[2+5*i:])
+		out.Rates.Results[i] = items[i].result(&p.Items[i].Limit, at)
 	}
 	return out, nil
 }
