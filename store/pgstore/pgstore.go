@@ -45,7 +45,7 @@ type Store struct {
 	pending     []*takeCall
 	inFlight    int
 
-	listener leaseListener // lease.go: LISTEN for released permits
+	listener store.LeaseListener // lease.go: LISTEN for released permits
 }
 
 var _ store.RateStore = (*Store)(nil)

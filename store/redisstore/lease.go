@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -336,36 +335,22 @@ type subscriber interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
-// leaseSub is the Store's subscription to released permits (one per ring
-// shard), open while anyone watches.
-type leaseSub struct {
-	mu      sync.Mutex // guards watches, ps, done and idle
-	watches int
-	ps      []*redis.PubSub
-	done    chan struct{} // closed when a subscription has ended
-	idle    *time.Timer   // closes the subscriptions after subLinger unwatched
-	wake    store.LeaseWakeups
-}
-
-// subLinger is how long the subscription outlives its last watch, so that
-// waiters coming and going do not subscribe each time. It is housekeeping,
-// not a decision: it runs on the real clock.
-const subLinger = 5 * time.Second
-
-// close ends the subscriptions; l.mu is held.
-func (l *leaseSub) close() {
-	for _, ps := range l.ps {
-		_ = ps.Close()
-	}
-	l.ps, l.done = nil, nil
-}
-
 // WatchLease implements store.LeaseWatcher. It needs a client that can
 // subscribe; with any other it returns an error.
 func (s *Store) WatchLease(ctx context.Context, name, key string) (<-chan struct{}, func(), error) {
 	if name == "" || key == "" {
 		return nil, nil, store.ErrEmptyKey
 	}
+	switch s.client.(type) {
+	case *redis.Ring, subscriber:
+	default:
+		return nil, nil, fmt.Errorf("redisstore: client %T cannot subscribe", s.client)
+	}
+	return s.sub.Watch(ctx, wakeID(name, key), s.subscribe)
+}
+
+// subscribe subscribes to the releases' channel; see store.LeaseSubscribe.
+func (s *Store) subscribe(ctx context.Context, wake *store.LeaseWakeups) (func(), <-chan struct{}, error) {
 	var subs []subscriber
 	switch c := s.client.(type) {
 	case *redis.Ring:
@@ -381,71 +366,38 @@ func (s *Store) WatchLease(ctx context.Context, name, key string) (<-chan struct
 		}
 	case subscriber:
 		subs = []subscriber{c}
-	default:
-		return nil, nil, fmt.Errorf("redisstore: client %T cannot subscribe", s.client)
 	}
-	l := &s.sub
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.idle != nil {
-		l.idle.Stop()
-		l.idle = nil
-	}
-	if l.done != nil {
-		select {
-		case <-l.done: // a subscription ended (connection lost): renew them
-			l.close()
-		default:
+	pss := make([]*redis.PubSub, 0, len(subs))
+	stop := func() {
+		for _, ps := range pss {
+			_ = ps.Close()
 		}
 	}
-	if l.ps == nil {
-		done := make(chan struct{})
-		var once sync.Once
-		for _, sub := range subs {
-			ps := sub.Subscribe(ctx, s.leaseChannel())
-			l.ps = append(l.ps, ps)
-			// Wait for the confirmation: from here on no release is missed.
-			if _, err := ps.Receive(ctx); err != nil {
-				l.close()
-				return nil, nil, fmt.Errorf("redisstore: subscribe: %w", err)
-			}
-		}
-		for _, ps := range l.ps {
-			go func() {
-				defer once.Do(func() { close(done) })
-				for {
-					msg, err := ps.Receive(context.Background())
-					if err != nil {
-						l.wake.WakeAll()
-						return
-					}
-					if m, ok := msg.(*redis.Message); ok {
-						l.wake.Wake(m.Payload)
-					}
-				}
-			}()
-		}
-		l.done = done
-	}
-	l.watches++
-	ch, stop, _ := l.wake.Watch(wakeID(name, key))
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
+	for _, sub := range subs {
+		ps := sub.Subscribe(ctx, s.leaseChannel())
+		pss = append(pss, ps)
+		// Wait for the confirmation: from here on no release is missed.
+		if _, err := ps.Receive(ctx); err != nil {
 			stop()
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			l.watches--
-			if l.watches == 0 && l.ps != nil {
-				l.idle = time.AfterFunc(subLinger, func() {
-					l.mu.Lock()
-					defer l.mu.Unlock()
-					if l.watches == 0 && l.ps != nil {
-						l.close()
-						l.idle = nil
-					}
-				})
+			return nil, nil, fmt.Errorf("redisstore: subscribe: %w", err)
+		}
+	}
+	done := make(chan struct{})
+	var once sync.Once
+	for _, ps := range pss {
+		go func() {
+			defer once.Do(func() { close(done) })
+			for {
+				msg, err := ps.Receive(context.Background())
+				if err != nil {
+					wake.WakeAll()
+					return
+				}
+				if m, ok := msg.(*redis.Message); ok {
+					wake.Wake(m.Payload)
+				}
 			}
-		})
-	}, nil
+		}()
+	}
+	return stop, done, nil
 }

@@ -88,7 +88,7 @@ type Store struct {
 	// For tests: pipelines sent by the batcher and the calls they carried.
 	pipelines, batched atomic.Int64
 
-	sub leaseSub // lease.go: the subscription to released permits
+	sub store.LeaseListener // lease.go: the subscription to released permits
 }
 
 type routing uint8
