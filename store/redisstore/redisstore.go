@@ -176,10 +176,7 @@ func limitArgs(l *store.Limit) (alg, x, y int64, err error) {
 // nowArg returns the override as the script takes it: Unix microseconds, 0
 // for the server clock (as in memstore, the Unix epoch itself means none).
 func nowArg(t time.Time) (int64, error) {
-	if t.IsZero() {
-		return 0, nil
-	}
-	us := t.UnixMicro()
+	us := store.NowMicros(t)
 	if us >= maxSpan || us <= -maxSpan {
 		return 0, fmt.Errorf("%w: Now %v", ErrOutOfRange, t)
 	}
@@ -329,11 +326,7 @@ func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result,
 		delta = max(delta*t, -2*maxSpan)
 	} else {
 		w := x
-		r := p.ReservedAt % w
-		if r < 0 {
-			r += w
-		}
-		rend = p.ReservedAt - r + w
+		rend = p.ReservedEnd()
 		// window.Settle's bound on a window's count after a charge.
 		most = max(y, window.MaxSlidingProduct/w-1)
 		if delta > most {
