@@ -12,17 +12,15 @@ import (
 
 // call is one script call, made alone or waiting in the batcher's queue.
 type call struct {
-	ctx context.Context
-	req request
-	// group is the take's, which a batch combines with the other takes of
-	// its group into one 'b' call.
-	group group
+	ctx   context.Context
+	req   request
 	state atomic.Int32 // queued, sent or abandoned
 	// The decoded reply: the instant, all (for 't'), the items (the
-	// caller's, see decode) and the error.
+	// caller's, see decode, or one) and the error.
 	now   int64
 	all   bool
 	items []item
+	one   [1]item // the item of a call of one
 	err   error
 	done  chan struct{} // closed once the reply is set
 }
@@ -33,7 +31,8 @@ type request struct {
 	keys []string
 	args []any
 	// single marks a single-key Take ('g', or 't' with one key), which a
-	// batch may send in a 'b' call instead, as take.
+	// batch may send in a 'b' call instead, as take, with the other takes
+	// of take.group.
 	single bool
 	take   take
 }
@@ -63,14 +62,15 @@ const (
 )
 
 // run runs the script once with the request r, batching it with concurrent
-// calls (see the package documentation), and decodes the reply into items
-// (see decode).
-func (s *Store) run(ctx context.Context, r request, items []item) (now int64, all bool, err error) {
+// calls (see the package documentation), and decodes the reply (see
+// decode): into items, or when items is nil into the one item it returns
+// (none for a reset).
+func (s *Store) run(ctx context.Context, r request, items []item) (now int64, all bool, one item, err error) {
 	if err := ctx.Err(); err != nil {
-		return 0, false, err
+		return 0, false, item{}, err
 	}
 	if s.unbatched {
-		return r.decode(rateScript.Run(ctx, s.client, r.keys, r.args...), items)
+		return r.do(ctx, s.client, items)
 	}
 	s.mu.Lock()
 	if s.inFlight < s.maxInFlight {
@@ -79,9 +79,9 @@ func (s *Store) run(ctx context.Context, r request, items []item) (now int64, al
 		s.mu.Unlock()
 		if ctx.Done() == nil {
 			// Nothing can end the wait early: stay on this goroutine.
-			now, all, err := r.decode(rateScript.Run(ctx, s.client, r.keys, r.args...), items)
+			now, all, one, err := r.do(ctx, s.client, items)
 			s.next()
-			return now, all, err
+			return now, all, one, err
 		}
 		// go-redis honours a context only with ContextTimeoutEnabled:
 		// make the round trip on a goroutine of its own, so that the
@@ -98,13 +98,26 @@ func (s *Store) run(ctx context.Context, r request, items []item) (now int64, al
 	return wait(ctx, c)
 }
 
-// newCall returns a call of r whose reply goes into items.
+// newCall returns a call of r whose reply goes into items, or when items
+// is nil into c.one (none for a reset).
 func newCall(ctx context.Context, r request, items []item) *call {
 	c := &call{ctx: ctx, req: r, items: items, done: make(chan struct{})}
-	if r.single {
-		c.group = r.take.group
+	if items == nil && r.op != opReset {
+		c.items = c.one[:]
 	}
 	return c
+}
+
+// do makes r's round trip on the caller's goroutine and decodes the reply
+// as run does.
+func (r *request) do(ctx context.Context, client Client, items []item) (now int64, all bool, one item, err error) {
+	var buf [1]item
+	dst := items
+	if dst == nil && r.op != opReset {
+		dst = buf[:]
+	}
+	now, all, err = r.decode(rateScript.Run(ctx, client, r.keys, r.args...), dst)
+	return now, all, buf[0], err
 }
 
 // decode decodes the reply of r's script call into items.
@@ -117,19 +130,19 @@ func (r *request) decode(cmd *redis.Cmd, items []item) (now int64, all bool, err
 }
 
 // wait waits for c's result or the end of ctx.
-func wait(ctx context.Context, c *call) (now int64, all bool, err error) {
+func wait(ctx context.Context, c *call) (now int64, all bool, one item, err error) {
 	done := ctx.Done()
 	if done == nil {
 		<-c.done
-		return c.now, c.all, c.err
+		return c.now, c.all, c.one[0], c.err
 	}
 	select {
 	case <-c.done:
-		return c.now, c.all, c.err
+		return c.now, c.all, c.one[0], c.err
 	case <-done:
 		// Never sent if still queued; otherwise the outcome is unknown.
 		c.state.CompareAndSwap(queued, abandoned)
-		return 0, false, ctx.Err()
+		return 0, false, item{}, ctx.Err()
 	}
 }
 
@@ -212,18 +225,18 @@ func (s *Store) flush(batch []*call) {
 			units = append(units, &unit{calls: []*call{c}, req: c.req})
 			continue
 		}
-		u := takes[c.group]
+		u := takes[c.req.take.group]
 		if u == nil {
 			if takes == nil {
 				takes = make(map[group]*unit, 1)
 			}
 			u = &unit{req: request{op: opBatch, args: []any{opBatch, 0}}}
-			takes[c.group] = u
+			takes[c.req.take.group] = u
 			units = append(units, u)
 		}
 		u.calls = append(u.calls, c)
 		u.req.keys = append(u.req.keys, c.req.keys[0])
-		u.req.args = c.req.take.appendBatch(u.req.args)
+		u.req.args = c.req.take.appendBatch(u.req.args, c.req.args)
 	}
 
 	ctx, cancel := batchContext(live)

@@ -134,7 +134,7 @@ func TestNoScript(t *testing.T) {
 				r, err := s.takeRequest(&p)
 				require.NoError(t, err)
 				r.single = i%2 == 0 // the others are script calls of their own
-				batch = append(batch, newCall(ctx, r, make([]item, 1)))
+				batch = append(batch, newCall(ctx, r, nil))
 			}
 			s.flush(batch)
 			for i, cl := range batch {

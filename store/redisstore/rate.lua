@@ -16,7 +16,7 @@
 -- x (gcra: the emission interval T; windows: the window w, both in us) and
 -- y (gcra: the burst; windows: the limit).
 --
--- Every reply but 'r''s is made of items, an item being five numbers:
+-- Every reply but that of 'r' is made of items, an item being five numbers:
 -- allowed, remaining, reset after, retry after, delay.
 --
 -- 'g': one key; ARGV[2..4] x, y, cost; ARGV[5] now (absent: 0) and

@@ -191,12 +191,11 @@ func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, err
 	if err != nil {
 		return store.Result{}, err
 	}
-	items := make([]item, 1)
-	now, _, err := s.run(ctx, r, items)
+	now, _, it, err := s.run(ctx, r, nil)
 	if err != nil {
 		return store.Result{}, err
 	}
-	return items[0].result(&p.Limit, now), nil
+	return it.result(&p.Limit, now), nil
 }
 
 // takeRequest validates a Take and returns its script call.
@@ -262,7 +261,7 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 	}
 	items := make([]item, len(p.Items))
 	r := request{op: opTakeAll, keys: keys, args: takeAllArgs(now, maxDelay(p.MaxDelay), limits, costs)}
-	at, all, err := s.run(ctx, r, items)
+	at, all, _, err := s.run(ctx, r, items)
 	if err != nil {
 		return store.AllResult{}, err
 	}
@@ -371,12 +370,11 @@ func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, err
 // update runs a settle or sync of a key under l; the reply is a peek
 // after it.
 func (s *Store) update(ctx context.Context, l *store.Limit, r request) (store.Result, error) {
-	items := make([]item, 1)
-	now, _, err := s.run(ctx, r, items)
+	now, _, it, err := s.run(ctx, r, nil)
 	if err != nil {
 		return store.Result{}, err
 	}
-	return items[0].result(l, now), nil
+	return it.result(l, now), nil
 }
 
 // Reset implements store.RateStore.
@@ -385,7 +383,7 @@ func (s *Store) Reset(ctx context.Context, p store.ResetParams) error {
 		return store.ErrEmptyKey
 	}
 	key, _ := rateKey(s.prefix, p.Key, p.Limit.Name)
-	_, _, err := s.run(ctx, resetRequest(key), nil)
+	_, _, _, err := s.run(ctx, resetRequest(key), nil)
 	return err
 }
 

@@ -181,7 +181,7 @@ func takeCall(t testing.TB, s *Store, ctx context.Context, p *store.TakeParams) 
 	t.Helper()
 	r, err := s.takeRequest(p)
 	require.NoError(t, err)
-	return newCall(ctx, r, make([]item, 1))
+	return newCall(ctx, r, nil)
 }
 
 // takeResult waits for the reply of a take's call and returns its Result.

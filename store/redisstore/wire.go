@@ -96,8 +96,16 @@ func (t *take) args() []any {
 	return args
 }
 
-// appendBatch appends the take to a 'b' call's arguments.
-func (t *take) appendBatch(b []any) []any {
+// appendBatch appends the take to a 'b' call's arguments. own is the
+// take's own arguments (from args), whose values it reuses so that none is
+// boxed twice.
+func (t *take) appendBatch(b, own []any) []any {
+	switch {
+	case t.alg == 0 && len(own) >= 4: // g x y cost [now [md]]
+		return append(b, t.now, t.md, int64(0), own[1], own[2], own[3])
+	case t.alg != 0 && len(own) == 7: // t now md alg x y cost
+		return append(b, own[1:]...)
+	}
 	return append(b, t.now, t.md, t.alg, t.x, t.y, t.cost)
 }
 

@@ -217,11 +217,29 @@ func TestWireLayouts(t *testing.T) {
 	for _, l := range []store.Limit{gcraL, win, gcraL} {
 		r := takeReq(l, 1, 0)
 		b.keys = append(b.keys, r.keys[0])
-		b.args = r.take.appendBatch(b.args)
+		b.args = r.take.appendBatch(b.args, r.args)
 	}
 	require.Len(t, run(b), 1+3*5, "'b'")
 	key, _ := rateKey(s.prefix, "k", win.Name)
 	require.Len(t, run(settleRequest(key, 0, 2, int64(time.Second/time.Microsecond), 10, -1, 0, 10)), 6, "'s'")
 	require.Len(t, run(syncRequest(key, 0, 2, int64(time.Second/time.Microsecond), 10, 3, 0)), 6, "'y'")
 	run(resetRequest(key))
+}
+
+// TestAppendBatch: a take's 'b' arguments are the same whether they reuse
+// its own call's arguments or box its numbers afresh.
+func TestAppendBatch(t *testing.T) {
+	t.Parallel()
+	for _, tk := range []take{
+		{x: 100, y: 10, cost: 1},
+		{x: 100, y: 10, cost: 1, now: 1_700_000_000_000_000},
+		{x: 100, y: 10, cost: 1, md: 5000},
+		{x: 100, y: 10, cost: 1, now: 1_700_000_000_000_000, md: 5000},
+		{alg: 1, x: 500000, y: 3, cost: 2},
+		{alg: 2, x: 500000, y: 3, cost: 0, now: 1_700_000_000_000_000, md: 7},
+	} {
+		want := []any{opBatch, 0, tk.now, tk.md, tk.alg, tk.x, tk.y, tk.cost}
+		require.Equal(t, want, tk.appendBatch([]any{opBatch, 0}, tk.args()), "%+v", tk)
+		require.Equal(t, want, tk.appendBatch([]any{opBatch, 0}, nil), "%+v without its own arguments", tk)
+	}
 }
