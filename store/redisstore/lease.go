@@ -282,7 +282,8 @@ func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams
 	}
 	h, seq, _, ltag := leaseKeys(s.prefix, lp.Name, lp.Key)
 	keys := []string{h, seq}
-	args := []any{"ta", now, lp.Holder, lp.Permits, lp.TTL.Microseconds(), "t", now, 0}
+	limits := make([][3]int64, len(p.Items))
+	costs := make([]int64, len(p.Items))
 	for i := range p.Items {
 		it := &p.Items[i]
 		if err := it.Check(); err != nil {
@@ -297,8 +298,10 @@ func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams
 			return store.TakeAllAcquireResult{}, err
 		}
 		keys = append(keys, k)
-		args = append(args, alg, x, y, it.Cost)
+		limits[i], costs[i] = [3]int64{alg, x, y}, it.Cost
 	}
+	// The lease's arguments, then a rate 't' call's (wire.go).
+	args := append([]any{"ta", now, lp.Holder, lp.Permits, lp.TTL.Microseconds()}, takeAllArgs(now, 0, limits, costs)...)
 	raw, err := s.runLease(ctx, takeAcquireScript, keys, args...)
 	if err != nil {
 		return store.TakeAllAcquireResult{}, err
