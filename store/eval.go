@@ -170,10 +170,8 @@ func EvalSettle(s State, now int64, p *SettleParams) (State, error) {
 		return State{Time: ns.TAT}, nil
 	default:
 		wl := l.Window()
-		w := wl.Window.Microseconds()
-		reservedEnd := p.ReservedAt - mod(p.ReservedAt, w) + w
 		ns, err := window.Settle(wl, window.State{End: s.Time, Count: s.Count, Prev: s.Prev},
-			now, reservedEnd, p.Reserved, p.Actual, l.Algorithm == SlidingWindow)
+			now, p.ReservedEnd(), p.Reserved, p.Actual, l.Algorithm == SlidingWindow)
 		if err != nil {
 			// Negative costs were refused above: this is a charge too
 			// large to count.
@@ -250,21 +248,30 @@ func Kept(l Limit, s State, now int64) (State, int64) {
 	return s, fa
 }
 
-// NowMicros returns the override in p.Now as Unix microseconds, or fallback
-// when it is zero.
-func NowMicros(override time.Time, fallback func() int64) int64 {
-	if override.IsZero() {
-		return fallback()
+// NowMicros returns a params' Now as Unix microseconds, or 0 when it is
+// the zero Time: none, the store's clock decides. Every backend reads an
+// override through it, so the Unix epoch itself also means none.
+func NowMicros(now time.Time) int64 {
+	if now.IsZero() {
+		return 0
 	}
-	return override.UnixMicro()
+	return now.UnixMicro()
 }
 
-func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
-
-func mod(t, w int64) int64 {
-	r := t % w
+// ReservedEnd returns, for a window limit, the end of the window the
+// reservation was taken in: ReservedAt rounded up past it to a multiple of
+// the period (windows are aligned to the Unix epoch). It returns 0 for
+// GCRA, and for a period shorter than a microsecond (validate first).
+func (p *SettleParams) ReservedEnd() int64 {
+	w := p.Limit.Period.Microseconds()
+	if p.Limit.Algorithm == GCRA || w <= 0 {
+		return 0
+	}
+	r := p.ReservedAt % w
 	if r < 0 {
 		r += w
 	}
-	return r
+	return p.ReservedAt - r + w
 }
+
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

@@ -115,7 +115,7 @@ func (l *Leases) shard(name, key string) *leaseShard {
 // decide at: the override, or the clock clamped never to run backwards.
 func (l *Leases) lock(name, key string, override time.Time) (*leaseShard, int64) {
 	sh := l.shard(name, key)
-	t := micros(override)
+	t := store.NowMicros(override)
 	var now int64
 	if t == 0 {
 		now = l.clk.Now().UnixMicro()

@@ -193,14 +193,6 @@ func (s *Store) clockMicros(p int64) int64 {
 	return s.clk.Now().UnixMicro()
 }
 
-// micros returns an override time as Unix microseconds, 0 for none.
-func micros(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMicro()
-}
-
 // decideNow returns the time a locked shard decides at: the override as
 // given, or the clock clamped never to run backwards in this shard.
 func (sh *shard) decideNow(override, t int64) int64 {
@@ -235,7 +227,7 @@ func (s *Store) Take(_ context.Context, p store.TakeParams) (store.Result, error
 	if err := store.CheckKey(p.Key); err != nil {
 		return store.Result{}, err
 	}
-	override := micros(p.Now)
+	override := store.NowMicros(p.Now)
 	t := s.clockMicros(override)
 	h := s.hash(p.Key)
 	sh := s.shard(h)
@@ -470,7 +462,7 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 	}
 	slices.Sort(order)
 	order = slices.Compact(order)
-	override := micros(p.Now)
+	override := store.NowMicros(p.Now)
 	t := s.clockMicros(override)
 	now := t
 	for _, i := range order {
@@ -654,14 +646,14 @@ func (s *Store) update(key string, l store.Limit, override int64, f func(cur sto
 
 // Settle implements store.RateStore.
 func (s *Store) Settle(_ context.Context, p store.SettleParams) (store.Result, error) {
-	return s.update(p.Key, p.Limit, micros(p.Now), func(cur store.State, now int64) (store.State, error) {
+	return s.update(p.Key, p.Limit, store.NowMicros(p.Now), func(cur store.State, now int64) (store.State, error) {
 		return store.EvalSettle(cur, now, &p)
 	})
 }
 
 // Sync implements store.RateStore.
 func (s *Store) Sync(_ context.Context, p store.SyncParams) (store.Result, error) {
-	return s.update(p.Key, p.Limit, micros(p.Now), func(_ store.State, now int64) (store.State, error) {
+	return s.update(p.Key, p.Limit, store.NowMicros(p.Now), func(_ store.State, now int64) (store.State, error) {
 		return store.EvalSync(now, &p), nil
 	})
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -304,21 +303,6 @@ func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams
 	return out, nil
 }
 
-// leaseListener LISTENs for released permits while anyone watches.
-type leaseListener struct {
-	mu      sync.Mutex // guards watches, cancel, done and idle
-	watches int
-	cancel  context.CancelFunc
-	done    chan struct{}
-	idle    *time.Timer // stops the listener after listenLinger unwatched
-	wake    store.LeaseWakeups
-}
-
-// listenLinger is how long the listener outlives its last watch, so that
-// waiters coming and going do not open a connection each. It is
-// housekeeping, not a decision: it runs on the real clock.
-const listenLinger = 5 * time.Second
-
 func wakeID(name, key string) string {
 	h := md5.Sum([]byte(name + "\x1f" + key))
 	return hex.EncodeToString(h[:])
@@ -330,64 +314,23 @@ func (s *Store) WatchLease(ctx context.Context, name, key string) (<-chan struct
 	if err := store.CheckLeaseKey(name, key); err != nil {
 		return nil, nil, err
 	}
-	l := &s.listener
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.idle != nil {
-		l.idle.Stop()
-		l.idle = nil
-	}
-	if l.done != nil {
-		select {
-		case <-l.done: // the listener died (connection lost): restart it
-			l.done = nil
-		default:
-		}
-	}
-	if l.done == nil {
-		if err := s.listen(ctx); err != nil {
-			return nil, nil, err
-		}
-	}
-	l.watches++
-	ch, stop, _ := l.wake.Watch(wakeID(name, key))
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			stop()
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			l.watches--
-			if l.watches == 0 && l.done != nil {
-				l.idle = time.AfterFunc(listenLinger, func() {
-					l.mu.Lock()
-					defer l.mu.Unlock()
-					if l.watches == 0 && l.done != nil {
-						l.cancel()
-						<-l.done
-						l.done, l.idle = nil, nil
-					}
-				})
-			}
-		})
-	}, nil
+	return s.listener.Watch(ctx, wakeID(name, key), s.listen)
 }
 
-// listen starts the listener; l.mu is held.
-func (s *Store) listen(ctx context.Context) error {
-	l := &s.listener
+// listen takes a connection out of the pool and LISTENs on it; see
+// store.LeaseSubscribe.
+func (s *Store) listen(ctx context.Context, wake *store.LeaseWakeups) (func(), <-chan struct{}, error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return wrap("listen", err)
+		return nil, nil, wrap("listen", err)
 	}
 	conn := pc.Hijack() // ours alone: LISTEN must not leak into the pool
 	if _, err := conn.Exec(ctx, "LISTEN sluice_lease"); err != nil {
 		_ = conn.Close(context.Background())
-		return wrap("listen", err)
+		return nil, nil, wrap("listen", err)
 	}
 	lctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	l.cancel, l.done = cancel, done
 	go func() {
 		defer close(done)
 		defer func() { _ = conn.Close(context.Background()) }()
@@ -396,13 +339,13 @@ func (s *Store) listen(ctx context.Context) error {
 			if err != nil {
 				// Lost (or stopped): wake every watcher so that none waits
 				// on a notification that cannot come.
-				l.wake.WakeAll()
+				wake.WakeAll()
 				return
 			}
-			l.wake.Wake(n.Payload)
+			wake.Wake(n.Payload)
 		}
 	}()
-	return nil
+	return func() { cancel(); <-done }, done, nil
 }
 
 const cleanupLeasesSQL = `DELETE FROM sluice_lease_holder

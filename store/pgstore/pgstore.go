@@ -45,7 +45,7 @@ type Store struct {
 	pending     []*takeCall
 	inFlight    int
 
-	listener leaseListener // lease.go: LISTEN for released permits
+	listener store.LeaseListener // lease.go: LISTEN for released permits
 }
 
 var _ store.RateStore = (*Store)(nil)
@@ -121,10 +121,10 @@ func params(l *store.Limit) (alg int32, lim, iv int64) {
 
 // nowArg is the Now override as a SQL argument: NULL for the database clock.
 func nowArg(t time.Time) *int64 {
-	if t.IsZero() {
+	us := store.NowMicros(t)
+	if us == 0 {
 		return nil
 	}
-	us := t.UnixMicro()
 	return &us
 }
 
@@ -265,13 +265,9 @@ func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result,
 		return store.Result{}, err
 	}
 	alg, lim, iv := params(&p.Limit)
-	var reservedEnd int64
-	if p.Limit.Algorithm != store.GCRA {
-		reservedEnd = p.ReservedAt - mod(p.ReservedAt, iv) + iv
-	}
 	r := row{limit: p.Limit.Max()}
 	err := s.pool.QueryRow(ctx, settleSQL, p.Limit.Name, p.Key, alg, lim, iv,
-		p.Reserved, p.Actual, reservedEnd, nowArg(p.Now)).
+		p.Reserved, p.Actual, p.ReservedEnd(), nowArg(p.Now)).
 		Scan(&r.allowed, &r.remaining, &r.retry, &r.reset, &r.delay, &r.at)
 	if err != nil {
 		return store.Result{}, wrap("settle", err)
@@ -340,12 +336,4 @@ func (s *Store) Ping(ctx context.Context) (time.Time, error) {
 		return time.Time{}, wrap("ping", err)
 	}
 	return time.UnixMicro(us), nil
-}
-
-func mod(t, w int64) int64 {
-	r := t % w
-	if r < 0 {
-		r += w
-	}
-	return r
 }

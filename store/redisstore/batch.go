@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -11,17 +12,29 @@ import (
 
 // call is one script call, made alone or waiting in the batcher's queue.
 type call struct {
-	ctx  context.Context
+	ctx   context.Context
+	req   request
+	state atomic.Int32 // queued, sent or abandoned
+	// The decoded reply: the instant, all (for 't'), the items (the
+	// caller's, see decode, or one) and the error.
+	now   int64
+	all   bool
+	items []item
+	one   [1]item // the item of a call of one
+	err   error
+	done  chan struct{} // closed once the reply is set
+}
+
+// request is what one script call carries.
+type request struct {
+	op   string // ARGV[1]
 	keys []string
 	args []any
-	// take marks a single-key Take ("g", or "t" with one key), which a
-	// batch combines with the other takes of its group into one "b" call.
-	take  bool
-	group group
-	state atomic.Int32 // queued, sent or abandoned
-	val   []int64
-	err   error
-	done  chan struct{} // closed once val and err are set
+	// single marks a single-key Take ('g', or 't' with one key), which a
+	// batch may send in a 'b' call instead, as take, with the other takes
+	// of take.group.
+	single bool
+	take   take
 }
 
 // group says which calls one script may serve: those whose keys share a
@@ -48,15 +61,16 @@ const (
 	abandoned
 )
 
-// run runs the script once with keys and args, batching it with concurrent
-// calls (see the package documentation). take and g describe a single-key
-// Take, which a batch may combine with others.
-func (s *Store) run(ctx context.Context, keys []string, args []any, take bool, g group) ([]int64, error) {
+// run runs the script once with the request r, batching it with concurrent
+// calls (see the package documentation), and decodes the reply (see
+// decode): into items, or when items is nil into the one item it returns
+// (none for a reset).
+func (s *Store) run(ctx context.Context, r request, items []item) (now int64, all bool, one item, err error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return 0, false, item{}, err
 	}
 	if s.unbatched {
-		return reply(rateScript.Run(ctx, s.client, keys, args...))
+		return r.do(ctx, s.client, items)
 	}
 	s.mu.Lock()
 	if s.inFlight < s.maxInFlight {
@@ -65,45 +79,76 @@ func (s *Store) run(ctx context.Context, keys []string, args []any, take bool, g
 		s.mu.Unlock()
 		if ctx.Done() == nil {
 			// Nothing can end the wait early: stay on this goroutine.
-			v, err := reply(rateScript.Run(ctx, s.client, keys, args...))
+			now, all, one, err := r.do(ctx, s.client, items)
 			s.next()
-			return v, err
+			return now, all, one, err
 		}
 		// go-redis honours a context only with ContextTimeoutEnabled:
 		// make the round trip on a goroutine of its own, so that the
 		// caller returns when its context ends whatever the client's
 		// settings.
-		c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
+		c := newCall(ctx, r, items)
 		c.state.Store(sent)
 		go s.alone(c)
 		return wait(ctx, c)
 	}
-	c := &call{ctx: ctx, keys: keys, args: args, take: take, group: g, done: make(chan struct{})}
+	c := newCall(ctx, r, items)
 	s.queue = append(s.queue, c)
 	s.mu.Unlock()
 	return wait(ctx, c)
 }
 
+// newCall returns a call of r whose reply goes into items, or when items
+// is nil into c.one (none for a reset).
+func newCall(ctx context.Context, r request, items []item) *call {
+	c := &call{ctx: ctx, req: r, items: items, done: make(chan struct{})}
+	if items == nil && r.op != opReset {
+		c.items = c.one[:]
+	}
+	return c
+}
+
+// do makes r's round trip on the caller's goroutine and decodes the reply
+// as run does.
+func (r *request) do(ctx context.Context, client Client, items []item) (now int64, all bool, one item, err error) {
+	var buf [1]item
+	dst := items
+	if dst == nil && r.op != opReset {
+		dst = buf[:]
+	}
+	now, all, err = r.decode(rateScript.Run(ctx, client, r.keys, r.args...), dst)
+	return now, all, buf[0], err
+}
+
+// decode decodes the reply of r's script call into items.
+func (r *request) decode(cmd *redis.Cmd, items []item) (now int64, all bool, err error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return 0, false, scriptErr(err)
+	}
+	return decode(r.op, v, items)
+}
+
 // wait waits for c's result or the end of ctx.
-func wait(ctx context.Context, c *call) ([]int64, error) {
+func wait(ctx context.Context, c *call) (now int64, all bool, one item, err error) {
 	done := ctx.Done()
 	if done == nil {
 		<-c.done
-		return c.val, c.err
+		return c.now, c.all, c.one[0], c.err
 	}
 	select {
 	case <-c.done:
-		return c.val, c.err
+		return c.now, c.all, c.one[0], c.err
 	case <-done:
 		// Never sent if still queued; otherwise the outcome is unknown.
 		c.state.CompareAndSwap(queued, abandoned)
-		return nil, ctx.Err()
+		return 0, false, item{}, ctx.Err()
 	}
 }
 
 // alone makes the round trip of one call.
 func (s *Store) alone(c *call) {
-	c.val, c.err = reply(rateScript.Run(c.ctx, s.client, c.keys, c.args...))
+	c.now, c.all, c.err = c.req.decode(rateScript.Run(c.ctx, s.client, c.req.keys, c.req.args...), c.items)
 	close(c.done)
 	s.next()
 }
@@ -149,11 +194,10 @@ func (s *Store) takeBatch() []*call {
 }
 
 // unit is one script call of a pipeline: a call of its own, or the takes
-// of one group combined into one "b" call.
+// of one group combined into one 'b' call.
 type unit struct {
 	calls []*call
-	keys  []string
-	args  []any
+	req   request
 	cmd   *redis.Cmd
 }
 
@@ -177,29 +221,29 @@ func (s *Store) flush(batch []*call) {
 	units := make([]*unit, 0, 4)
 	var takes map[group]*unit
 	for _, c := range live {
-		if !c.take {
-			units = append(units, &unit{calls: []*call{c}, keys: c.keys, args: c.args})
+		if !c.req.single {
+			units = append(units, &unit{calls: []*call{c}, req: c.req})
 			continue
 		}
-		u := takes[c.group]
+		u := takes[c.req.take.group]
 		if u == nil {
 			if takes == nil {
 				takes = make(map[group]*unit, 1)
 			}
-			u = &unit{args: []any{"b", 0}}
-			takes[c.group] = u
+			u = &unit{req: request{op: opBatch, args: []any{opBatch, 0}}}
+			takes[c.req.take.group] = u
 			units = append(units, u)
 		}
 		u.calls = append(u.calls, c)
-		u.keys = append(u.keys, c.keys[0])
-		u.args = appendBatchTake(u.args, c.args)
+		u.req.keys = append(u.req.keys, c.req.keys[0])
+		u.req.args = c.req.take.appendBatch(u.req.args, c.req.args)
 	}
 
 	ctx, cancel := batchContext(live)
 	defer cancel()
 	pipe := s.client.Pipeline()
 	for _, u := range units {
-		u.cmd = pipe.EvalSha(ctx, rateScript.Hash(), u.keys, u.args...)
+		u.cmd = pipe.EvalSha(ctx, rateScript.Hash(), u.req.keys, u.req.args...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
 	var again []*unit
@@ -211,46 +255,35 @@ func (s *Store) flush(batch []*call) {
 	if len(again) > 0 {
 		pipe = s.client.Pipeline()
 		for _, u := range again {
-			u.cmd = pipe.Eval(ctx, rateSource, u.keys, u.args...)
+			u.cmd = pipe.Eval(ctx, rateSource, u.req.keys, u.req.args...)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
 	for _, u := range units {
-		v, err := reply(u.cmd)
-		if u.args[0] != "b" {
+		if u.req.op != opBatch {
 			c := u.calls[0]
-			c.val, c.err = v, err
+			c.now, c.all, c.err = u.req.decode(u.cmd, c.items)
 			close(c.done)
 			continue
 		}
-		if err == nil && len(v) != 1+5*len(u.calls) {
-			err = errUnexpectedReply(len(v))
-		}
-		// Hand each take the reply of a call of its own, "t" or "g" (see
-		// takeResult).
-		var vals []int64
-		if err == nil {
-			vals = make([]int64, 7*len(u.calls))
-		}
+		// Each take gets its item, and its own instant or else the
+		// server clock.
+		items := make([]item, len(u.calls))
+		now, _, err := u.req.decode(u.cmd, items)
 		for i, c := range u.calls {
-			if err != nil {
+			switch {
+			case err != nil:
 				c.err = err
-			} else {
-				cv := vals[7*i : 7*i+7 : 7*i+7]
-				cv[0], _ = takeTimes(c.args)
-				if cv[0] == 0 {
-					cv[0] = v[0]
+			case items[i].err != nil:
+				c.err = items[i].err
+			case len(c.items) != 1:
+				c.err = fmt.Errorf("redisstore: a take with room for %d items", len(c.items))
+			default:
+				c.items[0] = items[i]
+				c.now = c.req.take.now
+				if c.now == 0 {
+					c.now = now
 				}
-				item := v[1+5*i : 1+5*i+5] // allowed, remaining, retry after, reset after, delay
-				if c.args[0] == "g" {
-					// allowed, remaining, reset after, retry after, delay
-					cv[1], cv[2], cv[3], cv[4], cv[5] = item[0], item[1], item[3], item[2], item[4]
-					cv = cv[:6]
-				} else {
-					cv[1] = item[0]
-					copy(cv[2:], item)
-				}
-				c.val = cv
 			}
 			close(c.done)
 		}

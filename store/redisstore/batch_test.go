@@ -61,9 +61,7 @@ func TestBatchDifferential(t *testing.T) {
 					if rng.IntN(4) == 0 {
 						p.MaxDelay = time.Duration(rng.Int64N(int64(time.Second)))
 					}
-					rkeys, args, g, err := s.takeArgs(&p)
-					require.NoError(t, err)
-					batch = append(batch, &call{ctx: ctx, keys: rkeys, args: args, take: true, group: g, done: make(chan struct{})})
+					batch = append(batch, takeCall(t, s, ctx, &p))
 					res, err := ms.Take(ctx, p)
 					require.NoError(t, err)
 					want = append(want, res)
@@ -72,16 +70,16 @@ func TestBatchDifferential(t *testing.T) {
 				// A call that is not a take, in the middle: a reset of a
 				// key nobody else in the batch uses.
 				rk, _ := rateKey(s.Prefix(), "other", "gcra")
-				batch = append(batch[:len(batch)/2], append([]*call{{ctx: ctx, keys: []string{rk}, args: []any{"r", 0}, done: make(chan struct{})}}, batch[len(batch)/2:]...)...)
+				batch = append(batch[:len(batch)/2], append([]*call{newCall(ctx, resetRequest(rk), nil)}, batch[len(batch)/2:]...)...)
 				s.flush(batch)
 				i := 0
 				for _, c := range batch {
-					<-c.done
-					if !c.take {
+					if !c.req.single {
+						<-c.done
 						require.NoError(t, c.err)
 						continue
 					}
-					got, err := takeResult(&ps[i].Limit, c.args, c.val, c.err)
+					got, err := c.takeResult(&ps[i].Limit)
 					require.NoError(t, err)
 					require.Equal(t, want[i], got, "round %d take %d: %+v", round, i, ps[i])
 					stats[got.Allowed]++
@@ -133,14 +131,14 @@ func TestNoScript(t *testing.T) {
 			var batch []*call
 			for i := range 16 {
 				p := store.TakeParams{Key: fmt.Sprint("k", i%8), Limit: l, Cost: 1}
-				keys, args, g, err := s.takeArgs(&p)
+				r, err := s.takeRequest(&p)
 				require.NoError(t, err)
-				batch = append(batch, &call{ctx: ctx, keys: keys, args: args, take: i%2 == 0, group: g, done: make(chan struct{})})
+				r.single = i%2 == 0 // the others are script calls of their own
+				batch = append(batch, newCall(ctx, r, nil))
 			}
 			s.flush(batch)
 			for i, cl := range batch {
-				<-cl.done
-				res, err := takeResult(&l, cl.args, cl.val, cl.err)
+				res, err := cl.takeResult(&l)
 				require.NoError(t, err, i)
 				require.True(t, res.Allowed, i)
 				require.Equal(t, int64(99-i/8), res.Remaining, i)

@@ -100,10 +100,11 @@ func BenchmarkScript(b *testing.B) {
 	ctx := context.Background()
 	s := newStore(b, c, Config{})
 	p := store.TakeParams{Key: "k", Limit: benchLimit, Cost: 1}
-	keys, args, _, err := s.takeArgs(&p)
+	r, err := s.takeRequest(&p)
 	if err != nil {
 		b.Fatal(err)
 	}
+	keys, args := r.keys, r.args
 	bare := redis.NewScript("return 1")
 	shape := redis.NewScript("return {1893456000000000, 1, 2, 3}")
 	calls := redis.NewScript(`local tm = redis.call('TIME')

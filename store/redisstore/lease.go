@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -283,7 +282,8 @@ func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams
 	}
 	h, seq, _, ltag := leaseKeys(s.prefix, lp.Name, lp.Key)
 	keys := []string{h, seq}
-	args := []any{"ta", now, lp.Holder, lp.Permits, lp.TTL.Microseconds(), "t", now, 0}
+	limits := make([][3]int64, len(p.Items))
+	costs := make([]int64, len(p.Items))
 	for i := range p.Items {
 		it := &p.Items[i]
 		if err := it.Check(); err != nil {
@@ -298,24 +298,34 @@ func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams
 			return store.TakeAllAcquireResult{}, err
 		}
 		keys = append(keys, k)
-		args = append(args, alg, x, y, it.Cost)
+		limits[i], costs[i] = [3]int64{alg, x, y}, it.Cost
 	}
+	// The lease's arguments, then a rate 't' call's (wire.go).
+	args := append([]any{"ta", now, lp.Holder, lp.Permits, lp.TTL.Microseconds()}, takeAllArgs(now, 0, limits, costs)...)
 	raw, err := s.runLease(ctx, takeAcquireScript, keys, args...)
 	if err != nil {
 		return store.TakeAllAcquireResult{}, err
 	}
-	v, err := ints(raw, 2)
-	if err == nil {
-		err = check(v, 8+2+5*len(p.Items))
+	items := make([]item, len(p.Items))
+	if len(raw) < 8 {
+		// The rate call failed: its reply, {now, code}.
+		if _, _, err = decode(opTakeAll, raw, items); err == nil {
+			err = errUnexpectedReply(len(raw))
+		}
+		return store.TakeAllAcquireResult{}, err
 	}
+	v, err := ints(raw[:8], 8)
+	if err != nil {
+		return store.TakeAllAcquireResult{}, err
+	}
+	at, all, err := decode(opTakeAll, raw[8:], items)
 	if err != nil {
 		return store.TakeAllAcquireResult{}, err
 	}
 	out := store.TakeAllAcquireResult{Allowed: v[1] == 1, Lease: acquireResult(&lp, append([]int64{v[0]}, v[2:8]...))}
-	r := v[8:]
-	out.Rates = store.AllResult{Allowed: r[1] == 1, Results: make([]store.Result, len(p.Items))}
+	out.Rates = store.AllResult{Allowed: all, Results: make([]store.Result, len(p.Items))}
 	for i := range p.Items {
-		out.Rates.Results[i] = result(&p.Items[i].Limit, r[0], r[2+5*i:])
+		out.Rates.Results[i] = items[i].result(&p.Items[i].Limit, at)
 	}
 	return out, nil
 }
@@ -328,36 +338,22 @@ type subscriber interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
-// leaseSub is the Store's subscription to released permits (one per ring
-// shard), open while anyone watches.
-type leaseSub struct {
-	mu      sync.Mutex // guards watches, ps, done and idle
-	watches int
-	ps      []*redis.PubSub
-	done    chan struct{} // closed when a subscription has ended
-	idle    *time.Timer   // closes the subscriptions after subLinger unwatched
-	wake    store.LeaseWakeups
-}
-
-// subLinger is how long the subscription outlives its last watch, so that
-// waiters coming and going do not subscribe each time. It is housekeeping,
-// not a decision: it runs on the real clock.
-const subLinger = 5 * time.Second
-
-// close ends the subscriptions; l.mu is held.
-func (l *leaseSub) close() {
-	for _, ps := range l.ps {
-		_ = ps.Close()
-	}
-	l.ps, l.done = nil, nil
-}
-
 // WatchLease implements store.LeaseWatcher. It needs a client that can
 // subscribe; with any other it returns an error.
 func (s *Store) WatchLease(ctx context.Context, name, key string) (<-chan struct{}, func(), error) {
 	if err := store.CheckLeaseKey(name, key); err != nil {
 		return nil, nil, err
 	}
+	switch s.client.(type) {
+	case *redis.Ring, subscriber:
+	default:
+		return nil, nil, fmt.Errorf("redisstore: client %T cannot subscribe", s.client)
+	}
+	return s.sub.Watch(ctx, wakeID(name, key), s.subscribe)
+}
+
+// subscribe subscribes to the releases' channel; see store.LeaseSubscribe.
+func (s *Store) subscribe(ctx context.Context, wake *store.LeaseWakeups) (func(), <-chan struct{}, error) {
 	var subs []subscriber
 	switch c := s.client.(type) {
 	case *redis.Ring:
@@ -373,71 +369,38 @@ func (s *Store) WatchLease(ctx context.Context, name, key string) (<-chan struct
 		}
 	case subscriber:
 		subs = []subscriber{c}
-	default:
-		return nil, nil, fmt.Errorf("redisstore: client %T cannot subscribe", s.client)
 	}
-	l := &s.sub
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.idle != nil {
-		l.idle.Stop()
-		l.idle = nil
-	}
-	if l.done != nil {
-		select {
-		case <-l.done: // a subscription ended (connection lost): renew them
-			l.close()
-		default:
+	pss := make([]*redis.PubSub, 0, len(subs))
+	stop := func() {
+		for _, ps := range pss {
+			_ = ps.Close()
 		}
 	}
-	if l.ps == nil {
-		done := make(chan struct{})
-		var once sync.Once
-		for _, sub := range subs {
-			ps := sub.Subscribe(ctx, s.leaseChannel())
-			l.ps = append(l.ps, ps)
-			// Wait for the confirmation: from here on no release is missed.
-			if _, err := ps.Receive(ctx); err != nil {
-				l.close()
-				return nil, nil, fmt.Errorf("redisstore: subscribe: %w", err)
-			}
-		}
-		for _, ps := range l.ps {
-			go func() {
-				defer once.Do(func() { close(done) })
-				for {
-					msg, err := ps.Receive(context.Background())
-					if err != nil {
-						l.wake.WakeAll()
-						return
-					}
-					if m, ok := msg.(*redis.Message); ok {
-						l.wake.Wake(m.Payload)
-					}
-				}
-			}()
-		}
-		l.done = done
-	}
-	l.watches++
-	ch, stop, _ := l.wake.Watch(wakeID(name, key))
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
+	for _, sub := range subs {
+		ps := sub.Subscribe(ctx, s.leaseChannel())
+		pss = append(pss, ps)
+		// Wait for the confirmation: from here on no release is missed.
+		if _, err := ps.Receive(ctx); err != nil {
 			stop()
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			l.watches--
-			if l.watches == 0 && l.ps != nil {
-				l.idle = time.AfterFunc(subLinger, func() {
-					l.mu.Lock()
-					defer l.mu.Unlock()
-					if l.watches == 0 && l.ps != nil {
-						l.close()
-						l.idle = nil
-					}
-				})
+			return nil, nil, fmt.Errorf("redisstore: subscribe: %w", err)
+		}
+	}
+	done := make(chan struct{})
+	var once sync.Once
+	for _, ps := range pss {
+		go func() {
+			defer once.Do(func() { close(done) })
+			for {
+				msg, err := ps.Receive(context.Background())
+				if err != nil {
+					wake.WakeAll()
+					return
+				}
+				if m, ok := msg.(*redis.Message); ok {
+					wake.Wake(m.Payload)
+				}
 			}
-		})
-	}, nil
+		}()
+	}
+	return stop, done, nil
 }

@@ -2,7 +2,9 @@
 -- script. It mirrors store.Eval (gcra.Params.TakeTo, window.FixedTake,
 -- window.SlidingTake), store.EvalSettle and store.EvalSync exactly; read
 -- those first. The Go side validates every request and passes only numbers
--- below 2^53, where Lua's doubles are exact integers.
+-- below 2^53, where Lua's doubles are exact integers. wire.go holds the
+-- protocol: each operation's arguments and its one reply layout, written
+-- and decoded there alone.
 --
 -- ARGV[1] op: 'g' one GCRA take, 't' take (one or more items, all or
 --             nothing), 'b' a batch of independent takes, 's' settle,
@@ -14,31 +16,32 @@
 -- x (gcra: the emission interval T; windows: the window w, both in us) and
 -- y (gcra: the burst; windows: the limit).
 --
+-- Every reply but that of 'r' is made of items, an item being five numbers:
+-- allowed, remaining, reset after, retry after, delay.
+--
 -- 'g': one key; ARGV[2..4] x, y, cost; ARGV[5] now (absent: 0) and
 --      ARGV[6] max delay (absent: 0). The take of 't' with alg 0, in the
---      fewest arguments and the shortest reply: {now, allowed, remaining,
---      reset after, retry after, delay}; its fast path leaves out the
---      trailing zeros of an allowed take (retry after 0) and of an
---      undelayed one (delay 0). {now, -2} is a state beyond 2^53.
+--      fewest arguments and the shortest reply: {now, item}, whose
+--      trailing zeros are left out (retry after and delay for an allowed
+--      take without delay: its fast path returns four numbers).
 -- 't': ARGV[3] max delay (us), then per key i: alg, x, y, cost.
---      Returns {now, all allowed, then per key: allowed, remaining,
---      retry after, reset after, delay}.
+--      Returns {now, all allowed, then an item per key}.
 -- 'b': ARGV[2] is unused; per key i: now (0: the server clock), max delay,
 --      alg, x, y, cost.
 --      Each take stands alone, in order, as if it were its own 't'.
---      Returns {server now, then per key: allowed, remaining, retry after,
---      reset after, delay}.
+--      Returns {server now (0 if unread), then an item per key}.
 -- 's': ARGV[3..5] alg, x, y; ARGV[6] the difference (gcra: (actual -
 --      reserved) * T; windows: actual - reserved); ARGV[7] the end of the
 --      window the reservation was taken in; ARGV[8] (windows) the most a
---      window may count after a charge. Returns {now, peek...}.
+--      window may count after a charge. Returns {now, item} (a peek).
 -- 'y': ARGV[3..5] alg, x, y; ARGV[6] remaining (clamped to [0, y]);
---      ARGV[7] reset after (us). Returns {now, peek...}.
--- 'r': deletes KEYS[1].
+--      ARGV[7] reset after (us). Returns {now, item} (a peek).
+-- 'r': deletes KEYS[1]; returns the number of keys deleted.
 --
--- An allowed of -1 means a charge too large to count (store.
--- ErrCostExceedsLimit), -2 a state beyond 2^53 (ErrOutOfRange); nothing is
--- written then.
+-- A failure replies {now, code}, code -1 for a charge too large to count
+-- (store.ErrCostExceedsLimit), -2 for a state beyond 2^53 (ErrOutOfRange);
+-- nothing is written then. In a 'b' reply a failed take's item is {code,
+-- 0, 0, 0, 0} and the other takes stand.
 --
 -- State is stored as a string: "t" or "t c p" (store.State's Time, Count,
 -- Prev). A key whose state is fresh is deleted; otherwise it expires when
@@ -212,8 +215,9 @@ local function gcra(t, now, x, y, cost, md)
 end
 
 -- gcra1 takes cost at now from the state v (a bare TAT, or nil: fresh) of
--- key k and stores the result at once. It returns allowed (1, 0, or -2 for
--- a state beyond 2^53), remaining, retry after, reset after, delay.
+-- key k and stores the result at once. It returns an item: allowed (1, 0,
+-- or -2 for a state beyond 2^53), remaining, reset after, retry after,
+-- delay.
 local function gcra1(k, v, now, override, x, y, cost, md)
 	local t = 0
 	if v then
@@ -226,7 +230,7 @@ local function gcra1(k, v, now, override, x, y, cost, md)
 		end
 		put(k, nt, nt, 0, 0, now, override)
 	end
-	return ok, rem, retry, reset, delay
+	return ok, rem, reset, retry, delay
 end
 
 -- A 'b' call whose first takes are such GCRA takes decides them here, and
@@ -247,12 +251,12 @@ if op == 't' and #KEYS == 1 and ARGV[4] == '0' then
 			local tm = redis.call('TIME')
 			now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 		end
-		local ok, rem, retry, reset, delay = gcra1(k, v, now, override,
+		local ok, rem, reset, retry, delay = gcra1(k, v, now, override,
 			tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[3]))
 		if ok == -2 then
 			return { now, -2 }
 		end
-		return { now, ok, ok, rem, retry, reset, delay }
+		return { now, ok, ok, rem, reset, retry, delay }
 	end
 elseif op == 'b' then
 	bnow = function(b)
@@ -434,7 +438,7 @@ if op == 'g' or (op == 't' and #KEYS == 1) then
 	if op == 'g' then
 		return { now, ok, rem, reset, retry, delay }
 	end
-	return { now, ok, ok, rem, retry, reset, delay }
+	return { now, ok, ok, rem, reset, retry, delay }
 end
 
 if op == 's' or op == 'y' then
@@ -516,7 +520,7 @@ if op == 's' or op == 'y' then
 		end
 		put(k, fa, nt, nc, np, now, override)
 	end
-	return { now, ok, rem, retry, reset, delay }
+	return { now, ok, rem, reset, retry, delay }
 end
 
 -- Several keys ('t' all or nothing, or 'b'): each key's state is loaded
@@ -527,8 +531,8 @@ end
 local st = {}
 
 -- take decides one item against the state of its key and, when allowed and
--- in range, applies it. It returns allowed (or -2), remaining, retry
--- after, reset after, delay.
+-- in range, applies it. It returns an item: allowed (or -2), remaining,
+-- reset after, retry after, delay.
 local function take(k, alg, x, y, cost, now, override, md)
 	local s = st[k]
 	if not s then
@@ -544,7 +548,7 @@ local function take(k, alg, x, y, cost, now, override, md)
 		end
 		s[1], s[2], s[3], s[4], s[5], s[6], s[7] = nt, nc, np, true, fa, now, override
 	end
-	return ok, rem, retry, reset, delay
+	return ok, rem, reset, retry, delay
 end
 
 -- commit stores every changed state; the keys a 'b' call decided in
@@ -582,7 +586,7 @@ if op == 't' then
 	for i = 1, #KEYS do
 		local b = 3 + (i - 1) * 4
 		-- Items naming the same key see each other's charges.
-		local ok, rem, retry, reset, delay = take(KEYS[i],
+		local ok, rem, reset, retry, delay = take(KEYS[i],
 			tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]),
 			now, override, md)
 		if ok == -2 then
@@ -591,7 +595,7 @@ if op == 't' then
 			all = 0
 		end
 		local n = #out
-		out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, rem, retry, reset, delay
+		out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, rem, reset, retry, delay
 	end
 	out[2] = all
 	if all == 1 then
@@ -605,8 +609,9 @@ if op == 't' then
 		if out[n] == 1 then
 			local b = 3 + (i - 1) * 4
 			local s = st[KEYS[i]]
-			out[n], out[n + 1], out[n + 2], out[n + 3], out[n + 4] = decide(
+			local ok, rem, retry, reset, delay = decide(
 				tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), s[8], s[9], s[10], now, 0, 0)
+			out[n], out[n + 1], out[n + 2], out[n + 3], out[n + 4] = ok, rem, reset, retry, delay
 		end
 	end
 	return out

@@ -88,7 +88,7 @@ type Store struct {
 	// For tests: pipelines sent by the batcher and the calls they carried.
 	pipelines, batched atomic.Int64
 
-	sub leaseSub // lease.go: the subscription to released permits
+	sub store.LeaseListener // lease.go: the subscription to released permits
 }
 
 type routing uint8
@@ -176,10 +176,7 @@ func limitArgs(l *store.Limit) (alg, x, y int64, err error) {
 // nowArg returns the override as the script takes it: Unix microseconds, 0
 // for the server clock (as in memstore, the Unix epoch itself means none).
 func nowArg(t time.Time) (int64, error) {
-	if t.IsZero() {
-		return 0, nil
-	}
-	us := t.UnixMicro()
+	us := store.NowMicros(t)
 	if us >= maxSpan || us <= -maxSpan {
 		return 0, fmt.Errorf("%w: Now %v", ErrOutOfRange, t)
 	}
@@ -188,126 +185,42 @@ func nowArg(t time.Time) (int64, error) {
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
-// result builds a Result from the script's five numbers for one item.
-func result(l *store.Limit, now int64, v []int64) store.Result {
-	return store.Result{
-		Allowed:    v[0] == 1,
-		Limit:      l.Max(),
-		Remaining:  v[1],
-		RetryAfter: micros(v[2]),
-		ResetAfter: micros(v[3]),
-		Delay:      micros(v[4]),
-		At:         now,
-	}
-}
-
 // Take implements store.RateStore.
 func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, error) {
-	keys, args, g, err := s.takeArgs(&p)
+	r, err := s.takeRequest(&p)
 	if err != nil {
 		return store.Result{}, err
 	}
-	v, err := s.run(ctx, keys, args, true, g)
-	return takeResult(&p.Limit, args, v, err)
+	now, _, it, err := s.run(ctx, r, nil)
+	if err != nil {
+		return store.Result{}, err
+	}
+	return it.result(&p.Limit, now), nil
 }
 
-// takeArgs validates a Take and returns its script call's keys and
-// arguments, and its group.
-func (s *Store) takeArgs(p *store.TakeParams) ([]string, []any, group, error) {
+// takeRequest validates a Take and returns its script call.
+func (s *Store) takeRequest(p *store.TakeParams) (request, error) {
 	// The checks of memstore.Take and store.Eval, in their order.
 	if err := store.CheckKey(p.Key); err != nil {
-		return nil, nil, group{}, err
+		return request{}, err
 	}
 	if err := p.Limit.Validate(); err != nil {
-		return nil, nil, group{}, err
+		return request{}, err
 	}
 	if err := store.CheckCost(p.Limit, p.Cost); err != nil {
-		return nil, nil, group{}, err
+		return request{}, err
 	}
 	alg, x, y, err := limitArgs(&p.Limit)
 	if err != nil {
-		return nil, nil, group{}, err
+		return request{}, err
 	}
 	now, err := nowArg(p.Now)
 	if err != nil {
-		return nil, nil, group{}, err
+		return request{}, err
 	}
 	key, tag := rateKey(s.prefix, p.Key, p.Limit.Name)
-	md := maxDelay(p.MaxDelay)
-	if alg != 0 {
-		return []string{key}, []any{"t", now, md, alg, x, y, p.Cost}, s.groupOf(tag), nil
-	}
-	// GCRA, the common case: the script's "g", whose trailing zeros
-	// (the server clock, no delay) are left out.
-	args := make([]any, 4, 6)
-	args[0], args[1], args[2], args[3] = "g", x, y, p.Cost
-	switch {
-	case md != 0:
-		args = append(args, now, md)
-	case now != 0:
-		args = append(args, now)
-	}
-	return []string{key}, args, s.groupOf(tag), nil
-}
-
-// takeTimes returns the instant (0: the server clock) and the max delay of
-// the Take whose call's arguments are args.
-func takeTimes(args []any) (now, md int64) {
-	if args[0] != "g" {
-		return args[1].(int64), args[2].(int64)
-	}
-	if len(args) > 4 {
-		now = args[4].(int64)
-	}
-	if len(args) > 5 {
-		md = args[5].(int64)
-	}
-	return now, md
-}
-
-// appendBatchTake appends to a "b" call's arguments those of the Take
-// whose own call's arguments are args: now, max delay, alg, x, y, cost.
-func appendBatchTake(b, args []any) []any {
-	now, md := takeTimes(args)
-	if args[0] != "g" {
-		return append(append(b, now, md), args[3:]...)
-	}
-	return append(append(b, now, md, int64(0)), args[1:4]...)
-}
-
-// takeResult reads the reply of a Take whose call's arguments were args.
-// A "t" reply is now, allowed for all, then the item's five numbers; a
-// "g" reply is now, allowed, remaining, reset after, then retry after and
-// delay unless they are zero.
-func takeResult(l *store.Limit, args []any, v []int64, err error) (store.Result, error) {
-	if args[0] != "g" {
-		if err == nil {
-			err = check(v, 7)
-		}
-		if err != nil {
-			return store.Result{}, err
-		}
-		return result(l, v[0], v[2:]), nil
-	}
-	if err == nil && (len(v) < 4 || len(v) > 6 || v[1] < 0) {
-		// A failure (a batch hands one as six numbers), or a reply of
-		// the wrong length or with an allowed the script never sends.
-		if err = check(v, 0); err == nil {
-			err = errUnexpectedReply(len(v))
-		}
-	}
-	if err != nil {
-		return store.Result{}, err
-	}
-	var r [5]int64 // allowed, remaining, retry after, reset after, delay
-	r[0], r[1], r[3] = v[1], v[2], v[3]
-	if len(v) > 4 {
-		r[2] = v[4]
-	}
-	if len(v) > 5 {
-		r[4] = v[5]
-	}
-	return result(l, v[0], r[:]), nil
+	t := take{group: s.groupOf(tag), now: now, md: maxDelay(p.MaxDelay), alg: alg, x: x, y: y, cost: p.Cost}
+	return request{op: t.op(), keys: []string{key}, args: t.args(), single: true, take: t}, nil
 }
 
 // maxDelay clamps a MaxDelay to what the script compares with: any delay
@@ -325,7 +238,8 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 	}
 	keys := make([]string, len(p.Items))
 	tags := make([]string, len(p.Items))
-	args := make([]any, 3, 3+4*len(p.Items))
+	limits := make([][3]int64, len(p.Items))
+	costs := make([]int64, len(p.Items))
 	for i := range p.Items {
 		it := &p.Items[i]
 		if err := it.Check(); err != nil {
@@ -336,7 +250,7 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 			return store.AllResult{}, err
 		}
 		keys[i], tags[i] = rateKey(s.prefix, it.Key, it.Limit.Name)
-		args = append(args, alg, x, y, it.Cost)
+		limits[i], costs[i] = [3]int64{alg, x, y}, it.Cost
 	}
 	if err := s.sameSlot(p.Items, tags); err != nil {
 		return store.AllResult{}, err
@@ -345,17 +259,15 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 	if err != nil {
 		return store.AllResult{}, err
 	}
-	args[0], args[1], args[2] = "t", now, maxDelay(p.MaxDelay)
-	v, err := s.run(ctx, keys, args, false, group{})
-	if err == nil {
-		err = check(v, 2+5*len(p.Items))
-	}
+	items := make([]item, len(p.Items))
+	r := request{op: opTakeAll, keys: keys, args: takeAllArgs(now, maxDelay(p.MaxDelay), limits, costs)}
+	at, all, _, err := s.run(ctx, r, items)
 	if err != nil {
 		return store.AllResult{}, err
 	}
-	out := store.AllResult{Allowed: v[1] == 1, Results: make([]store.Result, len(p.Items))}
+	out := store.AllResult{Allowed: all, Results: make([]store.Result, len(p.Items))}
 	for i := range p.Items {
-		out.Results[i] = result(&p.Items[i].Limit, v[0], v[2+5*i:])
+		out.Results[i] = items[i].result(&p.Items[i].Limit, at)
 	}
 	return out, nil
 }
@@ -413,11 +325,7 @@ func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result,
 		delta = max(delta*t, -2*maxSpan)
 	} else {
 		w := x
-		r := p.ReservedAt % w
-		if r < 0 {
-			r += w
-		}
-		rend = p.ReservedAt - r + w
+		rend = p.ReservedEnd()
 		// window.Settle's bound on a window's count after a charge.
 		most = max(y, window.MaxSlidingProduct/w-1)
 		if delta > most {
@@ -425,7 +333,12 @@ func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result,
 		}
 		delta = max(delta, -2*maxSpan)
 	}
-	return s.update(ctx, p.Key, &p.Limit, p.Now, "s", alg, x, y, delta, rend, most)
+	now, err := nowArg(p.Now)
+	if err != nil {
+		return store.Result{}, err
+	}
+	key, _ := rateKey(s.prefix, p.Key, p.Limit.Name)
+	return s.update(ctx, &p.Limit, settleRequest(key, now, alg, x, y, delta, rend, most))
 }
 
 // Sync implements store.RateStore.
@@ -446,24 +359,22 @@ func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, err
 		return store.Result{}, fmt.Errorf("%w: reset after %s", ErrOutOfRange, p.ResetAfter)
 	}
 	ra = min(ra, maxSpan)
-	return s.update(ctx, p.Key, &p.Limit, p.Now, "y", alg, x, y, r, ra, 0)
+	now, err := nowArg(p.Now)
+	if err != nil {
+		return store.Result{}, err
+	}
+	key, _ := rateKey(s.prefix, p.Key, p.Limit.Name)
+	return s.update(ctx, &p.Limit, syncRequest(key, now, alg, x, y, r, ra))
 }
 
-// update runs a settle or sync on one key; the reply is a peek after it.
-func (s *Store) update(ctx context.Context, key string, l *store.Limit, override time.Time, op string, alg, x, y, a, b, c int64) (store.Result, error) {
-	now, err := nowArg(override)
+// update runs a settle or sync of a key under l; the reply is a peek
+// after it.
+func (s *Store) update(ctx context.Context, l *store.Limit, r request) (store.Result, error) {
+	now, _, it, err := s.run(ctx, r, nil)
 	if err != nil {
 		return store.Result{}, err
 	}
-	rkey, _ := rateKey(s.prefix, key, l.Name)
-	v, err := s.run(ctx, []string{rkey}, []any{op, now, alg, x, y, a, b, c}, false, group{})
-	if err == nil {
-		err = check(v, 6)
-	}
-	if err != nil {
-		return store.Result{}, err
-	}
-	return result(l, v[0], v[1:]), nil
+	return it.result(l, now), nil
 }
 
 // Reset implements store.RateStore.
@@ -475,7 +386,7 @@ func (s *Store) Reset(ctx context.Context, p store.ResetParams) error {
 		return err
 	}
 	key, _ := rateKey(s.prefix, p.Key, p.Limit.Name)
-	_, err := s.run(ctx, []string{key}, []any{"r", 0}, false, group{})
+	_, _, _, err := s.run(ctx, resetRequest(key), nil)
 	return err
 }
 
@@ -483,51 +394,3 @@ func (s *Store) Reset(ctx context.Context, p store.ResetParams) error {
 var rateSource string
 
 var rateScript = redis.NewScript(rateSource)
-
-// check checks a script's reply: n numbers, unless the second says the
-// request failed.
-func check(v []int64, n int) error {
-	if len(v) >= 2 {
-		switch v[1] {
-		case -1:
-			return store.ErrCostExceedsLimit
-		case -2:
-			return ErrOutOfRange
-		}
-	}
-	if len(v) != n {
-		return errUnexpectedReply(len(v))
-	}
-	return nil
-}
-
-func errUnexpectedReply(n int) error {
-	return fmt.Errorf("redisstore: unexpected reply of %d numbers from the script", n)
-}
-
-// reply reads a script's reply: an array of integers (or, for a reset, one
-// integer).
-func reply(cmd *redis.Cmd) ([]int64, error) {
-	v, err := cmd.Result()
-	if err != nil {
-		if strings.Contains(err.Error(), "sluice: state beyond 2^53") {
-			return nil, fmt.Errorf("%w: %v", ErrOutOfRange, err)
-		}
-		return nil, fmt.Errorf("redisstore: %w", err)
-	}
-	switch v := v.(type) {
-	case int64:
-		return []int64{v}, nil
-	case []any:
-		out := make([]int64, len(v))
-		for i, x := range v {
-			n, ok := x.(int64)
-			if !ok {
-				return nil, fmt.Errorf("redisstore: unexpected reply element %T", x)
-			}
-			out[i] = n
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("redisstore: unexpected reply %T", v)
-}

@@ -62,14 +62,11 @@ func TestServerClockDifferential(t *testing.T) {
 				if batched {
 					batch := make([]*call, len(ps))
 					for i := range ps {
-						rkeys, args, g, err := s.takeArgs(&ps[i])
-						require.NoError(t, err)
-						batch[i] = &call{ctx: ctx, keys: rkeys, args: args, take: true, group: g, done: make(chan struct{})}
+						batch[i] = takeCall(t, s, ctx, &ps[i])
 					}
 					s.flush(batch)
 					for i, cl := range batch {
-						<-cl.done
-						res, err := takeResult(&ps[i].Limit, cl.args, cl.val, cl.err)
+						res, err := cl.takeResult(&ps[i].Limit)
 						require.NoError(t, err)
 						got[i] = res
 					}
@@ -170,57 +167,28 @@ func TestGCRATakeOutOfRange(t *testing.T) {
 	require.Equal(t, before, after, "a failed take wrote")
 
 	p.Key = "batched"
-	batch := make([]*call, 2)
-	for i := range batch {
-		rkeys, args, g, err := s.takeArgs(&p)
-		require.NoError(t, err)
-		batch[i] = &call{ctx: ctx, keys: rkeys, args: args, take: true, group: g, done: make(chan struct{})}
-	}
+	batch := []*call{takeCall(t, s, ctx, &p), takeCall(t, s, ctx, &p)}
 	s.flush(batch)
-	<-batch[0].done
-	<-batch[1].done
-	res, err = takeResult(&l, batch[0].args, batch[0].val, batch[0].err)
+	res, err = batch[0].takeResult(&l)
 	require.NoError(t, err)
 	require.True(t, res.Allowed)
-	_, err = takeResult(&l, batch[1].args, batch[1].val, batch[1].err)
+	_, err = batch[1].takeResult(&l)
 	require.ErrorIs(t, err, ErrOutOfRange)
 }
 
-// TestTakeResult checks the reading of the script's replies to a take,
-// whatever their shape.
-func TestTakeResult(t *testing.T) {
-	l := store.Limit{Name: "l", Algorithm: store.GCRA, Rate: 10, Period: time.Second}
-	g := []any{"g", int64(100000), int64(10), int64(1)}
-	tt := []any{"t", int64(0), int64(0), int64(0), int64(100000), int64(10), int64(1)}
-	for _, tc := range []struct {
-		name string
-		args []any
-		v    []int64
-		want store.Result
-		err  error
-	}{
-		{"g allowed", g, []int64{7, 1, 8, 200}, store.Result{Allowed: true, Limit: 10, Remaining: 8, ResetAfter: 200 * time.Microsecond, At: 7}, nil},
-		{"g denied", g, []int64{7, 0, 0, 900, 30}, store.Result{Limit: 10, ResetAfter: 900 * time.Microsecond, RetryAfter: 30 * time.Microsecond, At: 7}, nil},
-		{"g delayed", g, []int64{7, 1, 0, 1100, 0, 100}, store.Result{Allowed: true, Limit: 10, ResetAfter: 1100 * time.Microsecond, Delay: 100 * time.Microsecond, At: 7}, nil},
-		{"g out of range", g, []int64{7, -2}, store.Result{}, ErrOutOfRange},
-		{"g out of range, batched", g, []int64{7, -2, 0, 0, 0, 0}, store.Result{}, ErrOutOfRange},
-		{"g too short", g, []int64{7, 1, 8}, store.Result{}, errUnexpectedReply(3)},
-		{"g empty", g, []int64{}, store.Result{}, errUnexpectedReply(0)},
-		{"g unknown failure", g, []int64{7, -3, 0, 0}, store.Result{}, errUnexpectedReply(4)},
-		{"g too long", g, []int64{7, 1, 1, 8, 0, 200, 0}, store.Result{}, errUnexpectedReply(7)},
-		{"t allowed", tt, []int64{7, 1, 1, 8, 0, 200, 0}, store.Result{Allowed: true, Limit: 10, Remaining: 8, ResetAfter: 200 * time.Microsecond, At: 7}, nil},
-		{"t out of range", tt, []int64{7, -2}, store.Result{}, ErrOutOfRange},
-		{"t short", tt, []int64{7, 1, 8, 200}, store.Result{}, errUnexpectedReply(4)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := takeResult(&l, tc.args, tc.v, nil)
-			if tc.err != nil {
-				require.Error(t, err)
-				require.Equal(t, tc.err.Error(), err.Error())
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tc.want, got)
-		})
+// takeCall returns the call of p, as the batcher queues it.
+func takeCall(t testing.TB, s *Store, ctx context.Context, p *store.TakeParams) *call {
+	t.Helper()
+	r, err := s.takeRequest(p)
+	require.NoError(t, err)
+	return newCall(ctx, r, nil)
+}
+
+// takeResult waits for the reply of a take's call and returns its Result.
+func (c *call) takeResult(l *store.Limit) (store.Result, error) {
+	<-c.done
+	if c.err != nil {
+		return store.Result{}, c.err
 	}
+	return c.items[0].result(l, c.now), nil
 }

@@ -136,7 +136,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 		return store.AcquireResult{}, err
 	}
 	var res store.AcquireResult
-	err := s.do(ctx, micros(p.Now), func(tx *txn) (err error) {
+	err := s.do(ctx, store.NowMicros(p.Now), func(tx *txn) (err error) {
 		res, err = tx.acquire(&p)
 		return err
 	})
@@ -152,7 +152,7 @@ func (s *Store) Renew(ctx context.Context, p store.RenewParams) (store.Lease, er
 		l    store.Lease
 		held bool
 	)
-	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
+	err := s.do(ctx, store.NowMicros(p.Now), func(tx *txn) error {
 		exp := tx.now + p.TTL.Microseconds()
 		n, err := tx.exec("UPDATE sluice_lease_holder SET expires_at = ? WHERE name = ? AND key = ? AND holder = ? AND token = ? AND expires_at > ?",
 			exp, p.Name, p.Key, p.Holder, p.Token, tx.now)
@@ -178,7 +178,7 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 		return err
 	}
 	var held bool
-	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
+	err := s.do(ctx, store.NowMicros(p.Now), func(tx *txn) error {
 		n, err := tx.exec("DELETE FROM sluice_lease_holder WHERE name = ? AND key = ? AND holder = ? AND token = ? AND expires_at > ?",
 			p.Name, p.Key, p.Holder, p.Token, tx.now)
 		if err != nil {
@@ -206,7 +206,7 @@ func (s *Store) Holders(ctx context.Context, p store.HoldersParams) ([]store.Lea
 		return nil, err
 	}
 	var out []store.Lease
-	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
+	err := s.do(ctx, store.NowMicros(p.Now), func(tx *txn) error {
 		st, err := tx.leases(p.Name, p.Key)
 		if err != nil {
 			return err
@@ -223,7 +223,7 @@ func (s *Store) FencedWrite(ctx context.Context, p store.FencedWriteParams) erro
 		return err
 	}
 	stale := false
-	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
+	err := s.do(ctx, store.NowMicros(p.Now), func(tx *txn) error {
 		var one int
 		err := tx.queryRow("SELECT 1 FROM sluice_lease_holder WHERE name = ? AND key = ? AND token = ? AND expires_at > ?",
 			p.Name, p.Key, p.Token, tx.now).Scan(&one)
@@ -306,7 +306,7 @@ func (s *Store) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParams
 		}
 	}
 	var out store.TakeAllAcquireResult
-	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
+	err := s.do(ctx, store.NowMicros(p.Now), func(tx *txn) error {
 		// A batch may run this again after a rollback: start afresh.
 		out = store.TakeAllAcquireResult{}
 		st, err := tx.leases(lp.Name, lp.Key)

@@ -47,7 +47,7 @@ func TestTakeAllAcquireRerunStartsAfresh(t *testing.T) {
 
 	xCalls := 0
 	go func() {
-		_ = s.do(ctx, micros(now), func(tx *txn) error {
+		_ = s.do(ctx, store.NowMicros(now), func(tx *txn) error {
 			xCalls++
 			if xCalls == 2 {
 				// Stands in for another process committing between the
@@ -75,8 +75,8 @@ func TestTakeAllAcquireRerunStartsAfresh(t *testing.T) {
 	}()
 	queued(2)
 	go func() {
-		_ = s.do(ctx, micros(now), func(tx *txn) error {
-			if err := tx.put(&lim, "c", store.State{Time: micros(now) + 1e6}, false); err != nil {
+		_ = s.do(ctx, store.NowMicros(now), func(tx *txn) error {
+			if err := tx.put(&lim, "c", store.State{Time: store.NowMicros(now) + 1e6}, false); err != nil {
 				return err
 			}
 			return errors.New("boom after writing")

@@ -396,13 +396,6 @@ func wrap(err error) error {
 	return fmt.Errorf("sqlitestore: %w", err)
 }
 
-func micros(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMicro()
-}
-
 // Take implements store.RateStore.
 func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, error) {
 	if err := store.CheckKey(p.Key); err != nil {
@@ -414,7 +407,7 @@ func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, err
 	if err := store.Eval(&p.Limit, &store.State{}, 0, p.Cost, p.MaxDelay, &res); err != nil {
 		return store.Result{}, err
 	}
-	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
+	err := s.do(ctx, store.NowMicros(p.Now), func(tx *txn) error {
 		st, found, err := tx.get(p.Limit.Name, p.Key)
 		if err != nil {
 			return err
@@ -446,7 +439,7 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 		}
 	}
 	var out store.AllResult
-	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
+	err := s.do(ctx, store.NowMicros(p.Now), func(tx *txn) error {
 		var rows allRows
 		var err error
 		out, rows, err = tx.decideAll(p.Items, p.MaxDelay, true)
@@ -570,14 +563,14 @@ func (s *Store) update(ctx context.Context, key string, l *store.Limit, override
 
 // Settle implements store.RateStore.
 func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result, error) {
-	return s.update(ctx, p.Key, &p.Limit, micros(p.Now), func(cur store.State, now int64) (store.State, error) {
+	return s.update(ctx, p.Key, &p.Limit, store.NowMicros(p.Now), func(cur store.State, now int64) (store.State, error) {
 		return store.EvalSettle(cur, now, &p)
 	})
 }
 
 // Sync implements store.RateStore.
 func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, error) {
-	return s.update(ctx, p.Key, &p.Limit, micros(p.Now), func(_ store.State, now int64) (store.State, error) {
+	return s.update(ctx, p.Key, &p.Limit, store.NowMicros(p.Now), func(_ store.State, now int64) (store.State, error) {
 		return store.EvalSync(now, &p), nil
 	})
 }
