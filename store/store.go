@@ -41,7 +41,40 @@ var (
 	ErrTooManyKeys = errors.New("store: too many keys hold state")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("store: closed")
+	// ErrOutOfRange: a Now override beyond MaxNow, or an operation that
+	// would leave a key's state (or the time at which it becomes fresh) at
+	// MaxTime or beyond: a debt, a delay or a pause reaching the year 2255,
+	// which Redis's Lua numbers cannot hold exactly. Every backend refuses
+	// it alike and writes nothing. Permanent: the request itself is wrong.
+	ErrOutOfRange = errors.New("store: value out of range")
 )
+
+const (
+	// MaxNow bounds a Now override: it must lie after the Unix epoch and
+	// less than MaxNow microseconds (2^52, about 142 years) after it,
+	// before the year 2112. The Unix epoch itself, like the zero time,
+	// means the store clock.
+	MaxNow = int64(1) << 52
+	// MaxTime bounds every stored time: an operation that would leave a
+	// key's state with a time, or a FreshAt, at or beyond 2^53
+	// microseconds (or at or below -2^53) fails with ErrOutOfRange.
+	MaxTime = int64(1) << 53
+)
+
+var (
+	minNowTime = time.UnixMicro(0)
+	maxNowTime = time.UnixMicro(MaxNow)
+)
+
+// CheckNow returns ErrOutOfRange (wrapped) for a Now override beyond
+// MaxNow; the zero time (no override) passes. Backends check it after the
+// limit and the costs, before anything that depends on the key's state.
+func CheckNow(t time.Time) error {
+	if !t.IsZero() && (t.Before(minNowTime) || !t.Before(maxNowTime)) {
+		return fmt.Errorf("%w: Now %s is not within 2^52us after the Unix epoch", ErrOutOfRange, t.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
 
 // Algorithm selects how a limit counts.
 type Algorithm uint8

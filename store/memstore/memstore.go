@@ -388,6 +388,9 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 		hs[i] = s.hash(it.Key)
 		order[i] = hs[i] & s.mask
 	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return store.AllResult{}, err
+	}
 	slices.Sort(order)
 	order = slices.Compact(order)
 	override := micros(p.Now)
@@ -574,8 +577,8 @@ func (s *Store) Settle(_ context.Context, p store.SettleParams) (store.Result, e
 
 // Sync implements store.RateStore.
 func (s *Store) Sync(_ context.Context, p store.SyncParams) (store.Result, error) {
-	return s.update(p.Key, p.Limit, micros(p.Now), func(_ store.State, now int64) (store.State, error) {
-		return store.EvalSync(now, &p), nil
+	return s.update(p.Key, p.Limit, micros(p.Now), func(cur store.State, now int64) (store.State, error) {
+		return store.EvalSync(cur, now, &p)
 	})
 }
 

@@ -30,8 +30,9 @@
 --      reset after, delay}.
 -- 's': ARGV[3..5] alg, x, y; ARGV[6] the difference (gcra: (actual -
 --      reserved) * T; windows: actual - reserved); ARGV[7] the end of the
---      window the reservation was taken in; ARGV[8] (windows) the most a
---      window may count after a charge. Returns {now, peek...}.
+--      window the reservation was taken in; ARGV[8] the most a window may
+--      count after a charge, or (gcra) the most TAT - now may be after
+--      one (gcra.MaxSpan - tau). Returns {now, peek...}.
 -- 'y': ARGV[3..5] alg, x, y; ARGV[6] remaining (clamped to [0, y]);
 --      ARGV[7] reset after (us). Returns {now, peek...}.
 -- 'r': deletes KEYS[1].
@@ -72,7 +73,9 @@ if op == 'g' then
 			tat = now
 		end
 		local ntat = tat + cost * x
-		local wait = ntat - tau - now -- allowAt - now
+		-- allowAt - now, added up so that every term stays below 2^53
+		-- and exact even when ntat does not.
+		local wait = (tat - now) + (cost * x - tau)
 		-- Remaining, after the take if allowed: fdiv(r, x), inlined.
 		local denied = wait > md
 		local r, rem, q, m = tau - (ntat - now), 0, 0, 0
@@ -190,7 +193,7 @@ local function gcra(t, now, x, y, cost, md)
 		tat = now
 	end
 	local ntat = tat + cost * x
-	local wait = ntat - tau - now -- allowAt - now
+	local wait = (tat - now) + (cost * x - tau) -- allowAt - now, exact (see 'g')
 	if wait > md then
 		local r, rem = tau - (tat - now), 0
 		if r > 0 then
@@ -449,7 +452,12 @@ if op == 's' or op == 'y' then
 			-- has checked the bound on charges.
 			local tat = t
 			if d > 0 then
-				tat = math.max(t, now) + d
+				tat = math.max(t, now)
+				-- gcra.Settle's bound on the debt: ARGV[8] is MaxSpan - tau.
+				if d > tonumber(ARGV[8]) - (tat - now) then
+					return { now, -1 }
+				end
+				tat = tat + d
 			elseif d < 0 then
 				tat = t + d
 			end

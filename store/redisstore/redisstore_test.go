@@ -649,3 +649,11 @@ func TestKeyLayout(t *testing.T) {
 	require.Equal(t, uint16(12182), slot("foo"))
 	require.Equal(t, uint16(11058), slot("somekey"))
 }
+
+// FuzzDifferential runs storetest.FuzzDifferential against one Redis store
+// shared by every input (SLUICE_INTEGRATION=1).
+func FuzzDifferential(f *testing.F) {
+	s := newStore(f, single(f), Config{})
+	storetest.FuzzDifferential(f, func(*testing.T) store.RateStore { return s },
+		func() store.RateStore { return memstore.New(memstore.Config{}) })
+}

@@ -411,7 +411,7 @@ func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, err
 	var res store.Result
 	// Eval on a blank state validates exactly as memstore does, before
 	// any I/O.
-	if err := store.Eval(&p.Limit, &store.State{}, 0, p.Cost, p.MaxDelay, &res); err != nil {
+	if err := store.Eval(&p.Limit, &store.State{}, 0, p.Cost, p.MaxDelay, &res); err != nil && !errors.Is(err, store.ErrOutOfRange) {
 		return store.Result{}, err
 	}
 	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
@@ -444,6 +444,9 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 		if err := p.Items[i].Check(); err != nil {
 			return store.AllResult{}, err
 		}
+	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return store.AllResult{}, err
 	}
 	var out store.AllResult
 	err := s.do(ctx, micros(p.Now), func(tx *txn) error {
@@ -577,8 +580,8 @@ func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result,
 
 // Sync implements store.RateStore.
 func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, error) {
-	return s.update(ctx, p.Key, &p.Limit, micros(p.Now), func(_ store.State, now int64) (store.State, error) {
-		return store.EvalSync(now, &p), nil
+	return s.update(ctx, p.Key, &p.Limit, micros(p.Now), func(cur store.State, now int64) (store.State, error) {
+		return store.EvalSync(cur, now, &p)
 	})
 }
 
