@@ -155,6 +155,12 @@ func (p *Prepared) Eval(st *State, now, cost int64, maxDelay time.Duration, res 
 	}
 	take := window.FixedTake
 	if p.limit.Algorithm == SlidingWindow {
+		// A state whose window would end at MaxTime or later under this
+		// limit (one a fixed window of the same name left, after a policy
+		// reload) is out of range: its answers could reach 2^53.
+		if (st.Count != 0 || st.Prev != 0) && st.Time >= MaxTime-p.limit.Period.Microseconds() {
+			return ErrOutOfRange
+		}
 		take = window.SlidingTake
 	}
 	ns, d, err := take(p.limit.Window(), window.State{End: st.Time, Count: st.Count, Prev: st.Prev}, now, cost)

@@ -330,7 +330,13 @@ local function decide(alg, x, y, t, c, p, now, cost, md)
 		end
 		return 1, lim - cur, 0, reset, 0, e, cur, 0
 	end
-	-- window.SlidingTake
+	-- window.SlidingTake. A state whose window would end at 2^53 or
+	-- later under this limit (one a fixed window of the same name left,
+	-- after a policy reload) is out of range, as in store.Eval; below it,
+	-- every answer is added up from terms below 2^53, so it is exact.
+	if (c ~= 0 or p ~= 0) and t + w >= EXACT then
+		return -2, 0, 0, 0, 0, t, c, p
+	end
 	local start = e - w
 	local elapsed = math.min(math.max(now - start, 0), w)
 	local est = cur
@@ -345,30 +351,31 @@ local function decide(alg, x, y, t, c, p, now, cost, md)
 	end
 	if est + cost > lim then
 		-- window.firstElapsed, in this window or the next
+		-- (at - now, added up from e - now)
 		local at, budget
 		if cur + cost <= lim then
-			at, budget = start, lim - cur - cost
+			at, budget = (e - now) - w, lim - cur - cost
 			if prev > budget then
-				at = start + w - fdiv(budget * w, prev)
+				at = (e - now) - fdiv(budget * w, prev)
 			end
 		else
-			at, budget = e, lim - cost
+			at, budget = e - now, lim - cost
 			if cur > budget then
-				at = e + w - fdiv(budget * w, cur)
+				at = (e - now) + (w - fdiv(budget * w, cur))
 			end
 		end
 		local reset = 0 -- window.slidingReset
 		if cur > 0 then
-			reset = e + w - now
+			reset = (e - now) + w
 		elseif prev > 0 then
 			reset = e - now
 		end
-		return 0, math.max(lim - est, 0), math.max(at - now, 1), reset, 0, t, c, p
+		return 0, math.max(lim - est, 0), math.max(at, 1), reset, 0, t, c, p
 	end
 	local ncur = cur + cost
 	local reset = 0
 	if ncur > 0 then
-		reset = e + w - now
+		reset = (e - now) + w
 	elseif prev > 0 then
 		reset = e - now
 	end
@@ -427,6 +434,9 @@ if op == 'g' or (op == 't' and #KEYS == 1) then
 	end
 	local t, c, p = load(k)
 	local ok, rem, retry, reset, delay, nt, nc, np = decide(alg, x, y, t, c, p, now, cost, md)
+	if ok == -2 then
+		return { now, -2 }
+	end
 	if nt ~= t or nc ~= c or np ~= p then
 		local fa, fits = fresh(alg, x, nt, nc, np)
 		if not fits then
@@ -523,6 +533,9 @@ if op == 's' or op == 'y' then
 			return { now, -2 }
 		end
 		put(k, fa, nt, nc, np, now, override)
+	elseif ok == -2 then
+		-- An unchanged state out of range under this limit (decide).
+		return { now, -2 }
 	end
 	return { now, ok, rem, retry, reset, delay }
 end

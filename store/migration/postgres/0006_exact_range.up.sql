@@ -8,6 +8,8 @@
 --   to it by the constraint sluice_rate_state_exact (a GCRA state's fresh
 --   time is its TAT); every other write goes through sluice_rate_eval,
 --   sluice_rate_settle_state or sluice_rate_sync_state, wrapped here.
+-- * A state a fixed window left whose window would end at 2^53 or later
+--   when a sliding window of the same name reads it is out of range too.
 -- * gcra.Settle bounds a debt at gcra.MaxSpan (2^52 microseconds), not the
 --   2^62 of sluice_rate_settle_state_0002.
 
@@ -36,6 +38,11 @@ CREATE FUNCTION sluice_rate_eval(
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $$
 BEGIN
+    -- A state whose window would end at 2^53 or later under a sliding
+    -- limit (a fixed window of the same name left it) is out of range.
+    IF alg = 2 AND (st_count <> 0 OR st_prev <> 0) AND st_t >= 9007199254740992 - iv THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL002', MESSAGE = 'sluice: state beyond 2^53';
+    END IF;
     SELECT * INTO allowed, remaining, retry_after, reset_after, delay, t, count, prev, fresh_at
       FROM sluice_rate_eval_0002(alg, lim, iv, st_t, st_count, st_prev, now, cost, max_delay);
     IF (t, count, prev) IS DISTINCT FROM (st_t, st_count, st_prev)
