@@ -12,7 +12,9 @@
 //
 // A denial is a result (Result.Allowed == false), never an error. Errors are
 // for requests that can never succeed (ErrCostExceedsLimit, an invalid
-// limit) and for a store that could not answer.
+// limit, ErrOutOfRange) and for a store that could not answer. Every backend
+// returns the same answer and the same error for the same request and Now,
+// to the extremes (storetest.FuzzDifferential checks it).
 package store
 
 import (
