@@ -140,6 +140,9 @@ func (s *Store) Holders(ctx context.Context, p store.HoldersParams) ([]store.Lea
 	if p.Name == "" || p.Key == "" {
 		return nil, store.ErrEmptyKey
 	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return nil, err
+	}
 	rows, err := s.pool.Query(ctx, holdersSQL, p.Name, p.Key, nowArg(p.Now))
 	if err != nil {
 		return nil, wrap("holders", err)

@@ -18,7 +18,7 @@ import (
 	"github.com/sluicerl/sluice/store"
 )
 
-//go:embed testdata/fuzz/FuzzDifferential
+//go:embed testdata/fuzz/FuzzDifferential testdata/fuzz/FuzzLeaseDifferential
 var fuzzCorpus embed.FS
 
 // FuzzDifferential is the body of every backend's FuzzDifferential: it
@@ -40,7 +40,7 @@ var fuzzCorpus embed.FS
 // finds there.
 func FuzzDifferential(f *testing.F, got func(t *testing.T) store.RateStore, want func() store.RateStore) {
 	f.Helper()
-	for _, seed := range corpus(f) {
+	for _, seed := range corpusOf(f, "FuzzDifferential") {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, ops []byte) {
@@ -48,10 +48,10 @@ func FuzzDifferential(f *testing.F, got func(t *testing.T) store.RateStore, want
 	})
 }
 
-// corpus reads the embedded seed corpus: files in the `go test fuzz v1`
-// format holding one []byte.
-func corpus(f *testing.F) [][]byte {
-	dir := "testdata/fuzz/FuzzDifferential"
+// corpusOf reads the embedded seed corpus of a target: files in the
+// `go test fuzz v1` format holding one []byte.
+func corpusOf(f *testing.F, target string) [][]byte {
+	dir := "testdata/fuzz/" + target
 	entries, err := fs.ReadDir(fuzzCorpus, dir)
 	if err != nil {
 		f.Fatalf("storetest: reading the seed corpus: %v", err)
