@@ -71,6 +71,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime 60s ./aimd
 	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime 60s ./retry
 	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime 60s ./breaker
-	$(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime 120s ./store/sqlitestore
-	SLUICE_INTEGRATION=1 $(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime 120s ./store/redisstore
-	SLUICE_INTEGRATION=1 $(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime 120s ./store/pgstore
+	$(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime 120s -fuzzminimizetime 5s ./store/sqlitestore
+	SLUICE_INTEGRATION=1 $(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime 120s -fuzzminimizetime 5s ./store/redisstore
+	SLUICE_INTEGRATION=1 $(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime 120s -fuzzminimizetime 5s ./store/pgstore
+	$(GO) test -run '^$$' -fuzz '^FuzzLeaseDifferential$$' -fuzztime 60s ./store/sqlitestore
+	SLUICE_INTEGRATION=1 $(GO) test -run '^$$' -fuzz '^FuzzLeaseDifferential$$' -fuzztime 60s ./store/redisstore
+	SLUICE_INTEGRATION=1 $(GO) test -run '^$$' -fuzz '^FuzzLeaseDifferential$$' -fuzztime 60s ./store/pgstore
