@@ -498,7 +498,11 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 				continue
 			}
 			cur := cells[ref{hs[i], it.Limit.Name, it.Key}].before
-			_ = store.Eval(&it.Limit, &cur, now, 0, 0, &out.Results[i])
+			if err := store.Eval(&it.Limit, &cur, now, 0, 0, &out.Results[i]); err != nil {
+				// Its stored state is out of range for this limit
+				// (store.Eval), as on every backend.
+				return store.AllResult{}, err
+			}
 		}
 		return out, nil
 	}

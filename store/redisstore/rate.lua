@@ -628,6 +628,9 @@ if op == 't' then
 			local s = st[KEYS[i]]
 			out[n], out[n + 1], out[n + 2], out[n + 3], out[n + 4] = decide(
 				tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), s[8], s[9], s[10], now, 0, 0)
+			if out[n] == -2 then
+				return { now, -2 }
+			end
 		end
 	end
 	return out

@@ -516,7 +516,11 @@ func (tx *txn) decideAll(items []store.Item, maxDelay time.Duration, charge bool
 			if out.Results[i].Allowed {
 				it := &items[i]
 				st := index[ref{it.Limit.Name, it.Key}].stored
-				_ = store.Eval(&it.Limit, &st, tx.now, 0, 0, &out.Results[i])
+				if err := store.Eval(&it.Limit, &st, tx.now, 0, 0, &out.Results[i]); err != nil {
+					// Its stored state is out of range for this limit
+					// (store.Eval), as on every backend.
+					return out, nil, err
+				}
 			}
 		}
 	}
