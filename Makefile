@@ -66,3 +66,14 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime 60s ./retry
 	$(GO) test -run '^$$' -fuzz '^FuzzBreaker$$' -fuzztime 60s ./breaker
 	$(GO) test -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime 60s ./sim
+	$(GO) test -run '^$$' -fuzz '^FuzzLimits$$' -fuzztime 60s ./gcra
+	$(GO) test -run '^$$' -fuzz '^FuzzWindow$$' -fuzztime 60s ./window
+	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime 60s ./aimd
+	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime 60s ./retry
+	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime 60s ./breaker
+	$(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime 120s -fuzzminimizetime 5s ./store/sqlitestore
+	SLUICE_INTEGRATION=1 $(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime 120s -fuzzminimizetime 5s ./store/redisstore
+	SLUICE_INTEGRATION=1 $(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime 120s -fuzzminimizetime 5s ./store/pgstore
+	$(GO) test -run '^$$' -fuzz '^FuzzLeaseDifferential$$' -fuzztime 60s ./store/sqlitestore
+	SLUICE_INTEGRATION=1 $(GO) test -run '^$$' -fuzz '^FuzzLeaseDifferential$$' -fuzztime 60s ./store/redisstore
+	SLUICE_INTEGRATION=1 $(GO) test -run '^$$' -fuzz '^FuzzLeaseDifferential$$' -fuzztime 60s ./store/pgstore

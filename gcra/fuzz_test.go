@@ -193,3 +193,54 @@ func TestCheckAdmissionsOracle(t *testing.T) {
 		}
 	}
 }
+
+// FuzzLimits calls every exported function with arbitrary limits, states,
+// instants and costs, valid or not, and checks that none panics, that an
+// error leaves the state as it was, and that a valid limit decides within
+// its burst.
+func FuzzLimits(f *testing.F) {
+	f.Add(int64(0), int64(0), int64(0), int64(0), int64(0), int64(1), int64(0), int64(0))
+	f.Add(int64(1_000_000), int64(sec), int64(1), int64(0), int64(t0), int64(1), int64(0), int64(1<<52))
+	f.Add(int64(1), int64(sec), int64(1), int64(MaxTime), int64(-MaxTime), int64(1<<40), int64(1<<62), int64(-1))
+	f.Add(int64(-1), int64(-sec), int64(-5), int64(1<<63-1), int64(-1<<63), int64(-1), int64(1<<63-1), int64(1<<63-1))
+	f.Fuzz(func(t *testing.T, rate, periodUS, burst, tat, now, cost, maxDelay, other int64) {
+		l := Limit{Rate: rate, Period: time.Duration(periodUS) * time.Microsecond, Burst: burst}
+		valid := l.Validate() == nil
+		_ = l.Interval()
+		s := State{TAT: tat}
+		ns, d, err := Take(l, s, now, cost, maxDelay)
+		if err != nil && ns != s {
+			t.Fatalf("Take error %v changed the state %+v -> %+v", err, s, ns)
+		}
+		if err == nil {
+			if !valid {
+				t.Fatalf("Take accepted invalid limit %+v", l)
+			}
+			if d.Remaining < 0 || d.Remaining > l.Burst {
+				t.Fatalf("remaining %d outside [0, %d]", d.Remaining, l.Burst)
+			}
+		}
+		var p Params
+		if pp, err := l.Params(); err == nil {
+			p = pp
+		} else if valid {
+			t.Fatalf("Params of a valid limit: %v", err)
+		}
+		s2 := s
+		if err := (Params{Interval: rate, Burst: burst}).TakeTo(&s2, now, cost, maxDelay, &d); err != nil && s2 != s {
+			t.Fatalf("TakeTo error %v changed the state", err)
+		}
+		_, _, _ = p.Take(s, now, cost, maxDelay)
+		ns, err = Settle(l, s, now, cost, other)
+		if err != nil && ns != s {
+			t.Fatalf("Settle error %v changed the state %+v -> %+v", err, s, ns)
+		}
+		if err == nil && !valid {
+			t.Fatalf("Settle accepted invalid limit %+v", l)
+		}
+		if _, err := Sync(l, now, Observation{Remaining: cost, ResetAfter: other}); err == nil && !valid {
+			t.Fatalf("Sync accepted invalid limit %+v", l)
+		}
+		_ = BucketLimit(rate, burst).Validate()
+	})
+}

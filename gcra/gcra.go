@@ -34,12 +34,31 @@ var (
 	ErrNegativeCost = errors.New("gcra: negative cost")
 	// ErrInvalidLimit is wrapped by Limit.Validate.
 	ErrInvalidLimit = errors.New("gcra: invalid limit")
+	// ErrOutOfRange is returned for an instant (now, or a state's TAT)
+	// beyond MaxTime microseconds either side of the Unix epoch, or a Sync
+	// whose ResetAfter would take the TAT there: the arithmetic could
+	// overflow.
+	ErrOutOfRange = errors.New("gcra: time out of range")
 )
 
-// maxSpan bounds Burst*T and cost*T (in microseconds, about 142 years) so
-// that a TAT stays below 2^53 (exact in Lua's doubles, for the Redis store)
+// MaxSpan bounds every span: Burst*T (Validate refuses a limit whose
+// Burst*T is MaxSpan or more) and the debt Settle may leave, TAT - now after
+// a further Take of the whole burst (Settle refuses a charge that would
+// reach it, and a refund of MaxSpan or more). It is 2^52 microseconds,
+// about 142 years, so that a TAT decided at an instant before 2^52 (the
+// year 2112) stays below 2^53, exact in Lua's doubles for the Redis store,
 // and every duration derived from it fits a time.Duration.
-const maxSpan = int64(1) << 52
+const MaxSpan = int64(1) << 52
+
+const maxSpan = MaxSpan
+
+// MaxTime bounds the instants every function here accepts: now and a
+// state's TAT must lie in [-MaxTime, MaxTime] microseconds (about 73,000
+// years either side of 1970), so that no sum or difference of them and a
+// span overflows an int64.
+const MaxTime = int64(1) << 61
+
+func inTime(t int64) bool { return t >= -MaxTime && t <= MaxTime }
 
 // Limit is a GCRA limit. The zero value is invalid; see Validate.
 type Limit struct {
@@ -69,8 +88,11 @@ func (l Limit) Validate() error {
 }
 
 // Interval returns the emission interval T in microseconds: Period/Rate
-// rounded up. The limit must be valid.
+// rounded up. The limit must be valid: for a Rate of 0 or less it returns 0.
 func (l Limit) Interval() int64 {
+	if l.Rate <= 0 {
+		return 0
+	}
 	p := l.Period.Microseconds()
 	return (p + l.Rate - 1) / l.Rate
 }
@@ -105,10 +127,11 @@ type Decision struct {
 
 // Params is a validated limit in the units Take works in: the emission
 // interval and the burst. Stores that decide on every call build it once per
-// call with Limit.Params, which validates and divides exactly once.
+// call with Limit.Params, which validates and divides exactly once. The zero
+// value is invalid: TakeTo refuses it with ErrInvalidLimit.
 type Params struct {
 	Interval int64 // emission interval T in microseconds, >= 1
-	Burst    int64 // > 0, with Burst*Interval < 2^62
+	Burst    int64 // > 0, with Burst*Interval < MaxSpan (2^52)
 }
 
 // Params validates the limit and returns it in Take's units.
@@ -149,13 +172,21 @@ func (p Params) Take(s State, now, cost, maxDelay int64) (State, Decision, error
 
 // TakeTo is Take working in place: it updates *s when the request is
 // allowed (and costs something) and writes the decision to *d. It exists
-// for stores' hot paths, which then copy nothing large.
+// for stores' hot paths, which then copy nothing large. Params that did not
+// come from Limit.Params are refused with ErrInvalidLimit, and a now or TAT
+// beyond MaxTime with ErrOutOfRange; on any error *s and *d are untouched.
 func (p Params) TakeTo(s *State, now, cost, maxDelay int64, d *Decision) error {
+	if hi, lo := bits.Mul64(uint64(p.Burst), uint64(p.Interval)); p.Interval <= 0 || p.Burst <= 0 || hi != 0 || lo >= uint64(maxSpan) {
+		return fmt.Errorf("%w: params with interval %d and burst %d", ErrInvalidLimit, p.Interval, p.Burst)
+	}
 	if cost < 0 {
 		return ErrNegativeCost
 	}
 	if cost > p.Burst {
 		return ErrCostExceedsBurst
+	}
+	if !inTime(now) || !inTime(s.TAT) {
+		return ErrOutOfRange
 	}
 	t := p.Interval
 	tau := p.Burst * t
@@ -193,12 +224,21 @@ func remaining(tau, tat, now, t int64) int64 {
 // out to be actual: the difference is refunded (actual < reserved) or charged
 // (actual > reserved) at now. A refund never raises the key above a full
 // burst; a charge may push it into debt, because the provider already
-// consumed those units. Negative costs are errors, and so (wrapping
-// ErrCostExceedsBurst) is a difference so large that the debt would not fit
-// in TAT arithmetic (about 2^62 microseconds).
+// consumed those units. An invalid limit is an error (wrapping
+// ErrInvalidLimit), and so are negative costs, a now or TAT beyond MaxTime
+// (ErrOutOfRange) and, wrapping ErrCostExceedsBurst, a difference so large
+// that the debt would reach MaxSpan (2^52 microseconds, about 142 years)
+// beyond now even before a further Take of the whole burst, or a refund of
+// MaxSpan or more.
 func Settle(l Limit, s State, now, reserved, actual int64) (State, error) {
+	if err := l.Validate(); err != nil {
+		return s, err
+	}
 	if reserved < 0 || actual < 0 {
 		return s, ErrNegativeCost
+	}
+	if !inTime(now) || !inTime(s.TAT) {
+		return s, ErrOutOfRange
 	}
 	if reserved == actual {
 		return s, nil
@@ -243,14 +283,27 @@ type Observation struct {
 // rate (Shopify's throttleStatus) maps onto Limit{Rate: restore, Period:
 // time.Second, Burst: maximum} and Observation{Remaining: available}; see
 // BucketLimit.
-func Sync(l Limit, now int64, obs Observation) State {
+//
+// An invalid limit is an error (wrapping ErrInvalidLimit), and so
+// (ErrOutOfRange) is a now beyond MaxTime or a ResetAfter that would take
+// the TAT beyond it.
+func Sync(l Limit, now int64, obs Observation) (State, error) {
+	if err := l.Validate(); err != nil {
+		return State{}, err
+	}
+	if !inTime(now) {
+		return State{}, ErrOutOfRange
+	}
 	t := l.Interval()
 	r := min(max(obs.Remaining, 0), l.Burst)
 	if r == 0 && obs.ResetAfter > 0 {
+		if obs.ResetAfter > MaxTime-now-(l.Burst-1)*t {
+			return State{}, ErrOutOfRange
+		}
 		// First unit conforms at now+ResetAfter: TAT + T - tau = now + reset.
-		return State{TAT: now + obs.ResetAfter + (l.Burst-1)*t}
+		return State{TAT: now + obs.ResetAfter + (l.Burst-1)*t}, nil
 	}
-	return State{TAT: now + (l.Burst-r)*t}
+	return State{TAT: now + (l.Burst-r)*t}, nil
 }
 
 // BucketLimit returns the limit of a leaky bucket that holds maximum units

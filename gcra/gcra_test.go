@@ -361,7 +361,7 @@ func TestSync(t *testing.T) {
 		t.Fatalf("interval %d", l.Interval())
 	}
 	for _, r := range []int64{0, 1, 2, 500, 999, 1000} {
-		s := Sync(l, t0, Observation{Remaining: r})
+		s := mustSync(t, l, t0, Observation{Remaining: r})
 		_, d, _ := Take(l, s, t0, 0, 0)
 		if d.Remaining != r {
 			t.Errorf("Sync(remaining=%d): remaining %d", r, d.Remaining)
@@ -380,17 +380,17 @@ func TestSync(t *testing.T) {
 		}
 	}
 	// Out-of-range reports clamp.
-	if s := Sync(l, t0, Observation{Remaining: 5000}); s.TAT != t0 {
+	if s := mustSync(t, l, t0, Observation{Remaining: 5000}); s.TAT != t0 {
 		t.Errorf("remaining above burst: TAT t0%+d, want t0", s.TAT-t0)
 	}
-	s := Sync(l, t0, Observation{Remaining: -3})
+	s := mustSync(t, l, t0, Observation{Remaining: -3})
 	if _, d, _ := Take(l, s, t0, 0, 0); d.Remaining != 0 {
 		t.Errorf("negative remaining: %d", d.Remaining)
 	}
 	// Remaining 0 and a reset: the first unit conforms exactly at
 	// now+reset, not a microsecond sooner.
 	for _, reset := range []int64{1, 5 * ms, 20 * ms, 30 * sec, 3600 * sec} {
-		s := Sync(l, t0, Observation{Remaining: 0, ResetAfter: reset})
+		s := mustSync(t, l, t0, Observation{Remaining: 0, ResetAfter: reset})
 		_, d, _ := Take(l, s, t0, 1, 0)
 		if d.Allowed || d.RetryAfter != reset {
 			t.Errorf("reset %d: %+v, want denied with RetryAfter %d", reset, d, reset)
@@ -407,7 +407,7 @@ func TestSync(t *testing.T) {
 		}
 	}
 	// A reset is ignored when units remain.
-	s = Sync(l, t0, Observation{Remaining: 3, ResetAfter: 3600 * sec})
+	s = mustSync(t, l, t0, Observation{Remaining: 3, ResetAfter: 3600 * sec})
 	if _, d, _ := Take(l, s, t0, 3, 0); !d.Allowed {
 		t.Errorf("remaining 3 with reset: %+v", d)
 	}
@@ -539,5 +539,91 @@ func TestSettleDebtNeverOverflows(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func mustSync(t *testing.T, l Limit, now int64, obs Observation) State {
+	t.Helper()
+	s, err := Sync(l, now, obs)
+	if err != nil {
+		t.Fatalf("Sync(%+v, %d, %+v): %v", l, now, obs, err)
+	}
+	return s
+}
+
+// TestInvalidInputIsAnError checks that every exported function refuses an
+// invalid limit, zero params and out-of-range instants with an error, and
+// never panics (Settle and Sync used to divide by a zero interval).
+func TestInvalidInputIsAnError(t *testing.T) {
+	t.Parallel()
+	ok := Limit{Rate: 1, Period: time.Second, Burst: 1}
+	for _, l := range []Limit{{}, {Rate: 0, Period: time.Second, Burst: 1}, {Rate: -1, Period: time.Second, Burst: 1},
+		{Rate: 1, Period: 0, Burst: 1}, {Rate: 1, Period: -time.Second, Burst: 1}, {Rate: 1, Period: time.Second},
+		{Rate: 2, Period: time.Microsecond, Burst: 1}, {Rate: 1, Period: time.Second, Burst: MaxSpan}} {
+		if _, err := Settle(l, State{}, t0, 0, 1); !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("Settle(%+v): %v, want ErrInvalidLimit", l, err)
+		}
+		if _, err := Sync(l, t0, Observation{ResetAfter: sec}); !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("Sync(%+v): %v, want ErrInvalidLimit", l, err)
+		}
+		if _, _, err := Take(l, State{}, t0, 1, 0); !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("Take(%+v): %v, want ErrInvalidLimit", l, err)
+		}
+		_ = l.Interval()
+	}
+	var d Decision
+	for _, p := range []Params{{}, {Interval: 1}, {Burst: 1}, {Interval: -1, Burst: 1}, {Interval: 1 << 40, Burst: 1 << 40}} {
+		s := State{TAT: 7}
+		if err := p.TakeTo(&s, t0, 0, 0, &d); !errors.Is(err, ErrInvalidLimit) || s.TAT != 7 {
+			t.Errorf("%+v.TakeTo: %v, state %+v", p, err, s)
+		}
+	}
+	for _, now := range []int64{MaxTime + 1, -MaxTime - 1, 1<<63 - 1, -1 << 63} {
+		if _, _, err := Take(ok, State{}, now, 1, 1<<62); !errors.Is(err, ErrOutOfRange) {
+			t.Errorf("Take at %d: %v, want ErrOutOfRange", now, err)
+		}
+		if _, _, err := Take(ok, State{TAT: now}, t0, 1, 0); !errors.Is(err, ErrOutOfRange) {
+			t.Errorf("Take on TAT %d: %v, want ErrOutOfRange", now, err)
+		}
+		if _, err := Settle(ok, State{}, now, 0, 1); !errors.Is(err, ErrOutOfRange) {
+			t.Errorf("Settle at %d: %v, want ErrOutOfRange", now, err)
+		}
+		if _, err := Settle(ok, State{TAT: now}, t0, 1, 0); !errors.Is(err, ErrOutOfRange) {
+			t.Errorf("Settle on TAT %d: %v, want ErrOutOfRange", now, err)
+		}
+		if _, err := Sync(ok, now, Observation{}); !errors.Is(err, ErrOutOfRange) {
+			t.Errorf("Sync at %d: %v, want ErrOutOfRange", now, err)
+		}
+	}
+	if _, err := Sync(ok, MaxTime-sec, Observation{ResetAfter: sec + 1}); !errors.Is(err, ErrOutOfRange) {
+		t.Errorf("Sync past MaxTime: %v, want ErrOutOfRange", err)
+	}
+	if s, err := Sync(ok, MaxTime-sec, Observation{ResetAfter: sec}); err != nil || s.TAT != MaxTime {
+		t.Errorf("Sync up to MaxTime: %+v %v", s, err)
+	}
+}
+
+// TestSettleBoundIsMaxSpan checks the bound the package documents: a debt
+// reaching MaxSpan beyond now (after a further Take of the whole burst) is
+// refused, one microsecond less is not.
+func TestSettleBoundIsMaxSpan(t *testing.T) {
+	t.Parallel()
+	l := Limit{Rate: 1_000_000, Period: time.Second, Burst: 1} // T = 1us
+	if _, err := Settle(l, State{}, t0, 0, MaxSpan); !errors.Is(err, ErrCostExceedsBurst) {
+		t.Fatalf("Settle of 2^52 units: %v, want ErrCostExceedsBurst", err)
+	}
+	s, err := Settle(l, State{}, t0, 0, MaxSpan-1)
+	if err != nil || s.TAT != t0+MaxSpan-1 {
+		t.Fatalf("Settle of 2^52-1 units: %+v %v", s, err)
+	}
+	if _, err := Settle(l, s, t0, 0, 1); !errors.Is(err, ErrCostExceedsBurst) {
+		t.Fatalf("Settle on top of a full debt: %v, want ErrCostExceedsBurst", err)
+	}
+	if _, err := Settle(l, State{}, t0, MaxSpan+1, 0); !errors.Is(err, ErrCostExceedsBurst) {
+		t.Fatalf("refund beyond 2^52: %v, want ErrCostExceedsBurst", err)
+	}
+	l = Limit{Rate: 1, Period: time.Second, Burst: 1}
+	if _, err := Settle(l, State{}, t0, 0, 1<<40); !errors.Is(err, ErrCostExceedsBurst) {
+		t.Fatalf("Settle of 2^40 s: %v, want ErrCostExceedsBurst", err)
 	}
 }

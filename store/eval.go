@@ -1,6 +1,8 @@
 package store
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sluicerl/sluice/gcra"
@@ -116,7 +118,9 @@ func (p *Prepared) IsGCRA() bool { return p.limit.Algorithm == GCRA }
 // FreshAt is the package-level FreshAt for the prepared limit.
 func (p *Prepared) FreshAt(s *State) int64 { return FreshAt(p.limit, *s) }
 
-// Eval is the package-level Eval on a prepared limit.
+// Eval is the package-level Eval on a prepared limit. After the cost, it
+// refuses a now beyond MaxNow and a change that would leave the state out
+// of range (InRange) with ErrOutOfRange, leaving *st and *res untouched.
 func (p *Prepared) Eval(st *State, now, cost int64, maxDelay time.Duration, res *Result) error {
 	if cost < 0 {
 		return ErrNegativeCost
@@ -124,16 +128,24 @@ func (p *Prepared) Eval(st *State, now, cost int64, maxDelay time.Duration, res 
 	if cost > p.max {
 		return ErrCostExceedsLimit
 	}
-	res.Limit = p.max
-	res.At = now
+	if now >= MaxNow || now < 0 {
+		return ErrOutOfRange
+	}
 	if p.limit.Algorithm == GCRA {
 		var d gcra.Decision
 		gs := gcra.State{TAT: st.Time}
-		_ = p.gp.TakeTo(&gs, now, cost, maxDelay.Microseconds(), &d)
+		if err := p.gp.TakeTo(&gs, now, cost, maxDelay.Microseconds(), &d); err != nil {
+			return ErrOutOfRange // a stored time beyond gcra.MaxTime: never written
+		}
+		if gs.TAT != st.Time && (gs.TAT >= MaxTime || gs.TAT <= -MaxTime) {
+			return ErrOutOfRange
+		}
 		// Only the time moves: on a key whose state a window algorithm
 		// wrote (a policy reload), the counts stay, as every backend
 		// stores them.
 		st.Time = gs.TAT
+		res.Limit = p.max
+		res.At = now
 		res.Allowed = d.Allowed
 		res.Remaining = d.Remaining
 		res.RetryAfter = micros(d.RetryAfter)
@@ -143,10 +155,25 @@ func (p *Prepared) Eval(st *State, now, cost int64, maxDelay time.Duration, res 
 	}
 	take := window.FixedTake
 	if p.limit.Algorithm == SlidingWindow {
+		// A state whose window would end at MaxTime or later under this
+		// limit (one a fixed window of the same name left, after a policy
+		// reload) is out of range: its answers could reach 2^53.
+		if (st.Count != 0 || st.Prev != 0) && st.Time >= MaxTime-p.limit.Period.Microseconds() {
+			return ErrOutOfRange
+		}
 		take = window.SlidingTake
 	}
-	ns, d, _ := take(p.limit.Window(), window.State{End: st.Time, Count: st.Count, Prev: st.Prev}, now, cost)
-	*st = State{Time: ns.End, Count: ns.Count, Prev: ns.Prev}
+	ns, d, err := take(p.limit.Window(), window.State{End: st.Time, Count: st.Count, Prev: st.Prev}, now, cost)
+	if err != nil {
+		return ErrOutOfRange // a stored state beyond what any write leaves
+	}
+	n := State{Time: ns.End, Count: ns.Count, Prev: ns.Prev}
+	if n != *st && !InRange(p.limit, n) {
+		return ErrOutOfRange
+	}
+	*st = n
+	res.Limit = p.max
+	res.At = now
 	res.Allowed = d.Allowed
 	res.Remaining = d.Remaining
 	res.RetryAfter = micros(d.RetryAfter)
@@ -155,43 +182,89 @@ func (p *Prepared) Eval(st *State, now, cost int64, maxDelay time.Duration, res 
 	return nil
 }
 
-// EvalSettle applies SettleParams to s at now.
+// InRange reports whether a backend can store s, written under l: its
+// time and FreshAt(l, s) below MaxTime, its time above -MaxTime and its
+// counts below MaxTime. Every backend refuses a write of a state out of
+// range with ErrOutOfRange.
+func InRange(l Limit, s State) bool {
+	return FreshAt(l, s) < MaxTime && s.Time < MaxTime && s.Time > -MaxTime && s.Count < MaxTime && s.Prev < MaxTime
+}
+
+// EvalSettle applies SettleParams to s at now. The limit must be valid.
+// Errors come in this order: negative costs, a now beyond MaxNow
+// (ErrOutOfRange), a charge or refund too large to count
+// (ErrCostExceedsLimit, as gcra.Settle and window.Settle bound them), and
+// a new state out of range (ErrOutOfRange).
 func EvalSettle(s State, now int64, p *SettleParams) (State, error) {
+	ns, err := evalSettle(s, now, p)
+	if err == nil && ns != s && !InRange(p.Limit, ns) {
+		return s, ErrOutOfRange
+	}
+	return ns, err
+}
+
+func evalSettle(s State, now int64, p *SettleParams) (State, error) {
 	if p.Reserved < 0 || p.Actual < 0 {
 		return s, ErrNegativeCost
+	}
+	if now >= MaxNow || now < 0 {
+		return s, ErrOutOfRange
 	}
 	l := p.Limit
 	switch l.Algorithm {
 	case GCRA:
 		ns, err := gcra.Settle(l.GCRA(), gcra.State{TAT: s.Time}, now, p.Reserved, p.Actual)
-		if err != nil {
+		switch {
+		case errors.Is(err, gcra.ErrCostExceedsBurst):
 			return s, ErrCostExceedsLimit
+		case err != nil:
+			return s, ErrOutOfRange // a stored time beyond gcra.MaxTime
 		}
 		return State{Time: ns.TAT}, nil
 	default:
 		wl := l.Window()
 		ns, err := window.Settle(wl, window.State{End: s.Time, Count: s.Count, Prev: s.Prev},
 			now, p.ReservedEnd(), p.Reserved, p.Actual, l.Algorithm == SlidingWindow)
-		if err != nil {
-			// Negative costs were refused above: this is a charge too
-			// large to count.
+		switch {
+		case errors.Is(err, window.ErrCostExceedsLimit):
 			return s, ErrCostExceedsLimit
+		case err != nil:
+			return s, ErrOutOfRange // a stored state beyond what any write leaves
 		}
 		return State{Time: ns.End, Count: ns.Count, Prev: ns.Prev}, nil
 	}
 }
 
-// EvalSync returns the state a provider's report implies at now.
-func EvalSync(now int64, p *SyncParams) State {
+// EvalSync returns the state a provider's report implies at now for a key
+// holding s. The limit must be valid. A now beyond MaxNow, and a change to
+// a state out of range (a pause reaching MaxTime), are ErrOutOfRange.
+func EvalSync(s State, now int64, p *SyncParams) (State, error) {
+	if now >= MaxNow || now < 0 {
+		return s, ErrOutOfRange
+	}
 	l := p.Limit
+	// now is within 2^52 and a Duration within 2^53 microseconds, so
+	// neither gcra.Sync nor window.Sync reaches its MaxTime: an error is
+	// an invalid limit.
+	var ns State
 	switch l.Algorithm {
 	case GCRA:
-		ns := gcra.Sync(l.GCRA(), now, gcra.Observation{Remaining: p.Remaining, ResetAfter: p.ResetAfter.Microseconds()})
-		return State{Time: ns.TAT}
+		gs, err := gcra.Sync(l.GCRA(), now, gcra.Observation{Remaining: p.Remaining, ResetAfter: p.ResetAfter.Microseconds()})
+		if err != nil {
+			return s, fmt.Errorf("%w %q: %w", ErrInvalidLimit, l.Name, err)
+		}
+		ns = State{Time: gs.TAT}
 	default:
-		ns := window.Sync(l.Window(), now, p.Remaining, p.ResetAfter.Microseconds())
-		return State{Time: ns.End, Count: ns.Count, Prev: ns.Prev}
+		ws, err := window.Sync(l.Window(), now, p.Remaining, p.ResetAfter.Microseconds())
+		if err != nil {
+			return s, fmt.Errorf("%w %q: %w", ErrInvalidLimit, l.Name, err)
+		}
+		ns = State{Time: ws.End, Count: ws.Count, Prev: ws.Prev}
 	}
+	if ns != s && !InRange(l, ns) {
+		return s, ErrOutOfRange
+	}
+	return ns, nil
 }
 
 // Fresh reports whether s is indistinguishable from a fresh key at now, so

@@ -231,7 +231,10 @@ func (p *AcquireParams) Check() error {
 	if p.Permits < 1 || p.Permits > MaxPermits {
 		return fmt.Errorf("%w: permits must be in [1, %d], got %d", ErrInvalidLease, MaxPermits, p.Permits)
 	}
-	return CheckTTL(p.TTL)
+	if err := CheckTTL(p.TTL); err != nil {
+		return err
+	}
+	return CheckNow(p.Now)
 }
 
 // Check validates renew parameters.
@@ -242,7 +245,10 @@ func (p *RenewParams) Check() error {
 	if err := CheckHolder(p.Holder); err != nil {
 		return err
 	}
-	return CheckTTL(p.TTL)
+	if err := CheckTTL(p.TTL); err != nil {
+		return err
+	}
+	return CheckNow(p.Now)
 }
 
 // Check validates release parameters.
@@ -250,7 +256,10 @@ func (p *ReleaseParams) Check() error {
 	if err := checkLeaseKey(p.Name, p.Key); err != nil {
 		return err
 	}
-	return CheckHolder(p.Holder)
+	if err := CheckHolder(p.Holder); err != nil {
+		return err
+	}
+	return CheckNow(p.Now)
 }
 
 // Check validates fenced write parameters.
@@ -264,7 +273,7 @@ func (p *FencedWriteParams) Check() error {
 	if len(p.Value) > MaxFencedValue {
 		return fmt.Errorf("%w: value of %d bytes is larger than %d", ErrInvalidLease, len(p.Value), MaxFencedValue)
 	}
-	return nil
+	return CheckNow(p.Now)
 }
 
 func checkLeaseKey(name, key string) error { return CheckLeaseKey(name, key) }

@@ -12,7 +12,9 @@
 //
 // A denial is a result (Result.Allowed == false), never an error. Errors are
 // for requests that can never succeed (ErrCostExceedsLimit, an invalid
-// limit) and for a store that could not answer.
+// limit, ErrOutOfRange) and for a store that could not answer. Every backend
+// returns the same answer and the same error for the same request and Now,
+// to the extremes (storetest.FuzzDifferential checks it).
 //
 // Every key, limit name, holder, event id and config name follows one
 // identifier rule (ident.go, CheckID): 1 to a documented number of bytes of
@@ -53,7 +55,40 @@ var (
 	// program_limit_exceeded: a key the database cannot hold). It is an
 	// answer about the request, never a sign that the store is down.
 	ErrInvalidValue = errors.New("store: the store refused a value of the request")
+	// ErrOutOfRange: a Now override beyond MaxNow, or an operation that
+	// would leave a key's state (or the time at which it becomes fresh) at
+	// MaxTime or beyond: a debt, a delay or a pause reaching the year 2255,
+	// which Redis's Lua numbers cannot hold exactly. Every backend refuses
+	// it alike and writes nothing. Permanent: the request itself is wrong.
+	ErrOutOfRange = errors.New("store: value out of range")
 )
+
+const (
+	// MaxNow bounds a Now override: it must lie after the Unix epoch and
+	// less than MaxNow microseconds (2^52, about 142 years) after it,
+	// before the year 2112. The Unix epoch itself, like the zero time,
+	// means the store clock.
+	MaxNow = int64(1) << 52
+	// MaxTime bounds every stored time: an operation that would leave a
+	// key's state with a time, or a FreshAt, at or beyond 2^53
+	// microseconds (or at or below -2^53) fails with ErrOutOfRange.
+	MaxTime = int64(1) << 53
+)
+
+var (
+	minNowTime = time.UnixMicro(0)
+	maxNowTime = time.UnixMicro(MaxNow)
+)
+
+// CheckNow returns ErrOutOfRange (wrapped) for a Now override beyond
+// MaxNow; the zero time (no override) passes. Backends check it after the
+// limit and the costs, before anything that depends on the key's state.
+func CheckNow(t time.Time) error {
+	if !t.IsZero() && (t.Before(minNowTime) || !t.Before(maxNowTime)) {
+		return fmt.Errorf("%w: Now %s is not within 2^52us after the Unix epoch", ErrOutOfRange, t.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
 
 // Algorithm selects how a limit counts.
 type Algorithm uint8

@@ -26,9 +26,32 @@ var (
 	ErrCostExceedsLimit = errors.New("window: cost exceeds limit")
 	// ErrNegativeCost is returned for a cost below zero.
 	ErrNegativeCost = errors.New("window: negative cost")
-	// ErrInvalidLimit is wrapped by Limit.Validate.
+	// ErrInvalidLimit is wrapped by Limit.Validate, and returned by every
+	// function given an invalid limit.
 	ErrInvalidLimit = errors.New("window: invalid limit")
+	// ErrOutOfRange is returned for an instant (now, a state's End, or now
+	// plus a Sync's resetAfter) beyond MaxTime microseconds either side of
+	// the Unix epoch, or a state count outside [0, 2^53]: the arithmetic
+	// could overflow.
+	ErrOutOfRange = errors.New("window: value out of range")
 )
+
+// MaxTime bounds the instants every function here accepts (about 73,000
+// years either side of 1970), so that no sum of them and a window
+// overflows an int64.
+const MaxTime = int64(1) << 61
+
+// check validates what every function here is given.
+func check(l Limit, s State, now int64, sliding bool) error {
+	if err := l.Validate(sliding); err != nil {
+		return err
+	}
+	if now < -MaxTime || now > MaxTime || s.End < -MaxTime || s.End > MaxTime ||
+		s.Count < 0 || s.Count > MaxSlidingProduct || s.Prev < 0 || s.Prev > MaxSlidingProduct {
+		return ErrOutOfRange
+	}
+	return nil
+}
 
 // MaxSlidingProduct bounds Limit*Window (in microseconds) for sliding
 // windows: Limit must be below MaxSlidingProduct/Window, so that the
@@ -112,8 +135,13 @@ func current(s State, now, w int64) (end, cur, prev int64) {
 }
 
 // FixedTake decides a request of cost units at now against a fixed window.
-// A cost of 0 is a peek. Denials return the input state unchanged.
+// A cost of 0 is a peek. Denials return the input state unchanged. An
+// invalid limit (wrapping ErrInvalidLimit), a negative cost, a cost above
+// the limit and an instant or state out of range (ErrOutOfRange) are errors.
 func FixedTake(l Limit, s State, now, cost int64) (State, Decision, error) {
+	if err := check(l, s, now, false); err != nil {
+		return s, Decision{}, err
+	}
 	if cost < 0 {
 		return s, Decision{}, ErrNegativeCost
 	}
@@ -159,8 +187,11 @@ func firstElapsed(prev, budget, w int64) int64 {
 
 // SlidingTake decides a request of cost units at now against a sliding
 // window counter. A cost of 0 is a peek. Denials return the input state
-// unchanged.
+// unchanged. Errors are as in FixedTake.
 func SlidingTake(l Limit, s State, now, cost int64) (State, Decision, error) {
+	if err := check(l, s, now, true); err != nil {
+		return s, Decision{}, err
+	}
 	if cost < 0 {
 		return s, Decision{}, ErrNegativeCost
 	}
@@ -227,8 +258,13 @@ func (s State) Fresh(now, w int64, sliding bool) bool {
 // once it has passed, the units have expired anyway. A charge always lands
 // in the current window, and may take it over the limit, but not past
 // max(Limit, MaxSlidingProduct/window - 1) units: a larger one is refused with
-// ErrCostExceedsLimit, so that counts never overflow.
+// ErrCostExceedsLimit, so that counts never overflow. An invalid limit,
+// negative costs and an instant or state out of range are errors as in
+// FixedTake.
 func Settle(l Limit, s State, now, reservedEnd, reserved, actual int64, sliding bool) (State, error) {
+	if err := check(l, s, now, sliding); err != nil {
+		return s, err
+	}
 	if reserved < 0 || actual < 0 {
 		return s, ErrNegativeCost
 	}
@@ -265,13 +301,22 @@ func Settle(l Limit, s State, now, reservedEnd, reserved, actual int64, sliding 
 // units are available in the current window, and when remaining is 0 and
 // resetAfter reaches past the current window, the key stays closed until the
 // first window boundary at or after now+resetAfter. Counts from before are
-// dropped: the provider's word replaces them.
-func Sync(l Limit, now, remaining, resetAfter int64) State {
+// dropped: the provider's word replaces them. An invalid limit (for a fixed
+// window: Sync's state is the same for both) is an error wrapping
+// ErrInvalidLimit, and a now, or with remaining 0 a now+resetAfter, beyond
+// MaxTime is ErrOutOfRange.
+func Sync(l Limit, now, remaining, resetAfter int64) (State, error) {
+	if err := check(l, State{}, now, false); err != nil {
+		return State{}, err
+	}
 	w := l.Window.Microseconds()
 	r := min(max(remaining, 0), l.Limit)
 	end := alignUp(now, w)
-	if r == 0 && now+resetAfter > end {
+	if r == 0 && resetAfter > end-now {
+		if resetAfter > MaxTime-now {
+			return State{}, ErrOutOfRange
+		}
 		end = alignUp(now+resetAfter-1, w)
 	}
-	return State{End: end, Count: l.Limit - r}
+	return State{End: end, Count: l.Limit - r}, nil
 }

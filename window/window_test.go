@@ -389,7 +389,7 @@ func TestSync(t *testing.T) {
 	l := Limit{Limit: 10, Window: time.Minute}
 	now := t0 + 10*sec
 	for _, r := range []int64{0, 1, 4, 10} {
-		s := Sync(l, now, r, 0)
+		s := mustSync(t, l, now, r, 0)
 		if _, d, _ := FixedTake(l, s, now, 0); d.Remaining != r {
 			t.Errorf("Sync(remaining=%d): remaining %d", r, d.Remaining)
 		}
@@ -399,10 +399,10 @@ func TestSync(t *testing.T) {
 			}
 		}
 	}
-	if s := Sync(l, now, 50, 0); s.Count != 0 {
+	if s := mustSync(t, l, now, 50, 0); s.Count != 0 {
 		t.Errorf("remaining above the limit: count %d", s.Count)
 	}
-	if s := Sync(l, now, -5, 0); s.Count != 10 {
+	if s := mustSync(t, l, now, -5, 0); s.Count != 10 {
 		t.Errorf("negative remaining: count %d", s.Count)
 	}
 
@@ -417,7 +417,7 @@ func TestSync(t *testing.T) {
 		{"pause to a later boundary", 110 * sec, t0 + 120*sec},
 		{"pause an hour", 3600 * sec, t0 + 3660*sec},
 	} {
-		s := Sync(l, now, 0, tc.reset)
+		s := mustSync(t, l, now, 0, tc.reset)
 		if s.End != tc.open || s.Count != 10 {
 			t.Errorf("%s: state %+v", tc.name, s)
 		}
@@ -449,7 +449,7 @@ func TestSync(t *testing.T) {
 		}
 	}
 	// A reset is ignored while units remain.
-	if s := Sync(l, now, 3, 3600*sec); s.End != t0+60*sec || s.Count != 7 {
+	if s := mustSync(t, l, now, 3, 3600*sec); s.End != t0+60*sec || s.Count != 7 {
 		t.Errorf("remaining 3 with a reset: %+v", s)
 	}
 }
@@ -563,7 +563,7 @@ func TestSettleChargeNeverOverflows(t *testing.T) {
 	for _, l := range []Limit{
 		{Limit: 10, Window: time.Minute},
 		{Limit: 1, Window: time.Microsecond},
-		{Limit: MaxSlidingProduct / (60 * sec), Window: time.Minute},
+		{Limit: MaxSlidingProduct/(60*sec) - 1, Window: time.Minute}, // the largest valid sliding limit
 	} {
 		rEnd := t0 + 60*sec
 		for _, sliding := range []bool{false, true} {
@@ -607,5 +607,61 @@ func TestSettleChargeNeverOverflows(t *testing.T) {
 				t.Fatalf("%+v sliding=%v: every charge refused", l, sliding)
 			}
 		}
+	}
+}
+
+func mustSync(t *testing.T, l Limit, now, remaining, resetAfter int64) State {
+	t.Helper()
+	s, err := Sync(l, now, remaining, resetAfter)
+	if err != nil {
+		t.Fatalf("Sync(%+v, %d, %d, %d): %v", l, now, remaining, resetAfter, err)
+	}
+	return s
+}
+
+// TestInvalidInputIsAnError checks that every function refuses an invalid
+// limit and out-of-range instants or states with an error instead of
+// panicking (a zero window divided by zero).
+func TestInvalidInputIsAnError(t *testing.T) {
+	t.Parallel()
+	for _, l := range []Limit{{}, {Limit: 1}, {Limit: 1, Window: -time.Second}, {Limit: 0, Window: time.Second},
+		{Limit: -1, Window: time.Second}, {Limit: 1, Window: time.Nanosecond}} {
+		for _, take := range []takeFunc{FixedTake, SlidingTake} {
+			if _, _, err := take(l, State{}, t0, 1); !errors.Is(err, ErrInvalidLimit) {
+				t.Errorf("take %+v: %v, want ErrInvalidLimit", l, err)
+			}
+		}
+		for _, sliding := range []bool{false, true} {
+			if _, err := Settle(l, State{}, t0, t0, 0, 1, sliding); !errors.Is(err, ErrInvalidLimit) {
+				t.Errorf("Settle %+v: %v, want ErrInvalidLimit", l, err)
+			}
+		}
+		if _, err := Sync(l, t0, 0, sec); !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("Sync %+v: %v, want ErrInvalidLimit", l, err)
+		}
+	}
+	ok := Limit{Limit: 10, Window: time.Second}
+	for _, bad := range []struct {
+		s   State
+		now int64
+	}{
+		{State{}, MaxTime + 1}, {State{}, -MaxTime - 1}, {State{}, 1<<63 - 1}, {State{}, -1 << 63},
+		{State{End: 1<<63 - 1}, t0}, {State{End: -1 << 63}, t0},
+		{State{End: t0, Count: -1}, t0}, {State{End: t0, Prev: -1}, t0}, {State{End: t0, Count: 1 << 60}, t0},
+	} {
+		for _, take := range []takeFunc{FixedTake, SlidingTake} {
+			if _, _, err := take(ok, bad.s, bad.now, 1); !errors.Is(err, ErrOutOfRange) {
+				t.Errorf("take on %+v at %d: %v, want ErrOutOfRange", bad.s, bad.now, err)
+			}
+		}
+		if _, err := Settle(ok, bad.s, bad.now, t0, 0, 1, true); !errors.Is(err, ErrOutOfRange) {
+			t.Errorf("Settle on %+v at %d: %v, want ErrOutOfRange", bad.s, bad.now, err)
+		}
+	}
+	if _, err := Sync(ok, MaxTime-sec, 0, 2*sec); !errors.Is(err, ErrOutOfRange) {
+		t.Errorf("Sync past MaxTime: %v, want ErrOutOfRange", err)
+	}
+	if _, err := Sync(ok, t0, 0, 1<<63-1); !errors.Is(err, ErrOutOfRange) {
+		t.Errorf("Sync with the largest reset: %v, want ErrOutOfRange", err)
 	}
 }

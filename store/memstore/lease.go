@@ -270,6 +270,9 @@ func (l *Leases) Holders(_ context.Context, p store.HoldersParams) ([]store.Leas
 	if err := store.CheckLeaseKey(p.Name, p.Key); err != nil {
 		return nil, err
 	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return nil, err
+	}
 	sh, now := l.lock(p.Name, p.Key, p.Now)
 	defer sh.mu.Unlock()
 	st := sh.m[leaseKey{p.Name, p.Key}]

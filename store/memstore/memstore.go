@@ -460,6 +460,9 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 		hs[i] = s.hash(it.Key)
 		order[i] = hs[i] & s.mask
 	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return store.AllResult{}, err
+	}
 	slices.Sort(order)
 	order = slices.Compact(order)
 	override := store.NowMicros(p.Now)
@@ -574,7 +577,11 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 				continue
 			}
 			cur := cells[ref{hs[i], it.Limit.Name, it.Key}].before
-			_ = store.Eval(&it.Limit, &cur, now, 0, 0, &out.Results[i])
+			if err := store.Eval(&it.Limit, &cur, now, 0, 0, &out.Results[i]); err != nil {
+				// Its stored state is out of range for this limit
+				// (store.Eval), as on every backend.
+				return store.AllResult{}, err
+			}
 		}
 		return out, nil
 	}
@@ -653,8 +660,8 @@ func (s *Store) Settle(_ context.Context, p store.SettleParams) (store.Result, e
 
 // Sync implements store.RateStore.
 func (s *Store) Sync(_ context.Context, p store.SyncParams) (store.Result, error) {
-	return s.update(p.Key, p.Limit, store.NowMicros(p.Now), func(_ store.State, now int64) (store.State, error) {
-		return store.EvalSync(now, &p), nil
+	return s.update(p.Key, p.Limit, store.NowMicros(p.Now), func(cur store.State, now int64) (store.State, error) {
+		return store.EvalSync(cur, now, &p)
 	})
 }
 

@@ -139,6 +139,9 @@ func (s *Store) Holders(ctx context.Context, p store.HoldersParams) ([]store.Lea
 	if err := store.CheckLeaseKey(p.Name, p.Key); err != nil {
 		return nil, err
 	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return nil, err
+	}
 	rows, err := s.pool.Query(ctx, holdersSQL, p.Name, p.Key, nowArg(p.Now))
 	if err != nil {
 		return nil, wrap("holders", err)

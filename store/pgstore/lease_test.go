@@ -178,3 +178,11 @@ func TestTakeAllAcquireRefusalAnnounces(t *testing.T) {
 		t.Fatal("the release a refused TakeAllAcquire waits for was not announced")
 	}
 }
+
+// FuzzLeaseDifferential runs storetest.FuzzLeaseDifferential against one
+// PostgreSQL store shared by every input (SLUICE_INTEGRATION=1).
+func FuzzLeaseDifferential(f *testing.F) {
+	b := setup(f)
+	storetest.FuzzLeaseDifferential(f, func(*testing.T) store.LeaseStore { return b.store },
+		func() store.LeaseStore { return memstore.NewLeases(memstore.LeasesConfig{}) })
+}

@@ -146,9 +146,16 @@ func (r *row) result() store.Result {
 	}
 }
 
-// sqlStateCostExceeds is raised by the SQL functions for a settle charge
-// past what the arithmetic can hold (store.ErrCostExceedsLimit).
-const sqlStateCostExceeds = "SL001"
+const (
+	// sqlStateCostExceeds is raised by the SQL functions for a settle
+	// charge past what the arithmetic can hold (store.ErrCostExceedsLimit).
+	sqlStateCostExceeds = "SL001"
+	// sqlStateOutOfRange is raised by the SQL functions for a write of a
+	// state beyond 2^53 (store.ErrOutOfRange); the constraint
+	// sluice_rate_state_exact holds the inline GCRA take to the same.
+	sqlStateOutOfRange = "SL002"
+	exactConstraint    = "sluice_rate_state_exact"
+)
 
 func wrap(op string, err error) error {
 	var pe *pgconn.PgError
@@ -156,6 +163,8 @@ func wrap(op string, err error) error {
 		switch {
 		case pe.Code == sqlStateCostExceeds:
 			return store.ErrCostExceedsLimit
+		case pe.Code == sqlStateOutOfRange || pe.ConstraintName == exactConstraint:
+			return fmt.Errorf("pgstore: %s: %w", op, store.ErrOutOfRange)
 		case requestSQLState(pe.Code):
 			// The request carried a value the database refuses (a key
 			// that is not valid UTF-8 or holds NUL, a number out of
@@ -185,7 +194,10 @@ func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, err
 	}
 	// Eval on a blank state validates exactly as memstore does.
 	var probe store.Result
-	if err := store.Eval(&p.Limit, &store.State{}, 0, p.Cost, p.MaxDelay, &probe); err != nil {
+	if err := store.Eval(&p.Limit, &store.State{}, 0, p.Cost, p.MaxDelay, &probe); err != nil && !errors.Is(err, store.ErrOutOfRange) {
+		return store.Result{}, err
+	}
+	if err := store.CheckNow(p.Now); err != nil {
 		return store.Result{}, err
 	}
 	alg, lim, iv := params(&p.Limit)
@@ -194,7 +206,7 @@ func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, err
 		args: [8]any{p.Limit.Name, p.Key, alg, lim, iv, p.Cost, p.MaxDelay.Microseconds(), nowArg(p.Now)},
 		name: p.Limit.Name,
 		key:  p.Key,
-		row:  row{limit: probe.Limit},
+		row:  row{limit: p.Limit.Max()},
 	}
 	if err := s.take(&c); err != nil {
 		return store.Result{}, err
@@ -221,6 +233,9 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 		}
 		names[i], keys[i], costs[i] = it.Limit.Name, it.Key, it.Cost
 		algs[i], lims[i], ivs[i] = params(&it.Limit)
+	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return store.AllResult{}, err
 	}
 	rows, err := s.pool.Query(ctx, takeAllSQL, names, keys, algs, lims, ivs, costs,
 		p.MaxDelay.Microseconds(), nowArg(p.Now))
@@ -259,9 +274,15 @@ func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result,
 	if err := p.Limit.Validate(); err != nil {
 		return store.Result{}, err
 	}
+	if p.Reserved < 0 || p.Actual < 0 {
+		return store.Result{}, store.ErrNegativeCost
+	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return store.Result{}, err
+	}
 	// A settle that fails on a blank state fails on every state; the SQL
 	// catches the rest (debt that would grow too large).
-	if _, err := store.EvalSettle(store.State{}, 0, &p); err != nil {
+	if _, err := store.EvalSettle(store.State{}, 1, &p); err != nil && !errors.Is(err, store.ErrOutOfRange) {
 		return store.Result{}, err
 	}
 	alg, lim, iv := params(&p.Limit)
@@ -281,6 +302,9 @@ func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, err
 		return store.Result{}, err
 	}
 	if err := p.Limit.Validate(); err != nil {
+		return store.Result{}, err
+	}
+	if err := store.CheckNow(p.Now); err != nil {
 		return store.Result{}, err
 	}
 	alg, lim, iv := params(&p.Limit)

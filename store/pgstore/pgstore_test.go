@@ -320,3 +320,11 @@ func TestBatchedTakesWithDeadlines(t *testing.T) {
 	require.LessOrEqual(t, charged, acked.Load()+timedOut.Load())
 	t.Logf("%d acknowledged, %d timed out, %d charged", acked.Load(), timedOut.Load(), charged)
 }
+
+// FuzzDifferential runs storetest.FuzzDifferential against one PostgreSQL
+// store shared by every input (SLUICE_INTEGRATION=1).
+func FuzzDifferential(f *testing.F) {
+	b := setup(f)
+	storetest.FuzzDifferential(f, func(*testing.T) store.RateStore { return b.store },
+		func() store.RateStore { return memstore.New(memstore.Config{}) })
+}

@@ -16,9 +16,11 @@
 // Lua numbers are doubles, exact for integers below 2^53. Unix microseconds
 // stay far below that, and the store refuses what could leave it: a GCRA
 // limit whose burst times emission interval, or a window, longer than 2^52
-// microseconds (about 142 years) fails with store.ErrInvalidLimit, and a
-// Settle or Sync that would push a key's state out of that range fails with
-// ErrOutOfRange.
+// microseconds (about 142 years) fails with store.ErrInvalidLimit, and an
+// operation that would leave a key's state at 2^53 or beyond (a delayed
+// take, a settled debt or a synced pause reaching the year 2255), or whose
+// Now is beyond store.MaxNow, fails with ErrOutOfRange, which wraps
+// store.ErrOutOfRange: every backend refuses exactly the same requests.
 //
 // Redis 6.2 or later is required (SET ... PXAT).
 //

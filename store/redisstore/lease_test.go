@@ -72,3 +72,11 @@ func TestLeaseTokensOutliveTheirHash(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, time.Duration(-1), ttl, "the counter never expires")
 }
+
+// FuzzLeaseDifferential runs storetest.FuzzLeaseDifferential against one
+// Redis store shared by every input (SLUICE_INTEGRATION=1).
+func FuzzLeaseDifferential(f *testing.F) {
+	s := newStore(f, single(f), Config{})
+	storetest.FuzzLeaseDifferential(f, func(*testing.T) store.LeaseStore { return s },
+		func() store.LeaseStore { return memstore.NewLeases(memstore.LeasesConfig{}) })
+}

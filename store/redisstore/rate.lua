@@ -32,8 +32,9 @@
 --      Returns {server now (0 if unread), then an item per key}.
 -- 's': ARGV[3..5] alg, x, y; ARGV[6] the difference (gcra: (actual -
 --      reserved) * T; windows: actual - reserved); ARGV[7] the end of the
---      window the reservation was taken in; ARGV[8] (windows) the most a
---      window may count after a charge. Returns {now, item} (a peek).
+--      window the reservation was taken in; ARGV[8] the most a window may
+--      count after a charge, or (gcra) the most TAT - now may be after
+--      one (gcra.MaxSpan - tau). Returns {now, item} (a peek).
 -- 'y': ARGV[3..5] alg, x, y; ARGV[6] remaining (clamped to [0, y]);
 --      ARGV[7] reset after (us). Returns {now, item} (a peek).
 -- 'r': deletes KEYS[1]; returns the number of keys deleted.
@@ -75,7 +76,9 @@ if op == 'g' then
 			tat = now
 		end
 		local ntat = tat + cost * x
-		local wait = ntat - tau - now -- allowAt - now
+		-- allowAt - now, added up so that every term stays below 2^53
+		-- and exact even when ntat does not.
+		local wait = (tat - now) + (cost * x - tau)
 		-- Remaining, after the take if allowed: fdiv(r, x), inlined.
 		local denied = wait > md
 		local r, rem, q, m = tau - (ntat - now), 0, 0, 0
@@ -193,7 +196,7 @@ local function gcra(t, now, x, y, cost, md)
 		tat = now
 	end
 	local ntat = tat + cost * x
-	local wait = ntat - tau - now -- allowAt - now
+	local wait = (tat - now) + (cost * x - tau) -- allowAt - now, exact (see 'g')
 	if wait > md then
 		local r, rem = tau - (tat - now), 0
 		if r > 0 then
@@ -331,7 +334,13 @@ local function decide(alg, x, y, t, c, p, now, cost, md)
 		end
 		return 1, lim - cur, 0, reset, 0, e, cur, 0
 	end
-	-- window.SlidingTake
+	-- window.SlidingTake. A state whose window would end at 2^53 or
+	-- later under this limit (one a fixed window of the same name left,
+	-- after a policy reload) is out of range, as in store.Eval; below it,
+	-- every answer is added up from terms below 2^53, so it is exact.
+	if (c ~= 0 or p ~= 0) and t + w >= EXACT then
+		return -2, 0, 0, 0, 0, t, c, p
+	end
 	local start = e - w
 	local elapsed = math.min(math.max(now - start, 0), w)
 	local est = cur
@@ -346,30 +355,31 @@ local function decide(alg, x, y, t, c, p, now, cost, md)
 	end
 	if est + cost > lim then
 		-- window.firstElapsed, in this window or the next
+		-- (at - now, added up from e - now)
 		local at, budget
 		if cur + cost <= lim then
-			at, budget = start, lim - cur - cost
+			at, budget = (e - now) - w, lim - cur - cost
 			if prev > budget then
-				at = start + w - fdiv(budget * w, prev)
+				at = (e - now) - fdiv(budget * w, prev)
 			end
 		else
-			at, budget = e, lim - cost
+			at, budget = e - now, lim - cost
 			if cur > budget then
-				at = e + w - fdiv(budget * w, cur)
+				at = (e - now) + (w - fdiv(budget * w, cur))
 			end
 		end
 		local reset = 0 -- window.slidingReset
 		if cur > 0 then
-			reset = e + w - now
+			reset = (e - now) + w
 		elseif prev > 0 then
 			reset = e - now
 		end
-		return 0, math.max(lim - est, 0), math.max(at - now, 1), reset, 0, t, c, p
+		return 0, math.max(lim - est, 0), math.max(at, 1), reset, 0, t, c, p
 	end
 	local ncur = cur + cost
 	local reset = 0
 	if ncur > 0 then
-		reset = e + w - now
+		reset = (e - now) + w
 	elseif prev > 0 then
 		reset = e - now
 	end
@@ -428,6 +438,9 @@ if op == 'g' or (op == 't' and #KEYS == 1) then
 	end
 	local t, c, p = load(k)
 	local ok, rem, retry, reset, delay, nt, nc, np = decide(alg, x, y, t, c, p, now, cost, md)
+	if ok == -2 then
+		return { now, -2 }
+	end
 	if nt ~= t or nc ~= c or np ~= p then
 		local fa, fits = fresh(alg, x, nt, nc, np)
 		if not fits then
@@ -453,7 +466,12 @@ if op == 's' or op == 'y' then
 			-- has checked the bound on charges.
 			local tat = t
 			if d > 0 then
-				tat = math.max(t, now) + d
+				tat = math.max(t, now)
+				-- gcra.Settle's bound on the debt: ARGV[8] is MaxSpan - tau.
+				if d > tonumber(ARGV[8]) - (tat - now) then
+					return { now, -1 }
+				end
+				tat = tat + d
 			elseif d < 0 then
 				tat = t + d
 			end
@@ -519,6 +537,9 @@ if op == 's' or op == 'y' then
 			return { now, -2 }
 		end
 		put(k, fa, nt, nc, np, now, override)
+	elseif ok == -2 then
+		-- An unchanged state out of range under this limit (decide).
+		return { now, -2 }
 	end
 	return { now, ok, rem, reset, retry, delay }
 end
@@ -611,6 +632,9 @@ if op == 't' then
 			local s = st[KEYS[i]]
 			local ok, rem, retry, reset, delay = decide(
 				tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), s[8], s[9], s[10], now, 0, 0)
+			if ok == -2 then
+				return { now, -2 }
+			end
 			out[n], out[n + 1], out[n + 2], out[n + 3], out[n + 4] = ok, rem, reset, retry, delay
 		end
 	end

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicerl/sluice/gcra"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/window"
 )
@@ -22,11 +23,12 @@ var (
 	// can take them all at once. Give them a common hash tag; see the
 	// package documentation. The wrapped message names the keys.
 	ErrCrossSlot = errors.New("redisstore: the keys of one TakeAll must share a hash slot")
-	// ErrOutOfRange: an operation would take a key's state (or its Now
-	// would take the clock) beyond 2^53 microseconds, the range in which
-	// Redis's Lua numbers are exact integers: a debt or a pause of more
-	// than a century. Nothing is written.
-	ErrOutOfRange = errors.New("redisstore: value beyond the exact range of Redis numbers (2^53)")
+	// ErrOutOfRange: an operation would take a key's state beyond 2^53
+	// microseconds (store.MaxTime), the range in which Redis's Lua numbers
+	// are exact integers, or its Now is beyond store.MaxNow. Nothing is
+	// written. It wraps store.ErrOutOfRange, which every backend returns
+	// for the same requests.
+	ErrOutOfRange = fmt.Errorf("redisstore: value beyond the exact range of Redis numbers (2^53): %w", store.ErrOutOfRange)
 )
 
 // Client is what the store needs from a go-redis client: scripts, and
@@ -144,11 +146,10 @@ func (s *Store) Prefix() string { return s.prefix }
 
 const (
 	// maxSpan bounds every span passed to the script (burst x interval,
-	// window, settle difference, reset after) so that state stays below
-	// 2^53 for the next century.
-	maxSpan = int64(1) << 52
-	// gcraMaxSpan is package gcra's bound on Settle's difference.
-	gcraMaxSpan = int64(1) << 62
+	// window, settle difference): gcra.MaxSpan, the bound package gcra
+	// and every other backend apply, so that a state decided at a Now
+	// before store.MaxNow stays within 2^53 or is refused alike.
+	maxSpan = gcra.MaxSpan
 )
 
 // limitArgs returns the script's three numbers for a validated limit.
@@ -176,11 +177,13 @@ func limitArgs(l *store.Limit) (alg, x, y int64, err error) {
 // nowArg returns the override as the script takes it: Unix microseconds, 0
 // for the server clock (as in memstore, the Unix epoch itself means none).
 func nowArg(t time.Time) (int64, error) {
-	us := store.NowMicros(t)
-	if us >= maxSpan || us <= -maxSpan {
+	if t.IsZero() {
+		return 0, nil
+	}
+	if err := store.CheckNow(t); err != nil {
 		return 0, fmt.Errorf("%w: Now %v", ErrOutOfRange, t)
 	}
-	return us, nil
+	return t.UnixMicro(), nil
 }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
@@ -306,23 +309,28 @@ func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result,
 	if err != nil {
 		return store.Result{}, err
 	}
+	// The Now check comes before the bounds on the difference, as in
+	// store.EvalSettle.
+	if _, err := nowArg(p.Now); err != nil {
+		return store.Result{}, err
+	}
 	// The script works on the difference; charges too large to count fail
-	// as in gcra.Settle and window.Settle. A refund beyond 2^53 is as good
-	// as a refund of everything.
+	// as in gcra.Settle and window.Settle (the script checks gcra.Settle's
+	// bound on the debt the key already holds). A refund beyond 2^53 is as
+	// good as a refund of everything.
 	delta := p.Actual - p.Reserved
 	var rend, most int64
 	if alg == 0 {
 		t, tau := x, x*y
 		switch {
-		case delta > gcraMaxSpan/t || -delta > gcraMaxSpan/t:
+		case delta > maxSpan/t || -delta > maxSpan/t:
 			return store.Result{}, store.ErrCostExceedsLimit
-		case delta > 0 && delta*t > gcraMaxSpan-tau:
+		case delta > 0 && delta*t > maxSpan-tau:
 			// Beyond gcra.Settle's bound whatever the state.
 			return store.Result{}, store.ErrCostExceedsLimit
-		case delta*t > maxSpan:
-			return store.Result{}, fmt.Errorf("%w: settle difference of %d units", ErrOutOfRange, delta)
 		}
-		delta = max(delta*t, -2*maxSpan)
+		delta *= t
+		most = maxSpan - tau // gcra.Settle's bound on the debt after the charge
 	} else {
 		w := x
 		rend = p.ReservedEnd()
@@ -353,15 +361,16 @@ func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, err
 	if err != nil {
 		return store.Result{}, err
 	}
-	r := min(max(p.Remaining, 0), y)
-	ra := max(p.ResetAfter.Microseconds(), -maxSpan)
-	if r == 0 && ra > maxSpan {
-		return store.Result{}, fmt.Errorf("%w: reset after %s", ErrOutOfRange, p.ResetAfter)
-	}
-	ra = min(ra, maxSpan)
 	now, err := nowArg(p.Now)
 	if err != nil {
 		return store.Result{}, err
+	}
+	r := min(max(p.Remaining, 0), y)
+	ra := max(p.ResetAfter.Microseconds(), -maxSpan)
+	if r == 0 && ra >= store.MaxTime {
+		// With now > 0 the key would pause past 2^53 (store.EvalSync);
+		// the script could not even add it up exactly.
+		return store.Result{}, fmt.Errorf("%w: reset after %s", ErrOutOfRange, p.ResetAfter)
 	}
 	key, _ := rateKey(s.prefix, p.Key, p.Limit.Name)
 	return s.update(ctx, &p.Limit, syncRequest(key, now, alg, x, y, r, ra))

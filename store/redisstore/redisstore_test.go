@@ -595,10 +595,17 @@ func TestNewErrors(t *testing.T) {
 	_, err = s.Take(ctx, store.TakeParams{Key: "k", Limit: huge, Cost: 1})
 	require.ErrorIs(t, err, store.ErrInvalidLimit)
 	ok := store.Limit{Name: "ok", Algorithm: store.GCRA, Rate: 1, Period: time.Second}
-	_, err = s.Sync(ctx, store.SyncParams{Key: "k", Limit: ok, ResetAfter: 200 * 365 * 24 * time.Hour})
+	_, err = s.Sync(ctx, store.SyncParams{Key: "k", Limit: ok, ResetAfter: 1<<63 - 1})
 	require.ErrorIs(t, err, ErrOutOfRange)
+	require.ErrorIs(t, err, store.ErrOutOfRange)
+	// A debt of 2^40 s is beyond gcra.MaxSpan: ErrCostExceedsLimit, as on
+	// every backend (it was ErrOutOfRange here, and Redis accepted 2^52
+	// units at 10^6/s).
 	_, err = s.Settle(ctx, store.SettleParams{Key: "k", Limit: ok, Reserved: 0, Actual: 1 << 40})
-	require.ErrorIs(t, err, ErrOutOfRange)
+	require.ErrorIs(t, err, store.ErrCostExceedsLimit)
+	fast := store.Limit{Name: "fast", Algorithm: store.GCRA, Rate: 1_000_000, Period: time.Second, Burst: 1}
+	_, err = s.Settle(ctx, store.SettleParams{Key: "k", Limit: fast, Reserved: 0, Actual: 1 << 52})
+	require.ErrorIs(t, err, store.ErrCostExceedsLimit)
 	_, err = s.Take(ctx, store.TakeParams{Key: "k", Limit: ok, Cost: 1, Now: time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)})
 	require.ErrorIs(t, err, ErrOutOfRange)
 	require.False(t, errors.Is(err, store.ErrInvalidLimit))
@@ -648,4 +655,12 @@ func TestKeyLayout(t *testing.T) {
 	require.Equal(t, uint16(12739), slot("123456789"))
 	require.Equal(t, uint16(12182), slot("foo"))
 	require.Equal(t, uint16(11058), slot("somekey"))
+}
+
+// FuzzDifferential runs storetest.FuzzDifferential against one Redis store
+// shared by every input (SLUICE_INTEGRATION=1).
+func FuzzDifferential(f *testing.F) {
+	s := newStore(f, single(f), Config{})
+	storetest.FuzzDifferential(f, func(*testing.T) store.RateStore { return s },
+		func() store.RateStore { return memstore.New(memstore.Config{}) })
 }

@@ -205,6 +205,9 @@ func (s *Store) Holders(ctx context.Context, p store.HoldersParams) ([]store.Lea
 	if err := store.CheckLeaseKey(p.Name, p.Key); err != nil {
 		return nil, err
 	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return nil, err
+	}
 	var out []store.Lease
 	err := s.do(ctx, store.NowMicros(p.Now), func(tx *txn) error {
 		st, err := tx.leases(p.Name, p.Key)

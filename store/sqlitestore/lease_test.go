@@ -77,3 +77,11 @@ func TestLeaseAcrossStores(t *testing.T) {
 	b := open(t, path, sqlitestore.Config{})
 	storetest.LeaseAcrossStores(t, a, b)
 }
+
+// FuzzLeaseDifferential runs storetest.FuzzLeaseDifferential against one
+// SQLite store shared by every input.
+func FuzzLeaseDifferential(f *testing.F) {
+	s, _ := newStore(f)
+	storetest.FuzzLeaseDifferential(f, func(*testing.T) store.LeaseStore { return s },
+		func() store.LeaseStore { return memstore.NewLeases(memstore.LeasesConfig{}) })
+}

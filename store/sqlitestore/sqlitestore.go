@@ -404,7 +404,7 @@ func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, err
 	var res store.Result
 	// Eval on a blank state validates exactly as memstore does, before
 	// any I/O.
-	if err := store.Eval(&p.Limit, &store.State{}, 0, p.Cost, p.MaxDelay, &res); err != nil {
+	if err := store.Eval(&p.Limit, &store.State{}, 0, p.Cost, p.MaxDelay, &res); err != nil && !errors.Is(err, store.ErrOutOfRange) {
 		return store.Result{}, err
 	}
 	err := s.do(ctx, store.NowMicros(p.Now), func(tx *txn) error {
@@ -437,6 +437,9 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 		if err := p.Items[i].Check(); err != nil {
 			return store.AllResult{}, err
 		}
+	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return store.AllResult{}, err
 	}
 	var out store.AllResult
 	err := s.do(ctx, store.NowMicros(p.Now), func(tx *txn) error {
@@ -506,7 +509,11 @@ func (tx *txn) decideAll(items []store.Item, maxDelay time.Duration, charge bool
 			if out.Results[i].Allowed {
 				it := &items[i]
 				st := index[ref{it.Limit.Name, it.Key}].stored
-				_ = store.Eval(&it.Limit, &st, tx.now, 0, 0, &out.Results[i])
+				if err := store.Eval(&it.Limit, &st, tx.now, 0, 0, &out.Results[i]); err != nil {
+					// Its stored state is out of range for this limit
+					// (store.Eval), as on every backend.
+					return out, nil, err
+				}
 			}
 		}
 	}
@@ -570,8 +577,8 @@ func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result,
 
 // Sync implements store.RateStore.
 func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, error) {
-	return s.update(ctx, p.Key, &p.Limit, store.NowMicros(p.Now), func(_ store.State, now int64) (store.State, error) {
-		return store.EvalSync(now, &p), nil
+	return s.update(ctx, p.Key, &p.Limit, store.NowMicros(p.Now), func(cur store.State, now int64) (store.State, error) {
+		return store.EvalSync(cur, now, &p)
 	})
 }
 

@@ -368,3 +368,11 @@ func TestGroupCommitExact(t *testing.T) {
 	require.Equal(t, 1000-a.Load(), pa.Remaining)
 	require.Equal(t, 1000-o.Load(), po.Remaining)
 }
+
+// FuzzDifferential runs storetest.FuzzDifferential against one SQLite
+// store shared by every input.
+func FuzzDifferential(f *testing.F) {
+	s, _ := newStore(f)
+	storetest.FuzzDifferential(f, func(*testing.T) store.RateStore { return s },
+		func() store.RateStore { return memstore.New(memstore.Config{}) })
+}
