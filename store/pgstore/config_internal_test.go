@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicerl/sluice/internal/testenv"
 	"github.com/sluicerl/sluice/store"
 )
 
@@ -49,4 +51,22 @@ func TestRequestSQLStatesAreRequestErrors(t *testing.T) {
 		require.Equal(t, want, errors.Is(err, store.ErrInvalidValue), code)
 	}
 	require.ErrorIs(t, wrap("settle", &pgconn.PgError{Code: sqlStateCostExceeds}), store.ErrCostExceedsLimit)
+}
+
+// TestDatabaseRefusalIsARequestError: a value the database itself refuses
+// (here text that is not UTF-8, SQLSTATE 22021, which the identifier rule
+// keeps from any key) comes back from wrap as store.ErrInvalidValue, a
+// request error, and not as a store failure.
+func TestDatabaseRefusalIsARequestError(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), testenv.PostgresURL())
+	require.NoError(t, err)
+	defer pool.Close()
+	var s string
+	err = pool.QueryRow(context.Background(), "SELECT $1::text", "bad\xff").Scan(&s)
+	if err != nil && !errors.As(err, new(*pgconn.PgError)) {
+		testenv.Unreachable(t, "PostgreSQL", err)
+	}
+	require.Error(t, err, "PostgreSQL took text that is not UTF-8")
+	require.ErrorIs(t, wrap("take", err), store.ErrInvalidValue)
 }

@@ -55,10 +55,14 @@ func TestTimedOutCallKeepsItsConnection(t *testing.T) {
 }
 
 // TestInvalidUTF8KeyIsARequestError: a key PostgreSQL cannot store is
-// refused as the request's fault.
+// refused as the request's fault, by the identifier rule, before the
+// database is asked (a refusal the database would make is
+// store.ErrInvalidValue: TestDatabaseRefusalIsARequestError).
 func TestInvalidUTF8KeyIsARequestError(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := b.store.Take(context.Background(), store.TakeParams{Key: "bad\xff", Limit: store.Limit{Name: "x", Rate: 1, Period: time.Second}, Cost: 1})
-	require.ErrorIs(t, err, store.ErrInvalidValue)
+	for _, key := range []string{"bad\xff", "a\x00b"} {
+		_, err := b.store.Take(context.Background(), store.TakeParams{Key: key, Limit: store.Limit{Name: "x", Rate: 1, Period: time.Second}, Cost: 1})
+		require.ErrorIs(t, err, store.ErrInvalidID, "%q", key)
+	}
 }
