@@ -41,6 +41,7 @@ type simFlags struct {
 	sharedRate bool
 	state      string
 	prefix     string
+	timeout    time.Duration
 	serve      string
 }
 
@@ -105,6 +106,8 @@ its rows.`,
 	fs.StringVar(&f.target, "target", "", "drive the workers against this URL instead of a simulator")
 	fs.BoolVar(&f.report, "report", false, "run every dialect against every client and print the table")
 	fs.StringVar(&f.prefix, "state-prefix", "", "key prefix in the --state store; processes given the same one share the key (empty: one of this run's own)")
+	fs.DurationVar(&f.timeout, "store-timeout", 50*time.Millisecond,
+		"longest a sluice client's call waits for a shared --state store before it fails closed (as serve --store-timeout)")
 	fs.StringVar(&f.serve, "serve", "", "serve the simulated provider over HTTP on this address for --duration, for other processes' --target")
 	fs.StringVar(&f.state, "state", "memory:", "store the sluice clients' processes share: memory:, redis://..., postgres://..., sqlite:PATH (as serve --state)")
 	return cmd
@@ -115,10 +118,13 @@ its rows.`,
 // store.
 func (f *simFlags) options(cmd *cobra.Command) (fleet.Options, func(), error) {
 	o := fleet.FigureOptions()
+	if !(f.timeout > 0) {
+		return o, nil, usagef("invalid --store-timeout %v: want a positive duration such as 50ms", f.timeout)
+	}
 	if f.state == "" || f.state == DefaultState {
 		return o, func() {}, nil
 	}
-	st, err := openState(cmd.Context(), "--state", f.state, nil, 0, nil)
+	st, err := openState(cmd.Context(), "--state", f.state, nil, f.timeout, nil)
 	if err != nil {
 		return o, nil, err
 	}
