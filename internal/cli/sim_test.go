@@ -244,7 +244,8 @@ func TestSimServeAndTargetsShareRedis(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, json.Unmarshal(b, &sum))
 		require.Positive(t, sum.Summary.Offered, "run %d sent nothing", i)
-		require.Contains(t, taps[i].sentString(), prefix, "run %d sent Redis no key under the shared prefix", i)
+		sent := taps[i].sentString()
+		require.True(t, strings.Contains(sent, prefix), "run %d sent Redis %d bytes, no key under the shared prefix %q", i, len(sent), prefix)
 	}
 }
 
