@@ -74,6 +74,8 @@ separate sluice sim --target processes can share it, and a store:
   sluice sim --serve 127.0.0.1:9000 --dialect ban --duration 40s &
   sluice sim --target http://127.0.0.1:9000/ --processes 1 --workers 4 \
       --state redis://127.0.0.1:6379 --state-prefix fleet1: &   # twice
+A shared --state store that does not answer within --store-timeout (50ms)
+fails that call closed: it is not sent.
 
 --out FILE.png or FILE.svg writes a chart, and FILE.json the summary and
 every second. --report runs every dialect against every client (sluice,
