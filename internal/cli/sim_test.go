@@ -126,7 +126,7 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"--processes", "-1"}, "--processes must be positive, got -1"},
 		{[]string{"--duration", "0s"}, "--duration must be positive"},
 		{[]string{"--latency", "-1ms"}, "latency must be >= 0"},
-		{[]string{"--store-timeout", "0s"}, "invalid --store-timeout 0s: want a positive duration"},
+		{[]string{"--store-timeout", "-1s"}, "invalid --store-timeout -1s: want a positive duration"},
 		{[]string{"--change", "5s=-2"}, "changes[0]: limit must be positive"},
 		{[]string{"--target", "ftp://x.test/"}, "want an http or https URL"},
 		{[]string{"--scenario", bad}, "field limt not found"},
