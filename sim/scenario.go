@@ -86,8 +86,10 @@ func StandardScenarios(d time.Duration) []Scenario {
 
 // Contender is a client under test in a table: NewRun is called once per
 // scenario run and returns the NewClient for that run's processes, so
-// that processes of one run can share state (a store) and runs cannot. A
-// plain value; NewRun may be called from several goroutines at once.
+// that processes of one run can share state (a store) and runs cannot.
+// sc.Provider.Clock is the run's clock (nil: the real clock); a contender
+// times its clients with it. A plain value; NewRun may be called from
+// several goroutines at once.
 type Contender struct {
 	Name   string
 	NewRun func(sc Scenario) (func(process int, base http.RoundTripper) (Client, error), error)
@@ -123,7 +125,8 @@ func RunScenario(ctx context.Context, sc Scenario, clk clock.Clock, newClient fu
 
 // RunTable runs every contender against every scenario, all at once, each
 // run against its own provider, and returns the rows in scenario-major
-// order.
+// order. Everything runs on clk (nil: the real clock): the providers, the
+// harness, and the contenders, whose NewRun gets it as sc.Provider.Clock.
 func RunTable(ctx context.Context, scenarios []Scenario, contenders []Contender, clk clock.Clock) ([]Row, error) {
 	rows := make([]Row, len(scenarios)*len(contenders))
 	errs := make([]error, len(rows))
@@ -132,6 +135,9 @@ func RunTable(ctx context.Context, scenarios []Scenario, contenders []Contender,
 		if err := sc.Fill(); err != nil {
 			return nil, err
 		}
+		// The contenders see the run's clock (their NewRun's
+		// sc.Provider.Clock), as the provider does.
+		sc.Provider.Clock = clk
 		for j, c := range contenders {
 			k := i*len(contenders) + j
 			rows[k] = Row{Scenario: sc.Name, Contender: c.Name}

@@ -41,6 +41,7 @@ type simFlags struct {
 	sharedRate bool
 	state      string
 	prefix     string
+	timeout    time.Duration
 	serve      string
 }
 
@@ -73,6 +74,8 @@ separate sluice sim --target processes can share it, and a store:
   sluice sim --serve 127.0.0.1:9000 --dialect ban --duration 40s &
   sluice sim --target http://127.0.0.1:9000/ --processes 1 --workers 4 \
       --state redis://127.0.0.1:6379 --state-prefix fleet1: &   # twice
+A shared --state store that does not answer within --store-timeout fails
+that call closed: it is not sent.
 
 --out FILE.png or FILE.svg writes a chart, and FILE.json the summary and
 every second. --report runs every dialect against every client (sluice,
@@ -105,6 +108,8 @@ its rows.`,
 	fs.StringVar(&f.target, "target", "", "drive the workers against this URL instead of a simulator")
 	fs.BoolVar(&f.report, "report", false, "run every dialect against every client and print the table")
 	fs.StringVar(&f.prefix, "state-prefix", "", "key prefix in the --state store; processes given the same one share the key (empty: one of this run's own)")
+	fs.DurationVar(&f.timeout, "store-timeout", 0,
+		"longest a sluice client's call waits for a shared --state store before it fails closed (0: serve's --store-timeout default)")
 	fs.StringVar(&f.serve, "serve", "", "serve the simulated provider over HTTP on this address for --duration, for other processes' --target")
 	fs.StringVar(&f.state, "state", "memory:", "store the sluice clients' processes share: memory:, redis://..., postgres://..., sqlite:PATH (as serve --state)")
 	return cmd
@@ -115,10 +120,13 @@ its rows.`,
 // store.
 func (f *simFlags) options(cmd *cobra.Command) (fleet.Options, func(), error) {
 	o := fleet.FigureOptions()
+	if f.timeout < 0 {
+		return o, nil, usagef("invalid --store-timeout %v: want a positive duration, or 0 for the default", f.timeout)
+	}
 	if f.state == "" || f.state == DefaultState {
 		return o, func() {}, nil
 	}
-	st, err := openState(cmd.Context(), "--state", f.state, nil, 0, nil, nil, 0)
+	st, err := openState(cmd.Context(), "--state", f.state, nil, f.timeout, nil, nil, 0)
 	if err != nil {
 		return o, nil, err
 	}

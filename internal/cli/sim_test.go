@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,6 +126,7 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"--processes", "-1"}, "--processes must be positive, got -1"},
 		{[]string{"--duration", "0s"}, "--duration must be positive"},
 		{[]string{"--latency", "-1ms"}, "latency must be >= 0"},
+		{[]string{"--store-timeout", "-1s"}, "invalid --store-timeout -1s: want a positive duration"},
 		{[]string{"--change", "5s=-2"}, "changes[0]: limit must be positive"},
 		{[]string{"--target", "ftp://x.test/"}, "want an http or https URL"},
 		{[]string{"--scenario", bad}, "field limt not found"},
@@ -135,7 +138,8 @@ func TestSimUsageErrors(t *testing.T) {
 }
 
 // --state puts the sluice clients' shared state in Redis: with Redis
-// unreachable nothing goes out, with Redis it runs.
+// unreachable nothing goes out, with Redis it runs (given a store timeout
+// far above any stall of a busy machine, else its clients fail closed).
 func TestSimStateRedis(t *testing.T) {
 	t.Parallel()
 	raw := testenv.RedisURL()
@@ -145,7 +149,7 @@ func TestSimStateRedis(t *testing.T) {
 		testenv.Unreachable(t, "Redis at "+raw, err)
 	}
 	out := filepath.Join(t.TempDir(), "run.svg")
-	r := run(t, nil, "sim", "--state", raw, "--dialect", "503", "--duration", "2s", "--workers", "2", "--out", out)
+	r := run(t, nil, "sim", "--state", raw, "--store-timeout", "1m", "--dialect", "503", "--duration", "2s", "--workers", "2", "--out", out)
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	var sum struct{ Summary sim.Summary }
 	b, err := os.ReadFile(strings.TrimSuffix(out, ".svg") + ".json")
@@ -174,11 +178,16 @@ func mustRedisOptions(t *testing.T, raw string) *redis.Options {
 
 // Two sluice sim runs (each with its own clients, as two processes would
 // be) drive one simulator served over HTTP and keep their state in Redis
-// under one shared prefix.
+// under one shared prefix. Each run reaches Redis through a tap of its own,
+// so what it sent is seen whatever the keys' lifetimes; a store timeout
+// far above any stall of a busy machine keeps the clients from failing
+// closed (then nothing would go out), and the simulator serves until the
+// runs are done.
 func TestSimServeAndTargetsShareRedis(t *testing.T) {
 	t.Parallel()
 	raw := testenv.RedisURL()
-	rc := redis.NewClient(mustRedisOptions(t, raw))
+	opts := mustRedisOptions(t, raw)
+	rc := redis.NewClient(opts)
 	defer rc.Close()
 	if err := rc.Ping(t.Context()).Err(); err != nil {
 		testenv.Unreachable(t, "Redis at "+raw, err)
@@ -186,43 +195,132 @@ func TestSimServeAndTargetsShareRedis(t *testing.T) {
 	addrc := make(chan net.Addr, 1)
 	var serveOut syncBuffer
 	served := make(chan int, 1)
+	serveCtx, stopServe := context.WithCancel(t.Context())
+	defer stopServe()
 	go func() {
-		served <- cli.Run(t.Context(), []string{"sim", "--serve", "127.0.0.1:0", "--dialect", "ban", "--limit", "20", "--duration", "3s"},
+		served <- cli.Run(serveCtx, []string{"sim", "--serve", "127.0.0.1:0", "--dialect", "ban", "--limit", "20", "--duration", "10m"},
 			cli.Options{Stdout: &serveOut, Stderr: &serveOut, Getenv: func(string) string { return "" }, Ready: func(a net.Addr) { addrc <- a }})
 	}()
-	addr := <-addrc
+	var addr net.Addr
+	select {
+	case addr = <-addrc:
+	case code := <-served:
+		t.Fatalf("sim --serve ended with %d before serving: %s", code, serveOut.String())
+	}
 	prefix := fmt.Sprintf("sluice-sim-test-%d:", time.Now().UnixNano())
-	// Watch Redis while they run: their state lives under the prefix.
-	seen := make(chan bool, 1)
-	watchCtx, stopWatch := context.WithCancel(t.Context())
-	go func() {
-		for watchCtx.Err() == nil {
-			if keys, _ := rc.Keys(watchCtx, "*"+prefix+"*").Result(); len(keys) > 0 {
-				seen <- true
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(t.Context())
+		if keys, err := rc.Keys(ctx, "*"+prefix+"*").Result(); err == nil && len(keys) > 0 {
+			_ = rc.Del(ctx, keys...).Err()
 		}
-		seen <- false
-	}()
+	})
+	taps := []*redisTap{newRedisTap(t, opts.Addr), newRedisTap(t, opts.Addr)}
 	var wg sync.WaitGroup
-	codes := make([]int, 2)
-	for i := range codes {
+	results := make([]result, len(taps))
+	outs := make([]string, len(taps))
+	for i, tp := range taps {
+		outs[i] = filepath.Join(t.TempDir(), "run.svg")
+		u := *mustParseURL(t, raw)
+		u.Host = tp.addr()
 		wg.Go(func() {
-			r := run(t, nil, "sim", "--target", "http://"+addr.String()+"/", "--processes", "1", "--workers", "4",
-				"--duration", "2s", "--state", raw, "--state-prefix", prefix)
-			codes[i] = r.code
+			results[i] = run(t, nil, "sim", "--target", "http://"+addr.String()+"/", "--processes", "1", "--workers", "4",
+				"--duration", "2s", "--state", u.String(), "--state-prefix", prefix, "--store-timeout", "1m", "--out", outs[i])
 		})
 	}
 	wg.Wait()
-	require.Equal(t, []int{cli.ExitOK, cli.ExitOK}, codes)
-	require.Equal(t, cli.ExitOK, <-served, serveOut.String())
-	require.Contains(t, serveOut.String(), "requests ")
-	stopWatch()
-	require.True(t, <-seen, "nothing under the shared prefix in Redis")
-	keys, err := rc.Keys(t.Context(), "*"+prefix+"*").Result()
-	require.NoError(t, err)
-	if len(keys) > 0 {
-		require.NoError(t, rc.Del(context.WithoutCancel(t.Context()), keys...).Err())
+	stopServe()
+	select {
+	case code := <-served:
+		require.Equal(t, cli.ExitOK, code, serveOut.String())
+	case <-time.After(time.Minute):
+		t.Fatal("sim --serve did not end within a minute of its context")
 	}
+	require.Regexp(t, `requests [1-9][0-9]*,`, serveOut.String())
+	for i, r := range results {
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		// Its clients fail closed: whatever went out was granted by Redis.
+		var sum struct{ Summary sim.Summary }
+		b, err := os.ReadFile(strings.TrimSuffix(outs[i], ".svg") + ".json")
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(b, &sum))
+		require.Positive(t, sum.Summary.Offered, "run %d sent nothing", i)
+		sent := taps[i].sentString()
+		require.True(t, strings.Contains(sent, prefix), "run %d sent Redis %d bytes, no key under the shared prefix %q", i, len(sent), prefix)
+	}
+}
+
+// redisTap is a TCP proxy to a Redis server that keeps every byte its
+// clients sent.
+type redisTap struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	sent   []byte
+}
+
+func newRedisTap(t *testing.T, target string) *redisTap {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	tp := &redisTap{ln: ln, target: target}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			wg.Go(func() {
+				_, _ = io.Copy(s, io.TeeReader(c, tp))
+				_ = s.Close()
+			})
+			wg.Go(func() {
+				_, _ = io.Copy(c, s)
+				_ = c.Close()
+			})
+		}
+	})
+	return tp
+}
+
+func (tp *redisTap) addr() string { return tp.ln.Addr().String() }
+
+// Write records what a client sent.
+func (tp *redisTap) Write(p []byte) (int, error) {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	tp.sent = append(tp.sent, p...)
+	return len(p), nil
+}
+
+func (tp *redisTap) sentString() string {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	return string(tp.sent)
+}
+
+func mustParseURL(t *testing.T, raw string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	return u
 }

@@ -3,8 +3,10 @@
 // and with a store per process, Scrapy's AutoThrottle, a fixed GCRA pace,
 // and no pacing at all. The bench module adds golang.org/x/time/rate.
 //
-// Every function here is safe for concurrent use; the contenders it
-// returns build fresh state for every run.
+// The contenders time their clients on the run's clock (the scenario's
+// Provider.Clock, which sim.RunTable sets), so a table can run on a
+// manual clock. Every function here is safe for concurrent use; the
+// contenders it returns build fresh state for every run.
 package fleet
 
 import (
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicerl/sluice/aimd"
+	"github.com/sluicerl/sluice/clock"
 	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/sim"
 	"github.com/sluicerl/sluice/store"
@@ -34,11 +37,11 @@ type Options struct {
 	NewStore func() (store.RateStore, error)
 }
 
-func (o Options) store() (store.RateStore, error) {
+func (o Options) store(clk clock.Clock) (store.RateStore, error) {
 	if o.NewStore != nil {
 		return o.NewStore()
 	}
-	return memstore.New(memstore.Config{}), nil
+	return memstore.New(memstore.Config{Clock: clk}), nil
 }
 
 // Sluice is Sluice's outbound client. With shared, every process of a run
@@ -53,7 +56,7 @@ func Sluice(name string, shared bool, o Options) sim.Contender {
 		}
 		var st store.RateStore
 		if shared {
-			s, err := o.store()
+			s, err := o.store(sc.Provider.Clock)
 			if err != nil {
 				return nil, err
 			}
@@ -64,8 +67,11 @@ func Sluice(name string, shared bool, o Options) sim.Contender {
 			cfg := o.Outbound
 			cfg.Base = base
 			cfg.Store = st
+			if cfg.Clock == nil {
+				cfg.Clock = sc.Provider.Clock
+			}
 			if !shared {
-				s, err := o.store()
+				s, err := o.store(sc.Provider.Clock)
 				if err != nil {
 					return sim.Client{}, err
 				}
@@ -94,7 +100,11 @@ func Sluice(name string, shared bool, o Options) sim.Contender {
 
 // AutoThrottle is Scrapy's AutoThrottle in every process.
 func AutoThrottle(name string, cfg sim.AutoThrottleConfig) sim.Contender {
-	return sim.Contender{Name: name, NewRun: func(sim.Scenario) (func(int, http.RoundTripper) (sim.Client, error), error) {
+	return sim.Contender{Name: name, NewRun: func(sc sim.Scenario) (func(int, http.RoundTripper) (sim.Client, error), error) {
+		cfg := cfg
+		if cfg.Clock == nil {
+			cfg.Clock = sc.Provider.Clock
+		}
 		return func(_ int, base http.RoundTripper) (sim.Client, error) {
 			a, err := sim.NewAutoThrottle(base, cfg)
 			if err != nil {
@@ -121,14 +131,17 @@ func FixedGCRA(name string, factor float64) sim.Contender {
 			return nil, fmt.Errorf("%w: fixed factor must be positive, got %v", sim.ErrInvalidConfig, factor)
 		}
 		rate := factor * sc.Provider.Limit / float64(max(sc.Processes, 1))
+		clk := clock.Or(sc.Provider.Clock)
 		return func(_ int, base http.RoundTripper) (sim.Client, error) {
-			return sim.Client{Transport: &fixed{base: base, st: memstore.New(memstore.Config{}), rate: rate}, Rate: func() float64 { return rate }}, nil
+			f := &fixed{base: base, clk: clk, st: memstore.New(memstore.Config{Clock: clk}), rate: rate}
+			return sim.Client{Transport: f, Rate: func() float64 { return rate }}, nil
 		}, nil
 	}}
 }
 
 type fixed struct {
 	base http.RoundTripper
+	clk  clock.Clock
 	st   *memstore.Store
 	rate float64
 }
@@ -140,20 +153,20 @@ func (f *fixed) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := sleep(ctx, r.Delay); err != nil {
+	if err := sleep(ctx, f.clk, r.Delay); err != nil {
 		return nil, err
 	}
 	return f.base.RoundTrip(req)
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
+func sleep(ctx context.Context, clk clock.Clock, d time.Duration) error {
 	if d <= 0 {
 		return nil
 	}
-	t := time.NewTimer(d)
+	t := clk.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
