@@ -81,7 +81,7 @@ func leaseResult(err error) string {
 	case errors.Is(err, store.ErrLeaseNotHeld):
 		return leaseNotHeld
 	case errors.Is(err, store.ErrInvalidLease), errors.Is(err, store.ErrEmptyKey), errors.Is(err, store.ErrInvalidID),
-		errors.Is(err, limiter.ErrShadowInMixed), errors.Is(err, store.ErrInvalidValue),
+		errors.Is(err, limiter.ErrShadowInMixed), errors.Is(err, store.ErrInvalidValue), errors.Is(err, store.ErrOutOfRange),
 		errors.Is(err, limiter.ErrNotRatePolicy), errors.Is(err, limiter.ErrNotLeasePolicy):
 		return leaseInvalid
 	}

@@ -62,6 +62,8 @@ func TestOutageAnswersSaySo(t *testing.T) {
 // exception) is the request's fault.
 func TestStoreRefusedValueIs422(t *testing.T) {
 	t.Parallel()
-	b := setup(t, server.Config{Limiter: faultLimiter(t, store.ErrInvalidValue)})
-	requireProblem(t, b.take(t, `{"policy":"api","key":"k"}`), http.StatusUnprocessableEntity, server.TypeInvalidRequest)
+	for _, refusal := range []error{store.ErrInvalidValue, store.ErrOutOfRange} {
+		b := setup(t, server.Config{Limiter: faultLimiter(t, refusal)})
+		requireProblem(t, b.take(t, `{"policy":"api","key":"k"}`), http.StatusUnprocessableEntity, server.TypeInvalidRequest)
+	}
 }

@@ -206,7 +206,7 @@ func (s *Server) storeError(w http.ResponseWriter, err error, ptr string) {
 			Detail: "cost exceeds what the policy admits in one request"})
 		return
 	case errors.Is(err, store.ErrNegativeCost), errors.Is(err, store.ErrEmptyKey), errors.Is(err, store.ErrInvalidID),
-		errors.Is(err, limiter.ErrUnknownPolicy), errors.Is(err, store.ErrInvalidValue):
+		errors.Is(err, limiter.ErrUnknownPolicy), errors.Is(err, store.ErrInvalidValue), errors.Is(err, store.ErrOutOfRange):
 		writeProblem(w, &problem{Type: TypeInvalidRequest, Status: http.StatusUnprocessableEntity,
 			Detail: "the store refused the request: " + err.Error(),
 			Errors: []fieldError{{Pointer: ptr, Detail: err.Error()}}})

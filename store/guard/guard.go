@@ -23,8 +23,9 @@
 // grants) could exceed the limit while the store is up.
 //
 // Errors about the request (store.ErrCostExceedsLimit, ErrInvalidLimit,
-// ErrNegativeCost, ErrEmptyKey, ErrInvalidValue, ErrInvalidID, and the lease answers
-// ErrLeaseNotHeld, ErrStaleToken, ErrInvalidLease) pass through unchanged
+// ErrNegativeCost, ErrEmptyKey, ErrInvalidValue, ErrInvalidID, ErrOutOfRange,
+// and the lease answers ErrLeaseNotHeld, ErrStaleToken, ErrInvalidLease)
+// pass through unchanged
 // and count as the store answering, as does the caller's own context ending
 // (which counts as nothing).
 //
@@ -322,7 +323,8 @@ func causeName(o outcome) string {
 func requestError(err error) bool {
 	return errors.Is(err, store.ErrCostExceedsLimit) || errors.Is(err, store.ErrInvalidLimit) ||
 		errors.Is(err, store.ErrNegativeCost) || errors.Is(err, store.ErrEmptyKey) ||
-		errors.Is(err, store.ErrInvalidValue) || errors.Is(err, store.ErrInvalidID) || leaseAnswer(err)
+		errors.Is(err, store.ErrInvalidValue) || errors.Is(err, store.ErrInvalidID) ||
+		errors.Is(err, store.ErrOutOfRange) || leaseAnswer(err)
 }
 
 // timeoutError reports whether err says a deadline passed.

@@ -93,19 +93,24 @@ func TestNeverWaitsPastTheTimeout(t *testing.T) {
 // times it happens.
 func TestRequestErrorsNeverFeedTheDetector(t *testing.T) {
 	t.Parallel()
-	g, err := guard.New(refuses{memstore.New(memstore.Config{})}, guard.Config{})
-	require.NoError(t, err)
-	for range 10 {
-		_, err := g.Take(context.Background(), store.TakeParams{Key: "bad", Limit: lim("x"), Cost: 1})
-		require.ErrorIs(t, err, store.ErrInvalidValue)
+	for _, refusal := range []error{store.ErrInvalidValue, store.ErrOutOfRange, store.ErrInvalidID, store.ErrCostExceedsLimit} {
+		g, err := guard.New(refuses{memstore.New(memstore.Config{}), refusal}, guard.Config{})
+		require.NoError(t, err)
+		for range 10 {
+			_, err := g.Take(context.Background(), store.TakeParams{Key: "bad", Limit: lim("x"), Cost: 1})
+			require.ErrorIs(t, err, refusal)
+		}
+		require.True(t, g.Healthy(), "%v", refusal)
 	}
-	require.True(t, g.Healthy())
 }
 
-type refuses struct{ store.RateStore }
+type refuses struct {
+	store.RateStore
+	err error
+}
 
-func (refuses) Take(context.Context, store.TakeParams) (store.Result, error) {
-	return store.Result{}, store.ErrInvalidValue
+func (r refuses) Take(context.Context, store.TakeParams) (store.Result, error) {
+	return store.Result{}, r.err
 }
 
 // TestLocalPlusSharedNeverExceedsLimitPlusShares runs two processes (two
