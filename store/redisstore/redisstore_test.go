@@ -432,8 +432,8 @@ func TestBatching(t *testing.T) {
 			t.Parallel()
 			s := newStore(t, tc.client(t), Config{})
 			ctx := context.Background()
-			// Does not refill noticeably during the test: 500 an hour.
-			l := store.Limit{Name: "l", Algorithm: store.GCRA, Rate: 500, Period: time.Hour}
+			// Refills a unit in 40h: never within a run, however slow.
+			l := store.Limit{Name: "l", Algorithm: store.GCRA, Rate: 500, Period: 20000 * time.Hour}
 			w := store.Limit{Name: "w", Algorithm: store.FixedWindow, Rate: 500, Period: time.Hour}
 			var (
 				admitted, fixed atomic.Int64
