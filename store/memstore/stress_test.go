@@ -132,8 +132,12 @@ func TestStressMixedOperations(t *testing.T) {
 	elapsed := h.run(t, 100, func() bool {
 		return total() >= want && denied.Load() >= want && everyKeyReset() && flooded.Load() >= 3*300
 	}, func() string {
-		return fmt.Sprintf("admitted %d, denied %d (want >= %d each), resets per key %v, flood takes %d (want >= %d)",
-			total(), denied.Load(), want, &resets, flooded.Load(), 3*300)
+		var r [keys]int64
+		for k := range keys {
+			r[k] = resets[k].Load()
+		}
+		return fmt.Sprintf("admitted %d, denied %d (want >= %d each), resets per key %v (want >= 1 each), flood takes %d (want >= %d)",
+			total(), denied.Load(), want, r, flooded.Load(), 3*300)
 	})
 	for k := range keys {
 		got := admitted[k].Load()
