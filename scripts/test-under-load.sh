@@ -23,7 +23,7 @@ MAKE=${MAKE:-make}
 LOGS=$(mktemp -d "${TMPDIR:-/tmp}/sluice-under-load.XXXXXX")
 
 busy=()
-pids=() # the runs at once
+pids=() # the runs under way, each the leader of its own process group
 stop_load() {
 	local p
 	for p in "${busy[@]}"; do
@@ -34,11 +34,12 @@ stop_load() {
 	done
 	busy=()
 }
-# Interrupted: stop the runs at once too (background jobs ignore SIGINT).
+# Interrupted: stop the runs under way too, with everything they started
+# (they run in the background, which ignores SIGINT).
 stop_runs() {
 	local p
 	for p in "${pids[@]}"; do
-		kill "$p" 2>/dev/null
+		kill -TERM -- "-$p" 2>/dev/null
 	done
 }
 trap stop_load EXIT
@@ -71,7 +72,7 @@ for i in $(seq 1 "$SERIAL"); do
 	log=$LOGS/serial-$i.log
 	t0=$SECONDS
 	# In the background, so that a signal's trap runs at once.
-	$MAKE --no-print-directory "$TARGET" >"$log" 2>&1 &
+	setsid $MAKE --no-print-directory "$TARGET" >"$log" 2>&1 &
 	pids=($!)
 	wait "${pids[0]}"
 	status=$?
@@ -81,7 +82,7 @@ done
 
 t0=$SECONDS
 for i in $(seq 1 "$PARALLEL"); do
-	$MAKE --no-print-directory "$TARGET" >"$LOGS/parallel-$i.log" 2>&1 &
+	setsid $MAKE --no-print-directory "$TARGET" >"$LOGS/parallel-$i.log" 2>&1 &
 	pids+=($!)
 done
 for i in $(seq 1 "$PARALLEL"); do
