@@ -1,4 +1,4 @@
-# Sluice — see README.md and CONTRIBUTING.md.
+# Sluice — see README.md and CONTRIBUTING.md. `make help` lists the targets.
 GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 CONFIG      ?= examples/policies.yaml
@@ -8,31 +8,45 @@ BENCHFLAGS  ?=
 # that an unreachable Redis or PostgreSQL fails the run instead of skipping.
 export SLUICE_TEST_REDIS_URL    ?= redis://127.0.0.1:6379
 export SLUICE_TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+export GO STATICCHECK
 
-.PHONY: run build test vet lint services unit bench fuzz fmt
+.PHONY: help run build install test test-under-load vet lint services unit bench fuzz fmt
+
+## help: list the targets and what they do
+help:
+	@sed -n 's/^## //p' $(MAKEFILE_LIST) | awk -F': ' '{ t = $$1; sub(/^[^:]*: /, ""); printf "  %-16s %s\n", t, $$0 }'
 
 ## run: start `sluice serve` on the embedded defaults with the example policies
 run:
 	$(GO) run ./cmd/sluice serve --config $(CONFIG)
 
-## build: build the sluice binary into bin/
+## build: build the sluice binary into bin/ (run it as bin/sluice)
 build:
 	$(GO) build -o bin/sluice ./cmd/sluice
 
-## test: vet, lint, start the services, and run every test with -race
-test: vet lint services
-	SLUICE_INTEGRATION=1 $(GO) test -race -count=1 -timeout 9m ./...
-	cd bench && $(GO) vet ./... && $(GO) test -count=1 -run . ./...
+## install: go install the sluice binary (into GOBIN, or GOPATH/bin: have it on your PATH)
+install:
+	$(GO) install ./cmd/sluice
 
-## vet: go vet on both modules
+## test: every suite even after a failure (services, gofmt, vet, staticcheck, go test -race, bench module), failing at the end if any failed
+test:
+	./scripts/test.sh
+
+## test-under-load: make test 3 times with 4 busy processes, then twice at once (before landing a timing-sensitive test)
+test-under-load:
+	./scripts/test-under-load.sh
+
+## vet: gofmt check and go vet on both modules (main and bench/)
 vet:
-	$(GO) vet ./...
-	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	./scripts/test.sh gofmt vet
 
-## lint: staticcheck at a pinned version (downloaded by go run)
+## lint: staticcheck at a pinned version (downloaded by go run) on both modules
 lint:
-	$(GO) run $(STATICCHECK) ./...
-	cd bench && $(GO) run $(STATICCHECK) ./...
+	./scripts/test.sh staticcheck
+
+## fmt: gofmt -w every Go file of both modules
+fmt:
+	gofmt -w $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')
 
 ## services: start Redis and PostgreSQL if they are installed but stopped
 services:

@@ -69,7 +69,7 @@ func TestFrozenProcessCannotWrite(t *testing.T) {
 	l, err := lease.New(lease.Config{Store: s})
 	require.NoError(t, err)
 	p := lease.Params{Name: "job", Key: "j", Permits: 1, TTL: 2 * time.Second, Holder: "parent"}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	mine, err := l.AcquireWait(wctx, p) // the child's lease runs out after 2 s
 	require.NoError(t, err)

@@ -4,6 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -63,16 +67,28 @@ func TestLeaseCommands(t *testing.T) {
 		require.Contains(t, r.stderr, "lease not held (404)")
 
 		// --wait shorter than the holder's TTL: the waiter gets the permit
-		// when the holder releases early.
+		// when the holder releases early. It talks through a proxy that
+		// reports its refusals, so the release comes only once it has
+		// been refused (it waited), and it must then get the permit.
 		r = run(t, env, "lease", "acquire", "bulk", "shop-2")
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
 		var h struct {
 			ID string `json:"id"`
 		}
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &h))
+		refused := make(chan struct{}, 1)
+		proxy := refusalProxy(t, s.addr, refused)
 		waited := make(chan result, 1)
-		go func() { waited <- run(t, env, "lease", "acquire", "bulk", "shop-2", "--wait", "20s") }()
-		time.Sleep(300 * time.Millisecond)
+		go func() {
+			waited <- run(t, map[string]string{"SLUICE_SERVER": proxy}, "lease", "acquire", "bulk", "shop-2", "--wait", "20s")
+		}()
+		select {
+		case <-refused:
+		case r := <-waited:
+			t.Fatalf("the waiter returned before it was refused: %d %s %s", r.code, r.stdout, r.stderr)
+		case <-time.After(time.Minute):
+			t.Fatal("the waiter was not refused within a minute")
+		}
 		r = run(t, env, "lease", "release", h.ID)
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
 		r = <-waited
@@ -83,6 +99,26 @@ func TestLeaseCommands(t *testing.T) {
 		require.Contains(t, r.stderr, "not concurrency")
 		require.Equal(t, cli.ExitOK, s.stop(t))
 	}
+}
+
+// refusalProxy returns the URL of a reverse proxy to the server at addr
+// that signals refused (without blocking) each time the server answers a
+// lease acquisition with 409 Conflict.
+func refusalProxy(t *testing.T, addr string, refused chan<- struct{}) string {
+	t.Helper()
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: addr})
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if resp.Request.Method == http.MethodPost && resp.Request.URL.Path == "/v1/leases" && resp.StatusCode == http.StatusConflict {
+			select {
+			case refused <- struct{}{}:
+			default:
+			}
+		}
+		return nil
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
 
 func TestLeaseCommandErrors(t *testing.T) {

@@ -50,7 +50,7 @@ func Unreachable(t testing.TB, what string, err error) {
 func PostgresSchema(t testing.TB, prefix string) string {
 	t.Helper()
 	url := PostgresURL()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -64,7 +64,7 @@ func PostgresSchema(t testing.TB, prefix string) string {
 		t.Fatalf("creating schema %s: %v", schema, err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
 			t.Errorf("dropping schema %s: %v", schema, err)

@@ -2,7 +2,9 @@ package memstore
 
 import (
 	"context"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,18 +94,42 @@ func TestLockedDecisionNotBehindLockFreeOnes(t *testing.T) {
 		_, err := s.Sync(ctx, store.SyncParams{Key: "k", Limit: l, Remaining: 0})
 		done <- err
 	}()
-	// Let the clock move past the Sync's reading (if the Sync has not read
-	// it yet, the test passes without proving anything; it cannot fail).
-	time.Sleep(40 * time.Millisecond)
+	// The Sync has read the clock once it waits for the lock. Let the
+	// clock move on by more than a unit from there (a sleep only ever
+	// lasts longer), so that a decision at that reading would free one.
+	waitForLockIn(t, "memstore.(*Store).update", "memstore.TestLockedDecisionNotBehindLockFreeOnes")
+	time.Sleep(4 * l.Period / time.Duration(l.Rate))
 	for i := 0; ; i++ {
-		require.Less(t, i, 10)
+		require.Less(t, i, 1000, "lock-free takes never ran out")
 		require.NoError(t, s.TakePrepared("k", lp, 1, &res)) // lock-free
 		if !res.Allowed {
 			break
 		}
 	}
+	taken := sh.get(h, "n", "k").time.Load() // the TAT the takes left
 	sh.mu.Unlock()
 	require.NoError(t, <-done)
-	require.NoError(t, s.TakePrepared("k", lp, 1, &res))
-	require.False(t, res.Allowed, "a Sync decided before the takes it followed gave their budget back")
+	synced := sh.get(h, "n", "k").time.Load()
+	require.GreaterOrEqual(t, synced, taken,
+		"a Sync decided before the takes it followed gave their budget back (its TAT is %dµs earlier)", taken-synced)
+}
+
+// waitForLockIn waits until a goroutine that creator started is blocked on
+// a mutex inside fn (both as they appear in a goroutine dump), and fails
+// the test if none is within a minute.
+func waitForLockIn(t *testing.T, fn, creator string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		n := runtime.Stack(buf, true)
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			if strings.Contains(g, fn+"(") && strings.Contains(g, "sync.(*Mutex).Lock") &&
+				strings.Contains(g, "created by github.com/sluicerl/sluice/store/"+creator+" ") {
+				return
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("no goroutine of %s waited for a lock in %s within a minute", creator, fn)
 }

@@ -52,8 +52,9 @@ func TestFence(t *testing.T) {
 	_, err = b.pool.Exec(ctx, "INSERT INTO jobs VALUES ('j', '')")
 	require.NoError(t, err)
 
-	// Real time: the function reads the database clock.
-	a, err := b.store.Acquire(ctx, store.AcquireParams{Name: "job", Key: "j", Holder: "a", Permits: 1, TTL: time.Second})
+	// Real time: the function reads the database clock. The lease lasts
+	// until its renewal below shortens it, however slow the steps between.
+	a, err := b.store.Acquire(ctx, store.AcquireParams{Name: "job", Key: "j", Holder: "a", Permits: 1, TTL: time.Minute})
 	require.NoError(t, err)
 	require.True(t, a.Acquired)
 
@@ -61,12 +62,15 @@ func TestFence(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }() // on failure: the schema's cleanup would wait for its locks
 	require.NoError(t, pgstore.Fence(ctx, tx, "job", "j", a.Lease.Token))
+	var txPID int
+	require.NoError(t, tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&txPID))
 	_, err = tx.Exec(ctx, "UPDATE jobs SET cursor = 'a' WHERE id = 'j'")
 	require.NoError(t, err)
 
 	// The fence blocks a take-over only: the holder's keep-alive still
-	// renews, and a refused acquirer is answered, while tx is open.
-	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	// renews, and a refused acquirer is answered, while tx is open (one
+	// that waited for tx would wait until the deadline).
+	short, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	_, err = b.store.Renew(short, store.RenewParams{Name: "job", Key: "j", Holder: "a", Token: a.Lease.Token, TTL: 500 * time.Millisecond})
 	require.NoError(t, err, "the holder's renewal waited for its own transaction")
@@ -91,10 +95,26 @@ func TestFence(t *testing.T) {
 			time.Sleep(res.RetryAfter)
 		}
 	}()
+	// Once a's renewed TTL has passed the successor tries to take over,
+	// and must then be blocked by tx, not given the permit.
+	for deadline := time.Now().Add(time.Minute); ; {
+		var blocked bool
+		require.NoError(t, b.pool.QueryRow(ctx,
+			"SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid)))", txPID).Scan(&blocked))
+		if blocked {
+			break
+		}
+		select {
+		case <-got:
+			t.Fatal("a successor took the permit while the fenced transaction was open")
+		case <-time.After(5 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "no successor waited for the fenced transaction within a minute")
+	}
 	select {
 	case <-got:
 		t.Fatal("a successor took the permit while the fenced transaction was open")
-	case <-time.After(time.Second): // past a's TTL
+	default:
 	}
 	require.NoError(t, tx.Commit(ctx))
 	bres, ok := <-got
@@ -174,7 +194,7 @@ func TestTakeAllAcquireRefusalAnnounces(t *testing.T) {
 	require.NoError(t, b.store.Release(ctx, store.ReleaseParams{Name: "n", Key: "k", Holder: "a", Token: a.Lease.Token}))
 	select {
 	case <-ch:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the release a refused TakeAllAcquire waits for was not announced")
 	}
 }

@@ -124,10 +124,16 @@ func TestHotKeyExact(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{maxConns: 8})
 	ctx := context.Background()
-	for _, l := range []store.Limit{
-		{Name: "gcra", Rate: 50, Period: time.Hour},                                // no refill during the test
-		{Name: "fixed", Algorithm: store.FixedWindow, Rate: 50, Period: time.Hour}, // one window, unless the hour turns
+	for _, tc := range []struct {
+		l   store.Limit
+		now time.Time
+	}{
+		// On the database's clock: a unit refills in 400h, never within a run.
+		{store.Limit{Name: "gcra", Rate: 50, Period: 20000 * time.Hour}, time.Time{}},
+		// At a fixed instant: one window, even when the hour turns.
+		{store.Limit{Name: "fixed", Algorithm: store.FixedWindow, Rate: 50, Period: time.Hour}, t0},
 	} {
+		l := tc.l
 		var admitted atomic.Int64
 		var wg sync.WaitGroup
 		for g := range 16 {
@@ -136,7 +142,7 @@ func TestHotKeyExact(t *testing.T) {
 				defer wg.Done()
 				for i := range 20 {
 					cost := int64(1 + (g+i)%3)
-					res, err := b.store.Take(ctx, store.TakeParams{Key: "hot", Limit: l, Cost: cost})
+					res, err := b.store.Take(ctx, store.TakeParams{Key: "hot", Limit: l, Cost: cost, Now: tc.now})
 					if err != nil {
 						t.Error(err)
 						return
@@ -151,15 +157,18 @@ func TestHotKeyExact(t *testing.T) {
 		// 16*20 requests of mean cost 2 against a limit of 50.
 		require.LessOrEqual(t, admitted.Load(), int64(50), l.Name)
 		require.GreaterOrEqual(t, admitted.Load(), int64(48), l.Name) // only a cost that did not fit is left
-		peek, err := b.store.Take(ctx, store.TakeParams{Key: "hot", Limit: l})
+		peek, err := b.store.Take(ctx, store.TakeParams{Key: "hot", Limit: l, Now: tc.now})
 		require.NoError(t, err)
 		require.Equal(t, 50-admitted.Load(), peek.Remaining, l.Name)
 	}
 }
 
 // TestTakeAllNoDeadlock runs all-or-nothing takes over overlapping key sets
-// in every order, concurrently with single takes and resets of the same
-// keys: PostgreSQL would abort a deadlocked transaction with an error.
+// in every order, concurrently with single takes of the same keys:
+// PostgreSQL would abort a deadlocked transaction with an error. Every
+// decision is at one store-side instant, so that the limit cannot refill
+// however slowly the test runs, and each key's remaining budget accounts for
+// every charge exactly.
 func TestTakeAllNoDeadlock(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{maxConns: 8})
@@ -176,7 +185,7 @@ func TestTakeAllNoDeadlock(t *testing.T) {
 				switch (g + i) % 5 {
 				case 0:
 					k := (g + i) % 4
-					res, err := b.store.Take(ctx, store.TakeParams{Key: keys[k], Limit: l, Cost: 1})
+					res, err := b.store.Take(ctx, store.TakeParams{Key: keys[k], Limit: l, Cost: 1, Now: t0})
 					if err != nil || !res.Allowed {
 						t.Error(err, res)
 						return
@@ -192,7 +201,7 @@ func TestTakeAllNoDeadlock(t *testing.T) {
 					for j := range items {
 						items[j] = store.Item{Key: keys[perm[j]], Limit: l, Cost: 1}
 					}
-					res, err := b.store.TakeAll(ctx, store.TakeAllParams{Items: items})
+					res, err := b.store.TakeAll(ctx, store.TakeAllParams{Items: items, Now: t0})
 					if err != nil || !res.Allowed {
 						t.Error(err, res)
 						return
@@ -206,7 +215,7 @@ func TestTakeAllNoDeadlock(t *testing.T) {
 	}
 	wg.Wait()
 	for k, key := range keys {
-		peek, err := b.store.Take(ctx, store.TakeParams{Key: key, Limit: l})
+		peek, err := b.store.Take(ctx, store.TakeParams{Key: key, Limit: l, Now: t0})
 		require.NoError(t, err)
 		require.Equal(t, 1000-charged[k].Load(), peek.Remaining, key)
 	}
@@ -286,7 +295,7 @@ func TestBatchedTakesWithDeadlines(t *testing.T) {
 	b := setup(t, options{maxConns: 8})
 	s, err := pgstore.New(b.pool, pgstore.Config{MaxInFlight: 2, MaxBatch: 5})
 	require.NoError(t, err)
-	l := store.Limit{Name: "batched", Rate: 300, Period: time.Hour}
+	l := store.Limit{Name: "batched", Rate: 300, Period: 20000 * time.Hour} // no refill within a run
 	var acked, timedOut atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 24 {

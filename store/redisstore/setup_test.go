@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +20,9 @@ import (
 // The tests talk to a real Redis at SLUICE_TEST_REDIS_URL and to a real
 // 3-node Redis Cluster: the one SLUICE_TEST_REDIS_CLUSTER names
 // (comma-separated addresses), or else one that scripts/redis-cluster.sh
-// starts on loopback ports for this run and stops at its end. Without them
+// starts for this run alone, on free loopback ports and in a state
+// directory of its own, and stops at its end (or, if the run is killed,
+// its watchdog does), so that runs at once never share one. Without them
 // the tests skip, saying how to run them, unless SLUICE_INTEGRATION=1 (set
 // by `make test`), under which they fail.
 
@@ -30,21 +33,32 @@ var (
 	singleClient *redis.Client
 	singleErr    error
 
-	clusterOnce    sync.Once
-	clusterAddrs   []string
-	clusterErr     error
-	clusterStarted bool
+	clusterOnce  sync.Once
+	clusterAddrs []string
+	clusterErr   error
+	clusterDir   string // the state directory of the cluster this run started
 )
+
+// clusterScriptCmd returns the cluster script, run with arg on this run's
+// state directory.
+func clusterScriptCmd(arg string) *exec.Cmd {
+	cmd := exec.Command(clusterScript, arg)
+	cmd.Env = append(os.Environ(),
+		"SLUICE_REDIS_CLUSTER_DIR="+clusterDir,
+		"SLUICE_REDIS_CLUSTER_OWNER="+strconv.Itoa(os.Getpid()))
+	return cmd
+}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if singleClient != nil {
 		_ = singleClient.Close()
 	}
-	if clusterStarted {
-		if out, err := exec.Command(clusterScript, "stop").CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "redisstore: stopping the test cluster: %v\n%s", err, out)
+	if clusterDir != "" {
+		if out, err := clusterScriptCmd("stop").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "redisstore: stopping the test cluster in %s: %v\n%s", clusterDir, err, out)
 		}
+		_ = os.RemoveAll(clusterDir)
 	}
 	os.Exit(code)
 }
@@ -107,15 +121,20 @@ func clusterClient(t testing.TB) *redis.ClusterClient {
 			clusterErr = fmt.Errorf("redis-server is not installed, so no test cluster can start (apt-get install redis-server, or set SLUICE_TEST_REDIS_CLUSTER)")
 			return
 		}
+		dir, err := os.MkdirTemp("", "sluice-redis-cluster-")
+		if err != nil {
+			clusterErr = fmt.Errorf("a state directory for the test cluster: %w", err)
+			return
+		}
+		clusterDir = dir
 		var stderr bytes.Buffer
-		cmd := exec.Command(clusterScript, "start")
+		cmd := clusterScriptCmd("start")
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			clusterErr = fmt.Errorf("%s start: %w: %s", clusterScript, err, stderr.String())
+			clusterErr = fmt.Errorf("%s start (in %s): %w: %s", clusterScript, dir, err, stderr.String())
 			return
 		}
-		clusterStarted = true
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 		clusterAddrs = strings.Split(lines[len(lines)-1], ",")
 	})

@@ -30,7 +30,7 @@ func TestTakeAllAcquireRerunStartsAfresh(t *testing.T) {
 	// wait behind it.
 	queued := func(n int) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
 			s.qmu.Lock()
 			l, leading := len(s.queue), s.leading
 			s.qmu.Unlock()
