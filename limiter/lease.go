@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
@@ -43,37 +42,27 @@ func (p *Policy) validateConcurrency() error {
 // requests would charge their rate items where Allow never looks.
 var ErrLeaseStoreMismatch = errors.New("limiter: Leases keeps rates apart from Store")
 
-// same reports whether a and b are the same store, without panicking on
-// values of a type that cannot be compared.
-func same(a, b store.RateLeaseStore) bool {
-	ta := reflect.TypeOf(a)
-	return ta == reflect.TypeOf(b) && ta.Comparable() && a == b
-}
-
-// setLeases picks the lease store (see Config.Leases).
+// setLeases picks the lease store (see Config.Leases). It looks for the
+// stores' capabilities (store.RateSharer, store.LeaseKeeper), never for a
+// backend's type.
 func (l *Limiter) setLeases(ls store.LeaseStore) error {
 	if ls != nil {
-		// A mismatch we can see: both are backends, and not the same one.
-		// (A wrapped Store, such as store/guard's, cannot be compared.)
-		switch s := l.store.(type) {
-		case *memstore.Store:
-			if ml, ok := ls.(*memstore.Leases); ok && ml.Store != s {
-				return fmt.Errorf("%w: the memstore.Leases' Rates is not Store", ErrLeaseStoreMismatch)
-			}
-		case store.RateLeaseStore:
-			if rl, ok := ls.(store.RateLeaseStore); ok && !same(rl, s) {
-				return fmt.Errorf("%w: Leases (%T) is not Store (%T)", ErrLeaseStoreMismatch, ls, s)
+		// A mismatch we can see: both say whose rates they charge, and
+		// they differ. (A wrapped Store, such as store/guard's, says
+		// nothing and is not checked.)
+		if a, ok := ls.(store.RateSharer); ok {
+			if b, ok := l.store.(store.RateSharer); ok && a.Rates() != b.Rates() {
+				return fmt.Errorf("%w: Leases (%T) charges rates on another store than Store (%T)", ErrLeaseStoreMismatch, ls, l.store)
 			}
 		}
 	}
 	if ls == nil {
-		switch s := l.store.(type) {
-		case store.LeaseStore:
+		if s, ok := l.store.(store.LeaseStore); ok {
 			ls = s
-		case *memstore.Store:
-			ls = memstore.NewLeases(memstore.LeasesConfig{Rates: s})
-		default:
-			ls = memstore.NewLeases(memstore.LeasesConfig{})
+		} else if k, ok := l.store.(store.LeaseKeeper); ok {
+			ls = k.KeepLeases()
+		} else {
+			ls = memstore.NewLeases(memstore.LeasesConfig{}) // the embedded default
 		}
 	}
 	l.leases = ls

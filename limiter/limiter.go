@@ -110,8 +110,9 @@ type Config struct {
 	// Policies are the limits the Limiter enforces. Names must be unique.
 	Policies []Policy
 	// Leases keeps the leases of concurrency policies. Nil means Store
-	// when it is a store.LeaseStore, else an in-memory store (on Store's
-	// memory when Store is a *memstore.Store). When Leases is a
+	// when it is a store.LeaseStore, else the lease store Store keeps (a
+	// store.LeaseKeeper, such as the embedded memstore), else a new
+	// in-memory store. When Leases is a
 	// store.RateLeaseStore it must be the backend Store decides on: mixed
 	// requests (AllowAllAcquire) charge their rate items through it, in
 	// one atomic operation; New fails with ErrLeaseStoreMismatch when it
@@ -151,12 +152,12 @@ func New(cfg Config) (*Limiter, error) {
 			return nil, fmt.Errorf("%w: duplicate policy name %q", ErrInvalidPolicy, p.Name)
 		}
 		h := &Handle{store: l.store, l: l, policy: p, limit: p.Limit()}
-		if ms, ok := l.store.(*memstore.Store); ok && p.Algorithm != store.Concurrency {
+		if pt, ok := l.store.(store.PreparedTaker); ok && p.Algorithm != store.Concurrency {
 			prep, err := store.Prepare(h.limit)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
 			}
-			h.mem, h.prepared = ms, prep
+			h.fast, h.prepared = pt, prep
 		}
 		l.handles[p.Name] = h
 		l.policies = append(l.policies, p)
@@ -288,9 +289,10 @@ type Handle struct {
 	l      *Limiter
 	policy Policy
 	limit  store.Limit
-	// mem and prepared are the copy-free path when the store is the
-	// embedded memstore: its concrete method, on a limit validated once.
-	mem      *memstore.Store
+	// fast and prepared are the copy-free path when the store has the
+	// store.PreparedTaker capability (the embedded memstore does): a
+	// decision on a limit validated once.
+	fast     store.PreparedTaker
 	prepared *store.Prepared
 }
 
@@ -309,13 +311,13 @@ func (h *Handle) AllowN(ctx context.Context, key string, cost int64) (d Decision
 	return d, err
 }
 
-// allowInto decides into *d: on the embedded memstore through its
-// copy-free path, otherwise through the store interface.
+// allowInto decides into *d: through the store's copy-free path when it
+// has one (store.PreparedTaker), otherwise through the store interface.
 func (h *Handle) allowInto(ctx context.Context, key string, cost int64, d *Decision) error {
 	var r store.Result
 	var err error
-	if h.mem != nil {
-		err = h.mem.TakePrepared(key, h.prepared, cost, &r)
+	if h.fast != nil {
+		r, err = h.fast.DecidePrepared(key, h.prepared, cost)
 	} else if h.policy.Algorithm == store.Concurrency {
 		err = ErrNotRatePolicy
 	} else if err = store.CheckKey(key); err == nil {

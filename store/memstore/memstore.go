@@ -100,7 +100,13 @@ type Store struct {
 	lim         bounds
 }
 
-var _ store.RateStore = (*Store)(nil)
+var (
+	_ store.RateStore     = (*Store)(nil)
+	_ store.PreparedTaker = (*Store)(nil)
+	_ store.LeaseKeeper   = (*Store)(nil)
+	_ store.RateSharer    = (*Store)(nil)
+	_ store.RateSharer    = (*Leases)(nil)
+)
 
 // shard is one lock and its table. A GCRA decision on a key the shard holds
 // reads only the table's index pointer (the first cache line, which only
@@ -270,13 +276,30 @@ func (s *Store) Take(_ context.Context, p store.TakeParams) (store.Result, error
 	return res, nil
 }
 
+// KeepLeases returns a new lease store on this store's memory
+// (store.LeaseKeeper): its mixed operations charge this store's rates.
+func (s *Store) KeepLeases() store.LeaseStore { return NewLeases(LeasesConfig{Rates: s}) }
+
+// Rates returns s (store.RateSharer). A Leases built on s shares it, as
+// the Store it embeds.
+func (s *Store) Rates() store.RateStore { return s }
+
 // TakePrepared is Take for a limit prepared with store.Prepare, at the
-// store clock and with no MaxDelay, writing the outcome to *res. It is the
-// copy-free path the limiter takes for every Allow on the embedded store;
-// its decisions are exactly Take's.
+// store clock and with no MaxDelay, writing the outcome to *res; its
+// decisions are exactly Take's.
 func (s *Store) TakePrepared(key string, l *store.Prepared, cost int64, res *store.Result) error {
+	r, err := s.DecidePrepared(key, l, cost)
+	*res = r
+	return err
+}
+
+// DecidePrepared is TakePrepared returning the outcome: the copy-free path
+// the limiter takes for every Allow on the embedded store, through the
+// store.PreparedTaker capability (an interface call, where a pointer to the
+// caller's result would escape to the heap).
+func (s *Store) DecidePrepared(key string, l *store.Prepared, cost int64) (res store.Result, err error) {
 	if err := store.CheckKey(key); err != nil {
-		return err
+		return store.Result{}, err
 	}
 	t := s.clockMicros(0)
 	h := s.hash(key)
@@ -293,11 +316,11 @@ func (s *Store) TakePrepared(key string, l *store.Prepared, cost int64, res *sto
 					break // left the table, or a lock holder has it
 				}
 				st := store.State{Time: cur}
-				if err := l.Eval(&st, t, cost, 0, res); err != nil {
-					return err
+				if err := l.Eval(&st, t, cost, 0, &res); err != nil {
+					return store.Result{}, err
 				}
 				if st.Time == cur || c.time.CompareAndSwap(cur, st.Time) {
-					return nil
+					return res, nil
 				}
 			}
 		}
@@ -310,14 +333,17 @@ func (s *Store) TakePrepared(key string, l *store.Prepared, cost int64, res *sto
 	}
 	now := s.lockedNow(sh, c, 0, t)
 	before := st
-	err := l.Eval(&st, now, cost, 0, res)
+	err = l.Eval(&st, now, cost, 0, &res)
 	if err == nil && st != before {
 		err = sh.putFresh(h, c, name, key, gcra, st, l.FreshAt(&st), now, &s.lim)
 	} else if c != nil {
 		c.unfreeze(before)
 	}
 	sh.mu.Unlock()
-	return err
+	if err != nil {
+		return store.Result{}, err
+	}
+	return res, nil
 }
 
 // room makes room for n new keys of nb bytes (entryBytes) in a locked

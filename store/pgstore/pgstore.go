@@ -48,7 +48,14 @@ type Store struct {
 	listener store.LeaseListener // lease.go: LISTEN for released permits
 }
 
-var _ store.RateStore = (*Store)(nil)
+var (
+	_ store.RateStore  = (*Store)(nil)
+	_ store.RateSharer = (*Store)(nil)
+)
+
+// Rates returns s (store.RateSharer): its leases' mixed operations charge
+// its own rates.
+func (s *Store) Rates() store.RateStore { return s }
 
 // New returns a Store over pool. The pool's search_path must reach the
 // migrated schema (see Migrate). New does no I/O.

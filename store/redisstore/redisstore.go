@@ -45,7 +45,8 @@ var (
 	_ Client = (*redis.Ring)(nil)
 	_ Client = (redis.UniversalClient)(nil)
 
-	_ store.RateStore = (*Store)(nil)
+	_ store.RateStore  = (*Store)(nil)
+	_ store.RateSharer = (*Store)(nil)
 )
 
 // Config configures a Store. The zero value is ready to use.
@@ -185,6 +186,10 @@ func nowArg(t time.Time) (int64, error) {
 	}
 	return t.UnixMicro(), nil
 }
+
+// Rates returns s (store.RateSharer): its leases' mixed operations charge
+// its own rates.
+func (s *Store) Rates() store.RateStore { return s }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 

@@ -60,7 +60,14 @@ type stmts struct {
 	get, insert, update, del, cleanup *sql.Stmt
 }
 
-var _ store.RateStore = (*Store)(nil)
+var (
+	_ store.RateStore  = (*Store)(nil)
+	_ store.RateSharer = (*Store)(nil)
+)
+
+// Rates returns s (store.RateSharer): its leases' mixed operations charge
+// its own rates.
+func (s *Store) Rates() store.RateStore { return s }
 
 // Open opens (creating if needed) the SQLite file at path and, unless
 // cfg.SkipMigrations, applies pending migrations. ctx bounds the opening
