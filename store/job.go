@@ -671,3 +671,94 @@ func ParseAfterID(after string) (int64, error) {
 	}
 	return n, nil
 }
+
+// JobColumns is the column list ScanJob reads, for the SQL backends.
+const JobColumns = `id, connector_id, type, params, disabled, priority, interval_us, group_key, next_run_at,
+lease_holder, lease_token, lease_until, cursor, catch_up_cursor, runs, failures, consecutive_failures,
+last_run_at, last_success_at, last_error, parked_reason, parked_until`
+
+// ScanJob reads a row of JobColumns through scan (a database/sql or pgx
+// row's Scan).
+func ScanJob(scan func(dest ...any) error) (Job, error) {
+	var j Job
+	var params string
+	var interval, next, until, lastRun, lastOK, parked int64
+	err := scan(&j.ID, &j.ConnectorID, &j.Type, &params, &j.Disabled, &j.Priority, &interval, &j.GroupKey, &next,
+		&j.LeaseHolder, &j.LeaseToken, &until, &j.Cursor, &j.CatchUpCursor, &j.Runs, &j.Failures, &j.ConsecutiveFailures,
+		&lastRun, &lastOK, &j.LastError, &j.ParkedReason, &parked)
+	if err != nil {
+		return Job{}, err
+	}
+	j.Params = json.RawMessage(params)
+	j.Interval = time.Duration(interval) * time.Microsecond
+	j.NextRunAt = time.UnixMicro(next).UTC()
+	j.LeaseUntil, j.LastRunAt, j.LastSuccessAt, j.ParkedUntil = FromMicros(until), FromMicros(lastRun), FromMicros(lastOK), FromMicros(parked)
+	return j, nil
+}
+
+// RunColumns is the column list ScanRun reads.
+const RunColumns = `id, job_id, token, holder, started_at, ended_at, outcome, requests, retries, slices, error`
+
+// ScanRun reads a row of RunColumns.
+func ScanRun(scan func(dest ...any) error) (RunRecord, error) {
+	var r RunRecord
+	var start, end int64
+	if err := scan(&r.ID, &r.JobID, &r.Token, &r.Holder, &start, &end, &r.Outcome, &r.Requests, &r.Retries, &r.Slices, &r.Error); err != nil {
+		return RunRecord{}, err
+	}
+	r.StartedAt, r.EndedAt = time.UnixMicro(start).UTC(), FromMicros(end)
+	return r, nil
+}
+
+// GapColumns is the column list ScanGap reads.
+const GapColumns = `id, job_id, run_id, catch_up, cursor, reason, created_at`
+
+// ScanGap reads a row of GapColumns.
+func ScanGap(scan func(dest ...any) error) (GapRecord, error) {
+	var g GapRecord
+	var created int64
+	if err := scan(&g.ID, &g.JobID, &g.RunID, &g.CatchUp, &g.Cursor, &g.Reason, &created); err != nil {
+		return GapRecord{}, err
+	}
+	g.CreatedAt = time.UnixMicro(created).UTC()
+	return g, nil
+}
+
+// TransitionColumns is the column list ScanTransition reads.
+const TransitionColumns = `id, connector_id, key, from_state, to_state, reason, requests, failures, at`
+
+// ScanTransition reads a row of TransitionColumns.
+func ScanTransition(scan func(dest ...any) error) (BreakerTransition, error) {
+	var t BreakerTransition
+	var at int64
+	if err := scan(&t.ID, &t.ConnectorID, &t.Key, &t.From, &t.To, &t.Reason, &t.Requests, &t.Failures, &at); err != nil {
+		return BreakerTransition{}, err
+	}
+	t.At = time.UnixMicro(at).UTC()
+	return t, nil
+}
+
+// ConnectorColumns is the column list ScanConnector reads: the row and
+// its derived counts (see ConnectorSelect).
+const ConnectorColumns = `c.id, c.status, c.policies, c.profile, c.created_at, c.pressure_until,
+coalesce((SELECT max(j.last_run_at) FROM sluice_jobs j WHERE j.connector_id = c.id), 0),
+(SELECT count(*) FROM sluice_jobs j WHERE j.connector_id = c.id),
+(SELECT count(*) FROM sluice_jobs j WHERE j.connector_id = c.id AND NOT j.disabled)`
+
+// ScanConnector reads a row of ConnectorColumns.
+func ScanConnector(scan func(dest ...any) error) (Connector, error) {
+	var c Connector
+	var policies string
+	var created, pressure, lastRun int64
+	if err := scan(&c.ID, &c.Status, &policies, &c.Profile, &created, &pressure, &lastRun, &c.JobsCount, &c.ActiveJobsCount); err != nil {
+		return Connector{}, err
+	}
+	if err := json.Unmarshal([]byte(policies), &c.Policies); err != nil {
+		return Connector{}, fmt.Errorf("store: connector %q: stored policies: %w", c.ID, err)
+	}
+	if c.Policies == nil {
+		c.Policies = []string{}
+	}
+	c.CreatedAt, c.PressureUntil, c.LastJobRunTime = time.UnixMicro(created).UTC(), FromMicros(pressure), FromMicros(lastRun)
+	return c, nil
+}
