@@ -69,7 +69,8 @@ func (s ConnectorStatus) Valid() bool {
 type Connector struct {
 	// ID names the connector ("binance"); upserts by ID never duplicate.
 	ID string `json:"id"`
-	// Status is active, paused or disabled. Empty means active on upsert.
+	// Status is active, paused or disabled. Empty on upsert means active
+	// for a new connector and unchanged for an existing one.
 	Status ConnectorStatus `json:"status"`
 	// Policies name the limiter policies that pace every upstream call.
 	Policies []string `json:"policies"`
@@ -430,8 +431,9 @@ func (p *ListParams) EffectiveLimit() (int, error) {
 // safe for concurrent use by many goroutines (and, for SQL backends, many
 // processes).
 type JobStore interface {
-	// UpsertConnector creates the connector or updates its status,
-	// policies and profile; created says which. Never a duplicate.
+	// UpsertConnector creates the connector or updates its policies,
+	// profile and (when set) status; created says which. Never a
+	// duplicate.
 	UpsertConnector(ctx context.Context, c Connector) (Connector, bool, error)
 	GetConnector(ctx context.Context, id string) (Connector, error)
 	ListConnectors(ctx context.Context, p ListParams) ([]Connector, error)

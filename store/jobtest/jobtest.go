@@ -111,6 +111,10 @@ func connectorUpsert(t *testing.T, s store.JobStore) {
 	require.NoError(t, err)
 	require.Len(t, all, 1)
 	require.Equal(t, "binance", all[0].ID)
+	// An upsert without a status keeps the stored one.
+	c3, _, err := s.UpsertConnector(ctx, store.Connector{ID: "binance", Policies: []string{"a", "b"}})
+	require.NoError(t, err)
+	require.Equal(t, store.ConnectorPaused, c3.Status)
 	require.NoError(t, s.SetConnectorStatus(ctx, "binance", store.ConnectorActive))
 	got, err := s.GetConnector(ctx, "binance")
 	require.NoError(t, err)

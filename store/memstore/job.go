@@ -57,15 +57,18 @@ func (s *JobStore) UpsertConnector(ctx context.Context, c store.Connector) (stor
 	if err := c.Check(); err != nil {
 		return store.Connector{}, false, err
 	}
-	if c.Status == "" {
-		c.Status = store.ConnectorActive
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur, ok := s.connectors[c.ID]
 	if ok {
-		cur.Status, cur.Policies, cur.Profile = c.Status, slices.Clone(c.Policies), c.Profile
+		if c.Status != "" {
+			cur.Status = c.Status
+		}
+		cur.Policies, cur.Profile = slices.Clone(c.Policies), c.Profile
 	} else {
+		if c.Status == "" {
+			c.Status = store.ConnectorActive
+		}
 		n := store.Connector{ID: c.ID, Status: c.Status, Policies: slices.Clone(c.Policies), Profile: c.Profile,
 			CreatedAt: store.FromMicros(s.now(time.Time{}))}
 		cur = &n

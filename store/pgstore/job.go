@@ -50,9 +50,6 @@ func (s *Store) UpsertConnector(ctx context.Context, c store.Connector) (store.C
 	if err := c.Check(); err != nil {
 		return store.Connector{}, false, err
 	}
-	if c.Status == "" {
-		c.Status = store.ConnectorActive
-	}
 	pol := c.Policies
 	if pol == nil {
 		pol = []string{}
@@ -65,8 +62,8 @@ func (s *Store) UpsertConnector(ctx context.Context, c store.Connector) (store.C
 	var created bool
 	err = s.jobTx(ctx, "upsert connector", time.Time{}, func(tx pgx.Tx, now int64) error {
 		// xmax = 0 only for a row this statement inserted.
-		if err := tx.QueryRow(ctx, `INSERT INTO sluice_job_connectors (id, status, policies, profile, created_at) VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (id) DO UPDATE SET status = excluded.status, policies = excluded.policies, profile = excluded.profile
+		if err := tx.QueryRow(ctx, `INSERT INTO sluice_job_connectors (id, status, policies, profile, created_at) VALUES ($1, coalesce(nullif($2, ''), 'active'), $3, $4, $5)
+ON CONFLICT (id) DO UPDATE SET status = CASE WHEN $2 = '' THEN sluice_job_connectors.status ELSE excluded.status END, policies = excluded.policies, profile = excluded.profile
 RETURNING xmax = 0`, c.ID, string(c.Status), string(b), c.Profile, now).Scan(&created); err != nil {
 			return err
 		}

@@ -30,9 +30,6 @@ func (s *Store) UpsertConnector(ctx context.Context, c store.Connector) (store.C
 	if err := c.Check(); err != nil {
 		return store.Connector{}, false, err
 	}
-	if c.Status == "" {
-		c.Status = store.ConnectorActive
-	}
 	pol, err := json.Marshal(nonNilStrings(c.Policies))
 	if err != nil {
 		return store.Connector{}, false, err
@@ -47,9 +44,9 @@ func (s *Store) UpsertConnector(ctx context.Context, c store.Connector) (store.C
 			return wrap(err)
 		}
 		created = n == 0
-		if _, err := conn.ExecContext(tx.ctx, `INSERT INTO sluice_job_connectors (id, status, policies, profile, created_at) VALUES (?, ?, ?, ?, ?)
-ON CONFLICT (id) DO UPDATE SET status = excluded.status, policies = excluded.policies, profile = excluded.profile`,
-			c.ID, string(c.Status), string(pol), c.Profile, tx.now); err != nil {
+		if _, err := conn.ExecContext(tx.ctx, `INSERT INTO sluice_job_connectors (id, status, policies, profile, created_at) VALUES (?, coalesce(nullif(?, ''), 'active'), ?, ?, ?)
+ON CONFLICT (id) DO UPDATE SET status = CASE WHEN ? = '' THEN status ELSE excluded.status END, policies = excluded.policies, profile = excluded.profile`,
+			c.ID, string(c.Status), string(pol), c.Profile, tx.now, string(c.Status)); err != nil {
 			return wrap(err)
 		}
 		var err error
