@@ -247,4 +247,3 @@ func sameSpec(a, b *store.JobSpec) bool {
 	return a.ID == b.ID && a.ConnectorID == b.ConnectorID && a.Type == b.Type && a.NormalParams() == b.NormalParams() &&
 		a.Disabled == b.Disabled && a.Priority == b.Priority && a.Interval == b.Interval && a.Group() == b.Group()
 }
-

@@ -198,4 +198,3 @@ func TestSeed000CursorPersistsAcrossRestarts(t *testing.T) {
 		require.Equal(t, "10", getJob(t, s2, "j").Cursor)
 	})
 }
-
