@@ -31,6 +31,9 @@ type GapError struct {
 	// Reason is store.GapRequestCap, store.GapWallClock or
 	// store.GapRetryBudget.
 	Reason string
+	// CatchUp says the run was committing the catch-up bookmark, which
+	// the gap record then quotes.
+	CatchUp bool
 }
 
 func (e *GapError) Error() string { return "job: run budget exhausted: " + e.Reason }

@@ -257,7 +257,11 @@ func (r *Run) commit(ctx context.Context, cursor string, catchUp bool) error {
 	r.slices++
 	r.mu.Unlock()
 	w.event(Event{Kind: EventCommit, JobID: r.job.ID, Token: r.fence.Token, Cursor: cursor, CatchUp: catchUp})
-	return r.Budget()
+	err = r.Budget()
+	if ge, ok := err.(*GapError); ok {
+		ge.CatchUp = catchUp
+	}
+	return err
 }
 
 // Budget reports whether the run may start another slice: nil, or a

@@ -393,7 +393,7 @@ func (w *Worker) execute(hctx, stop context.Context, c store.Claim) {
 		p.Delay = w.scheduleDelay(j.Interval)
 		w.end(octx, store.RunSucceeded, r, p, nil)
 	case errors.As(herr, &ge):
-		p.Reason, p.Delay = ge.Reason, w.cfg.DeferDelay
+		p.Reason, p.Delay, p.CatchUp = ge.Reason, w.cfg.DeferDelay, ge.CatchUp
 		w.end(octx, store.RunDeferred, r, p, herr)
 	case errors.As(herr, &pe):
 		p.Reason, p.Delay = pe.Reason, pe.Wait
