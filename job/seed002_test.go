@@ -428,4 +428,3 @@ func TestSeed002MoreThanOnePageRecoveredPerRun(t *testing.T) {
 		require.Equal(t, store.RunSucceeded, rs[0].Outcome)
 	})
 }
-
