@@ -48,6 +48,10 @@ type Config struct {
 	// Slots serves the slot API (/api/v1/slots..., /admin/rate-limit/...,
 	// see slot.go). Nil leaves those routes out.
 	Slots *slot.Scheduler
+	// Jobs serves the jobs API and worker protocol (/v1/connectors,
+	// /v1/jobs..., /v1/runs, /v1/gaps, /v1/breaker-transitions; see
+	// job.go). Nil leaves those routes out.
+	Jobs store.JobStore
 }
 
 // Server is the HTTP JSON API over a Limiter. It registers on servers the
@@ -67,6 +71,7 @@ type Server struct {
 	leaseOps *prometheus.CounterVec // lease.go
 	// slotMetrics is set when slots is (slot.go).
 	slotMetrics *slotMetrics
+	jobs        store.JobStore // job.go
 }
 
 // policyInfo is what the server precomputes for one policy.
@@ -95,6 +100,7 @@ func New(cfg Config) (*Server, error) {
 		maxItems: cfg.MaxItems,
 		policies: map[string]*policyInfo{},
 		slots:    cfg.Slots,
+		jobs:     cfg.Jobs,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -183,6 +189,7 @@ func (s *Server) routes() http.Handler {
 		mux.Handle(rt.path, s.wrap(rt.path, methodNotAllowed(rt.allow)))
 	}
 	s.leaseRoutes(mux) // lease.go
+	s.jobRoutes(mux)   // job.go
 	for _, rt := range s.slotRoutes() {
 		mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, rt.h))
 		if !rt.shadowed {
