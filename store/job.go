@@ -141,8 +141,8 @@ type JobSpec struct {
 	Priority int `json:"priority"`
 	// Interval is the schedule: a finished run is due again this long
 	// (plus jitter) later. Zero means the job runs once, then waits for a
-	// trigger.
-	Interval time.Duration `json:"interval"`
+	// trigger. JSON carries it as interval_ms (see Job.MarshalJSON).
+	Interval time.Duration `json:"-"`
 	// GroupKey is the fairness group (a shop, an account). Empty means the
 	// connector id.
 	GroupKey string `json:"group_key,omitempty"`
@@ -216,6 +216,16 @@ type Job struct {
 	// parked by source pressure; cleared by the next finish.
 	ParkedReason string    `json:"parked_reason,omitempty"`
 	ParkedUntil  time.Time `json:"parked_until,omitzero"`
+}
+
+// MarshalJSON writes the job with its interval as interval_ms, the unit
+// the HTTP API takes.
+func (j Job) MarshalJSON() ([]byte, error) {
+	type plain Job // without this method
+	return json.Marshal(struct {
+		plain
+		IntervalMs int64 `json:"interval_ms"`
+	}{plain(j), j.Interval.Milliseconds()})
 }
 
 // Source-pressure reasons (park) and budget reasons (gap records): two
