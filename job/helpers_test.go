@@ -239,12 +239,6 @@ func (e *events) kinds(jobID string) []job.EventKind {
 	return out
 }
 
-func (e *events) list() []job.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]job.Event(nil), e.all...)
-}
-
 func mustWorker(t *testing.T, cfg job.Config) *job.Worker {
 	t.Helper()
 	cfg.PassNow = true
