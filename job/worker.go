@@ -343,12 +343,7 @@ func (w *Worker) execute(hctx, stop context.Context, c store.Claim) {
 	w.event(Event{Kind: EventClaim, JobID: j.ID, Group: j.GroupKey, Token: j.LeaseToken})
 	ctx, cancel := context.WithCancel(hctx)
 	defer cancel()
-	conn, err := w.store.GetConnector(ctx, j.ConnectorID)
-	if err != nil {
-		w.end(ctx, store.RunReleased, &Run{job: j, fence: fence}, store.EndParams{Fence: fence, Error: err.Error()}, err)
-		return
-	}
-	r := &Run{w: w, job: j, connector: conn, runID: c.RunID, fence: fence, started: w.clk.Now(), env: w.cfg.Envelope,
+	r := &Run{w: w, job: j, connector: c.Connector, runID: c.RunID, fence: fence, started: w.clk.Now(), env: w.cfg.Envelope,
 		cursor: j.Cursor, catchUp: j.CatchUpCursor}
 	h := w.cfg.Handlers[j.Type]
 	// Heartbeats keep the lease while the handler runs; a lost lease

@@ -312,8 +312,11 @@ type BreakerTransition struct {
 
 // Claim is one claimed job.
 type Claim struct {
-	Job   Job   // as claimed: LeaseToken is the fencing token
-	RunID int64 // the run row opened by the claim
+	Job Job // as claimed: LeaseToken is the fencing token
+	// Connector is the job's connector as the claim saw it (status,
+	// policies, profile; its derived counts are left zero).
+	Connector Connector
+	RunID     int64 // the run row opened by the claim
 	// At is the store time of the claim.
 	At time.Time
 }
@@ -756,6 +759,10 @@ const ConnectorColumns = `c.id, c.status, c.policies, c.profile, c.created_at, c
 coalesce((SELECT max(j.last_run_at) FROM sluice_jobs j WHERE j.connector_id = c.id), 0),
 (SELECT count(*) FROM sluice_jobs j WHERE j.connector_id = c.id),
 (SELECT count(*) FROM sluice_jobs j WHERE j.connector_id = c.id AND NOT j.disabled)`
+
+// ConnectorRowColumns reads a connector for ScanConnector without its
+// derived counts (zero), for a claim.
+const ConnectorRowColumns = `c.id, c.status, c.policies, c.profile, c.created_at, c.pressure_until, 0, 0, 0`
 
 // ScanConnector reads a row of ConnectorColumns.
 func ScanConnector(scan func(dest ...any) error) (Connector, error) {

@@ -238,6 +238,9 @@ func claimOnlyDue(t *testing.T, s store.JobStore) {
 	require.Equal(t, "w", cs[0].Job.LeaseHolder)
 	require.Equal(t, at(time.Second+time.Minute), cs[0].Job.LeaseUntil)
 	require.Equal(t, at(time.Second), cs[0].At)
+	require.Equal(t, "c", cs[0].Connector.ID)
+	require.Equal(t, []string{"c-weight"}, cs[0].Connector.Policies)
+	require.Equal(t, store.ConnectorActive, cs[0].Connector.Status)
 	// Not before its next_run_at.
 	require.NoError(t, s.FinishJob(ctx, store.EndParams{Fence: fence(cs[0]), Delay: time.Minute, Now: at(2 * time.Second)}))
 	require.Equal(t, []string{"other-type"}, ids(claim(t, s, "w", 10, at(time.Minute))))

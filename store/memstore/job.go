@@ -271,7 +271,12 @@ func (s *JobStore) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]store.
 		r := store.RunRecord{ID: int64(len(s.runs) + 1), JobID: j.ID, Token: j.LeaseToken, Holder: p.Holder,
 			StartedAt: store.FromMicros(now), Outcome: store.RunRunning}
 		s.runs = append(s.runs, r)
-		out = append(out, store.Claim{Job: j.Job, RunID: r.ID, At: store.FromMicros(now)})
+		c := *s.connectors[j.ConnectorID]
+		c.Policies = slices.Clone(c.Policies)
+		if c.Policies == nil {
+			c.Policies = []string{}
+		}
+		out = append(out, store.Claim{Job: j.Job, Connector: c, RunID: r.ID, At: store.FromMicros(now)})
 	}
 	return out, nil
 }

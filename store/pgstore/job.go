@@ -300,6 +300,7 @@ FROM sluice_jobs WHERE group_key = ANY($2) GROUP BY group_key`, now, keys)
 			return err
 		}
 		until := now + p.LeaseTTL.Microseconds()
+		conns := map[string]store.Connector{}
 		for _, i := range store.PickClaims(cands, loads, p.Limit) {
 			id := cands[i].ID
 			if _, err := tx.Exec(ctx, `UPDATE sluice_job_runs SET outcome = 'abandoned', ended_at = $1
@@ -317,7 +318,15 @@ WHERE job_id = $2 AND outcome = 'running' AND token = (SELECT lease_token FROM s
 				id, j.LeaseToken, p.Holder, now).Scan(&runID); err != nil {
 				return err
 			}
-			out = append(out, store.Claim{Job: j, RunID: runID, At: store.FromMicros(now)})
+			c, ok := conns[j.ConnectorID]
+			if !ok {
+				if c, err = store.ScanConnector(tx.QueryRow(ctx, `SELECT `+store.ConnectorRowColumns+` FROM sluice_job_connectors c WHERE c.id = $1`,
+					j.ConnectorID).Scan); err != nil {
+					return err
+				}
+				conns[j.ConnectorID] = c
+			}
+			out = append(out, store.Claim{Job: j, Connector: c, RunID: runID, At: store.FromMicros(now)})
 		}
 		return nil
 	})

@@ -336,6 +336,7 @@ WHERE group_key IN (SELECT value FROM json_each(?)) GROUP BY group_key`, now, st
 		}
 		mark(tx)
 		until := now + p.LeaseTTL.Microseconds()
+		conns := map[string]store.Connector{}
 		for _, i := range store.PickClaims(cands, loads, p.Limit) {
 			id := cands[i].ID
 			seq++
@@ -353,7 +354,15 @@ WHERE job_id = ? AND outcome = 'running' AND token = (SELECT lease_token FROM sl
 				id, j.LeaseToken, p.Holder, now).Scan(&runID); err != nil {
 				return wrap(err)
 			}
-			out = append(out, store.Claim{Job: j, RunID: runID, At: store.FromMicros(now)})
+			c, ok := conns[j.ConnectorID]
+			if !ok {
+				if c, err = store.ScanConnector(conn.QueryRowContext(tx.ctx, `SELECT `+store.ConnectorRowColumns+` FROM sluice_job_connectors c WHERE c.id = ?`,
+					j.ConnectorID).Scan); err != nil {
+					return wrap(err)
+				}
+				conns[j.ConnectorID] = c
+			}
+			out = append(out, store.Claim{Job: j, Connector: c, RunID: runID, At: store.FromMicros(now)})
 		}
 		return nil
 	})
