@@ -84,6 +84,7 @@ func TestSeed000TwoWorkersNeverExceedLimit(t *testing.T) {
 	out := newSink()
 	const limit = 10
 	var workers []*job.Worker
+	var first store.JobStore
 	for i := range 2 {
 		s, err := sqlitestore.Open(ctx, path, sqlitestore.Config{Clock: clk})
 		require.NoError(t, err)
@@ -92,6 +93,7 @@ func TestSeed000TwoWorkersNeverExceedLimit(t *testing.T) {
 			{Name: "binance-weight", Algorithm: store.FixedWindow, Rate: limit, Period: time.Minute}}})
 		require.NoError(t, err)
 		if i == 0 {
+			first = s
 			setupConnector(t, s, "binance", "binance-weight")
 			for j := range 5 {
 				addJob(t, s, clk, store.JobSpec{ID: fmt.Sprintf("binance:P%d/USDT:1m:ohlcv", j), ConnectorID: "binance"})
@@ -100,9 +102,9 @@ func TestSeed000TwoWorkersNeverExceedLimit(t *testing.T) {
 		workers = append(workers, mustWorker(t, job.Config{Store: s, Holder: fmt.Sprintf("w%d", i), Limiter: lim, MaxPacingWait: -1,
 			Clock: clk, Handlers: map[string]job.Handler{"ohlcv": pager(prov, out, 2)}}))
 	}
-	done := func() bool {
+	done := func() bool { // every job has run to the end (its empty page)
 		for j := range 5 {
-			if len(out.get(fmt.Sprintf("binance:P%d/USDT:1m:ohlcv", j))) < 40 {
+			if getJob(t, first, fmt.Sprintf("binance:P%d/USDT:1m:ohlcv", j)).LastSuccessAt.IsZero() {
 				return false
 			}
 		}
