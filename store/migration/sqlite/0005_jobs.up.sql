@@ -49,6 +49,8 @@ CREATE INDEX sluice_jobs_due ON sluice_jobs (next_run_at) WHERE disabled = 0;
 CREATE INDEX sluice_jobs_connector ON sluice_jobs (connector_id);
 CREATE INDEX sluice_jobs_group ON sluice_jobs (group_key, claim_seq);
 CREATE INDEX sluice_jobs_claim_seq ON sluice_jobs (claim_seq);
+-- The claim's per-group order, so that ranking the due jobs needs no sort.
+CREATE INDEX sluice_jobs_group_order ON sluice_jobs (group_key, priority DESC, next_run_at, id) WHERE disabled = 0;
 
 -- sluice_job_runs: one row per claim (execution).
 CREATE TABLE sluice_job_runs (
