@@ -29,26 +29,26 @@ var t0 = time.Date(2026, 1, 19, 0, 0, 0, 0, time.UTC)
 // on the same records each time it is called (a restart).
 type backend struct {
 	name string
-	open func(t *testing.T, clk *clocktest.Clock) store.JobStore
+	open func(t testing.TB, clk *clocktest.Clock) store.JobStore
 }
 
 // backends returns memstore, SQLite and PostgreSQL (which fails or skips
 // as testenv says when PostgreSQL is unreachable). Each call of open on a
 // backend returned for one test reaches the same records.
-func backends(t *testing.T) []backend {
+func backends() []backend {
 	return []backend{
-		{"memory", func() func(*testing.T, *clocktest.Clock) store.JobStore {
+		{"memory", func() func(testing.TB, *clocktest.Clock) store.JobStore {
 			var s *memstore.JobStore
-			return func(_ *testing.T, clk *clocktest.Clock) store.JobStore {
+			return func(_ testing.TB, clk *clocktest.Clock) store.JobStore {
 				if s == nil {
 					s = memstore.NewJobStore(memstore.JobConfig{Clock: clk})
 				}
 				return s
 			}
 		}()},
-		{"sqlite", func() func(*testing.T, *clocktest.Clock) store.JobStore {
+		{"sqlite", func() func(testing.TB, *clocktest.Clock) store.JobStore {
 			var path string
-			return func(t *testing.T, clk *clocktest.Clock) store.JobStore {
+			return func(t testing.TB, clk *clocktest.Clock) store.JobStore {
 				if path == "" {
 					path = filepath.Join(t.TempDir(), "jobs.db")
 				}
@@ -58,9 +58,9 @@ func backends(t *testing.T) []backend {
 				return s
 			}
 		}()},
-		{"postgres", func() func(*testing.T, *clocktest.Clock) store.JobStore {
+		{"postgres", func() func(testing.TB, *clocktest.Clock) store.JobStore {
 			var schema string
-			return func(t *testing.T, _ *clocktest.Clock) store.JobStore {
+			return func(t testing.TB, _ *clocktest.Clock) store.JobStore {
 				if schema == "" {
 					schema = testenv.PostgresSchema(t, "sluice_job_")
 				}
@@ -84,7 +84,7 @@ func backends(t *testing.T) []backend {
 // eachBackend runs f as a parallel subtest per backend.
 func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 	t.Parallel()
-	for _, b := range backends(t) {
+	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			f(t, b)

@@ -330,7 +330,7 @@ func TestFailureBackoffAndPermanent(t *testing.T) {
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	h := map[string]job.Handler{"x": func(context.Context, *job.Run) error { return nil }}
-	s := backends(t)[0].open(t, clocktest.New(t0))
+	s := backends()[0].open(t, clocktest.New(t0))
 	for name, cfg := range map[string]job.Config{
 		"no store":      {Handlers: h},
 		"no handlers":   {Store: s},
