@@ -53,6 +53,10 @@ type Config struct {
 	// Slots serves the slot API (/api/v1/slots..., /admin/rate-limit/...,
 	// see slot.go). Nil leaves those routes out.
 	Slots *slot.Scheduler
+	// Jobs serves the jobs API and worker protocol (/v1/connectors,
+	// /v1/jobs..., /v1/runs, /v1/gaps, /v1/breaker-transitions; see
+	// job.go). Nil leaves those routes out.
+	Jobs store.JobStore
 }
 
 // Server is the HTTP JSON API over a Limiter. It registers on servers the
@@ -72,6 +76,7 @@ type Server struct {
 	leaseOps *prometheus.CounterVec // lease.go
 	// slotMetrics is set when slots is (slot.go).
 	slotMetrics *slotMetrics
+	jobs        store.JobStore // job.go
 }
 
 // policyInfo is what the server precomputes for one policy.
@@ -100,6 +105,7 @@ func New(cfg Config) (*Server, error) {
 		maxItems: cfg.MaxItems,
 		policies: map[string]*policyInfo{},
 		slots:    cfg.Slots,
+		jobs:     cfg.Jobs,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -190,6 +196,7 @@ func (s *Server) endpoints() []route {
 		{http.MethodGet, routeMetrics, metricsHandler.ServeHTTP},
 	}
 	rts = append(rts, s.leaseRoutes()...) // lease.go
+	rts = append(rts, s.jobRoutes()...)   // job.go
 	return append(rts, s.slotRoutes()...) // slot.go
 }
 

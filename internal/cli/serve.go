@@ -253,12 +253,17 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		return err
 	}
 	defer closeSlots()
+	jobs, closeJobs, err := openJobs(ctx, source["db"], f.db) // jobs.go
+	if err != nil {
+		return err
+	}
+	defer closeJobs()
 
 	lim, err := limiter.New(limiter.Config{Store: st.store, Leases: st.leases, Policies: policies})
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg, Slots: slots, MaxBodyBytes: int64(f.maxBody)})
+	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg, Slots: slots, Jobs: jobs, MaxBodyBytes: int64(f.maxBody)})
 	if err != nil {
 		return err
 	}

@@ -43,8 +43,10 @@ func ExampleOpen() {
 	// up 2 store_clock
 	// up 3 leases
 	// up 4 slots
+	// up 5 jobs
 	// 1 rate_state true
 	// 2 store_clock true
 	// 3 leases true
 	// 4 slots true
+	// 5 jobs true
 }

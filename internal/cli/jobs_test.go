@@ -1,0 +1,113 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/internal/cli"
+)
+
+const jobsYAML = `
+connectors:
+  - id: binance
+    policies: [binance-weight]
+    pairs: [BTC/USDT, ETH/USDT]
+    timeframes: [1m]
+    types: [ohlcv]
+`
+
+func TestJobsCommands(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "jobs.db")
+	file := writeFile(t, "jobs.yaml", jobsYAML)
+	r := run(t, nil, "connectors", "import", file, "--db", db)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "connectors: 1 created, 0 updated, 0 unchanged; jobs: 2 created, 0 updated, 0 unchanged")
+	r = run(t, map[string]string{"SLUICE_DB": db}, "connectors", "import", file)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "connectors: 0 created, 0 updated, 1 unchanged; jobs: 0 created, 0 updated, 2 unchanged")
+
+	r = run(t, nil, "connectors", "list", "--db", db)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, 1, strings.Count(r.stdout, "\n"))
+	require.Contains(t, r.stdout, `"jobs_count":2`)
+	r = run(t, nil, "jobs", "list", "--connector", "binance", "--db", db)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"id":"binance:BTC/USDT:1m:ohlcv"`)
+
+	// A worker whose command writes two slices and commits after each.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Run(ctx, []string{"worker", "--db", db, "--type", "ohlcv", "--holder", "cli-worker",
+			"--exec", `echo "commit ${SLUICE_JOB_CURSOR}a"; echo "commit ${SLUICE_JOB_CURSOR}ab"`}, cli.Options{Stdout: &stdout, Stderr: &stderr})
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r = run(t, nil, "jobs", "get", "binance:ETH/USDT:1m:ohlcv", "--db", db)
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		var j struct {
+			Cursor        string `json:"cursor"`
+			LastSuccessAt string `json:"last_success_at"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &j))
+		if j.LastSuccessAt != "" {
+			require.Equal(t, "ab", j.Cursor)
+			break
+		}
+		require.False(t, time.Now().After(deadline), "the worker never finished the job: %s", stderr.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		require.Equal(t, cli.ExitOK, code, stderr.String())
+	case <-time.After(time.Minute):
+		t.Fatal("the worker did not stop")
+	}
+	r = run(t, nil, "runs", "--job", "binance:ETH/USDT:1m:ohlcv", "--db", db)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"outcome":"succeeded"`)
+	require.Contains(t, r.stdout, `"slices":2`)
+	require.Contains(t, r.stdout, `"holder":"cli-worker"`)
+	r = run(t, nil, "gaps", "--db", db)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Empty(t, r.stdout)
+
+	r = run(t, nil, "connectors", "pause", "binance", "--db", db)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	r = run(t, nil, "connectors", "get", "binance", "--db", db)
+	require.Contains(t, r.stdout, `"status":"paused"`)
+	r = run(t, nil, "jobs", "trigger", "binance:ETH/USDT:1m:ohlcv", "--db", db)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+}
+
+func TestJobsCommandsBadInput(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "jobs.db")
+	bad := writeFile(t, "bad.yaml", "connectors: [{id: binance, pairs: [BTC/USDT], timeframes: [1M], types: [ohlcv]}]")
+	r := run(t, nil, "connectors", "import", bad, "--db", db)
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.stderr, `timeframe "1M"`)
+	r = run(t, nil, "runs", "--after", "x", "--db", db)
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.stderr, "after must be a record id")
+	r = run(t, nil, "worker", "--db", db)
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.stderr, "--exec and at least one --type are required")
+	r = run(t, nil, "jobs", "get", "nope", "--db", db)
+	require.NotEqual(t, cli.ExitOK, r.code)
+	require.Contains(t, r.stderr, "no job with that id")
+	r = run(t, nil, "jobs", "list", "--db", "redis://127.0.0.1:6379")
+	require.Equal(t, cli.ExitUsage, r.code)
+}

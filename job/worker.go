@@ -1,0 +1,471 @@
+package job
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/sluicerl/sluice/clock"
+	"github.com/sluicerl/sluice/limiter"
+	"github.com/sluicerl/sluice/outbound"
+	"github.com/sluicerl/sluice/store"
+)
+
+// Handler runs one claimed job. It pulls pages through run.Call, writes
+// each slice durably, then calls run.Commit with the cursor after it, and
+// loops until the source is drained (seed 002 D11: a page size is never a
+// reason to stop) or Commit or Call returns an error, which it returns.
+// nil means the job is done until its next scheduled run.
+type Handler func(ctx context.Context, run *Run) error
+
+// Config configures a Worker: a plain value that New copies. Every zero
+// field means its documented default.
+type Config struct {
+	// Store keeps the connectors, jobs and runs. Required.
+	Store store.JobStore
+	// Handlers run the jobs, by job type. Only jobs of these types are
+	// claimed. Required.
+	Handlers map[string]Handler
+	// Holder names this worker in leases and runs. Empty means a random
+	// name.
+	Holder string
+	// Concurrency is how many jobs this worker runs at once. Zero means 1.
+	Concurrency int
+	// LeaseTTL is how long a claim holds a job without a heartbeat. Zero
+	// means 30 seconds.
+	LeaseTTL time.Duration
+	// Heartbeat is how often a running job's lease is extended. Zero means
+	// LeaseTTL / 3.
+	Heartbeat time.Duration
+	// PollInterval is how long Run waits when nothing is due. Zero means
+	// 1 second.
+	PollInterval time.Duration
+	// Limiter paces every upstream call by the connector's policies. Nil
+	// means no pacing beyond Outbound's.
+	Limiter *limiter.Limiter
+	// Outbound carries every call (breaker, adaptive rate, retries, retry
+	// budget, shared Retry-After). Nil means calls go straight to fn.
+	Outbound *outbound.Client
+	// Envelope bounds every run. The zero value is unbounded.
+	Envelope Envelope
+	// MaxPacingWait is the longest a call waits for its connector's
+	// pacing before the job yields (parks as no_capacity until the limit
+	// allows it). Zero means 2 seconds; negative means never wait.
+	MaxPacingWait time.Duration
+	// PressureWait is how long a job parks under source pressure that did
+	// not say how long (a 429 without Retry-After, an open breaker). Zero
+	// means 30 seconds.
+	PressureWait time.Duration
+	// Jitter spreads scheduled runs: a finished job is due again after
+	// its interval plus up to Jitter times it. Zero means 0.1; negative
+	// means none.
+	Jitter float64
+	// BackoffBase and BackoffMax bound the full-jitter backoff after a
+	// failure: a random delay up to min(BackoffMax, BackoffBase * 2^(n-1))
+	// after the n-th failure in a row. Zero means 1 second and 1 hour.
+	BackoffBase, BackoffMax time.Duration
+	// DeferDelay is how soon a job whose run ran out of a budget runs
+	// again. Zero means 1 second.
+	DeferDelay time.Duration
+	// ShutdownGrace is how long Run lets running handlers finish after its
+	// context ends; then their contexts are cancelled and their jobs
+	// released (due at once, nothing counted). Zero means 10 seconds.
+	ShutdownGrace time.Duration
+	// Gate, if set, is asked before each claim whether a connector has
+	// capacity (see store.ClaimParams.Gate).
+	Gate store.Gate
+	// Clock times heartbeats, polls, pacing waits and envelopes. Nil means
+	// the real clock.
+	Clock clock.Clock
+	// PassNow sends Clock's time as every store operation's Now. For tests
+	// only: in production the store's clock decides.
+	PassNow bool
+	// Rand returns uniform numbers in [0, 1) for jitter. Nil means
+	// math/rand/v2.
+	Rand func() float64
+	// OnEvent, if set, receives every claim, commit and outcome, in order
+	// per job. It must be quick.
+	OnEvent func(Event)
+}
+
+// EventKind says what an Event reports.
+type EventKind string
+
+// The event kinds.
+const (
+	EventClaim     EventKind = "claim"
+	EventCommit    EventKind = "commit"
+	EventSuccess   EventKind = "success"
+	EventFailure   EventKind = "failure"
+	EventPark      EventKind = "park"
+	EventDefer     EventKind = "defer"
+	EventRelease   EventKind = "release"
+	EventLeaseLost EventKind = "lease_lost"
+)
+
+// Event is one thing a worker did: a plain value.
+type Event struct {
+	Kind    EventKind
+	Holder  string
+	JobID   string
+	Group   string
+	Token   int64
+	Cursor  string
+	CatchUp bool
+	Reason  string
+	Delay   time.Duration
+	Err     error
+}
+
+// Worker claims due jobs and runs their handlers. It is safe for
+// concurrent use; Run and Poll may be called from several goroutines.
+// Build it with New; the zero value is not usable.
+type Worker struct {
+	cfg    Config
+	store  store.JobStore
+	lim    *limiter.Limiter
+	out    *outbound.Client
+	clk    clock.Clock
+	holder string
+	types  []string
+
+	rmu sync.Mutex
+	rnd func() float64
+}
+
+// New validates cfg and returns a Worker.
+func New(cfg Config) (*Worker, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, fmt.Errorf("%w: Store is required", ErrInvalidConfig)
+	case len(cfg.Handlers) == 0:
+		return nil, fmt.Errorf("%w: Handlers must name at least one job type", ErrInvalidConfig)
+	case cfg.Concurrency < 0 || cfg.Concurrency > store.MaxClaim:
+		return nil, fmt.Errorf("%w: Concurrency must be from 0 (1) to %d, got %d", ErrInvalidConfig, store.MaxClaim, cfg.Concurrency)
+	case cfg.LeaseTTL < 0 || cfg.Heartbeat < 0 || cfg.PollInterval < 0 || cfg.PressureWait < 0 ||
+		cfg.BackoffBase < 0 || cfg.BackoffMax < 0 || cfg.DeferDelay < 0 || cfg.ShutdownGrace < 0:
+		return nil, fmt.Errorf("%w: durations must be >= 0 (MaxPacingWait may be negative)", ErrInvalidConfig)
+	case cfg.Envelope.MaxRequests < 0 || cfg.Envelope.MaxRetries < 0 || cfg.Envelope.MaxDuration < 0:
+		return nil, fmt.Errorf("%w: Envelope bounds must be >= 0", ErrInvalidConfig)
+	}
+	var types []string
+	for t, h := range cfg.Handlers {
+		if h == nil {
+			return nil, fmt.Errorf("%w: Handlers[%q] is nil", ErrInvalidConfig, t)
+		}
+		types = append(types, t)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 1
+	}
+	def(&cfg.LeaseTTL, 30*time.Second)
+	if err := (&store.ClaimParams{Holder: "x", LeaseTTL: cfg.LeaseTTL}).Check(); err != nil {
+		return nil, fmt.Errorf("%w: LeaseTTL: %w", ErrInvalidConfig, err)
+	}
+	def(&cfg.Heartbeat, cfg.LeaseTTL/3)
+	def(&cfg.PollInterval, time.Second)
+	def(&cfg.MaxPacingWait, 2*time.Second)
+	def(&cfg.PressureWait, 30*time.Second)
+	def(&cfg.BackoffBase, time.Second)
+	def(&cfg.BackoffMax, time.Hour)
+	def(&cfg.DeferDelay, time.Second)
+	def(&cfg.ShutdownGrace, 10*time.Second)
+	if cfg.Jitter == 0 {
+		cfg.Jitter = 0.1
+	}
+	if cfg.Holder == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		cfg.Holder = "worker-" + hex.EncodeToString(b[:])
+	}
+	rnd := cfg.Rand
+	if rnd == nil {
+		rnd = mrand.Float64
+	}
+	return &Worker{cfg: cfg, store: cfg.Store, lim: cfg.Limiter, out: cfg.Outbound, clk: clock.Or(cfg.Clock),
+		holder: cfg.Holder, types: types, rnd: rnd}, nil
+}
+
+// Holder returns the worker's name.
+func (w *Worker) Holder() string { return w.holder }
+
+func (w *Worker) storeNow() time.Time {
+	if w.cfg.PassNow {
+		return w.clk.Now()
+	}
+	return time.Time{}
+}
+
+func (w *Worker) random() float64 {
+	w.rmu.Lock()
+	defer w.rmu.Unlock()
+	return w.rnd()
+}
+
+func (w *Worker) event(e Event) {
+	if w.cfg.OnEvent != nil {
+		e.Holder = w.holder
+		w.cfg.OnEvent(e)
+	}
+}
+
+func sleep(ctx context.Context, w *Worker, d time.Duration) error {
+	t := w.clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
+}
+
+// claim claims up to n due jobs.
+func (w *Worker) claim(ctx context.Context, n int) ([]store.Claim, error) {
+	return w.store.ClaimJobs(ctx, store.ClaimParams{Holder: w.holder, Limit: n, LeaseTTL: w.cfg.LeaseTTL,
+		Gate: w.cfg.Gate, Types: w.types, Now: w.storeNow()})
+}
+
+// Poll claims up to Concurrency due jobs, runs them to their outcome and
+// returns how many it ran. It is the synchronous form of Run, for tests
+// and for callers with their own loop.
+func (w *Worker) Poll(ctx context.Context) (int, error) {
+	cs, err := w.claim(ctx, w.cfg.Concurrency)
+	if err != nil {
+		return 0, err
+	}
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.execute(ctx, ctx, c)
+		}()
+	}
+	wg.Wait()
+	return len(cs), nil
+}
+
+// Run claims and runs jobs, up to Concurrency at once, until ctx ends.
+// Then it claims nothing more and gives running handlers
+// Config.ShutdownGrace to finish; the jobs of those still running are
+// released (due at once, no failure counted). It returns nil after a
+// graceful shutdown, or the store's error if a claim fails
+// Config.PollInterval-spaced ten times in a row.
+func (w *Worker) Run(ctx context.Context) error {
+	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHard()
+	free := make(chan struct{}, w.cfg.Concurrency)
+	running := 0
+	var wg sync.WaitGroup
+	fails := 0
+	var err error
+loop:
+	for ctx.Err() == nil {
+		// Reap finished slots.
+		for drained := false; !drained; {
+			select {
+			case <-free:
+				running--
+			default:
+				drained = true
+			}
+		}
+		n := w.cfg.Concurrency - running
+		var cs []store.Claim
+		if n > 0 {
+			var cerr error
+			cs, cerr = w.claim(ctx, n)
+			switch {
+			case cerr != nil && ctx.Err() != nil:
+				break loop
+			case cerr != nil:
+				fails++
+				if fails >= 10 {
+					err = fmt.Errorf("job: claiming: %w", cerr)
+					break loop
+				}
+			default:
+				fails = 0
+			}
+		}
+		for _, c := range cs {
+			running++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.execute(hard, ctx, c)
+				free <- struct{}{}
+			}()
+		}
+		if len(cs) == n && n > 0 {
+			continue // more may be due
+		}
+		t := w.clk.NewTimer(w.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-free:
+			running--
+		case <-t.C():
+		}
+		t.Stop()
+	}
+	// Graceful shutdown: let running handlers finish, then cancel them.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := w.clk.NewTimer(w.cfg.ShutdownGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C():
+		cancelHard()
+		<-done
+	}
+	return err
+}
+
+// execute runs one claimed job to its outcome. hctx is the handler's
+// context; stop, when it ends before the handler does, marks the run as
+// released rather than failed if the handler then returns an error.
+func (w *Worker) execute(hctx, stop context.Context, c store.Claim) {
+	j := c.Job
+	fence := store.Fence{JobID: j.ID, Token: j.LeaseToken}
+	w.event(Event{Kind: EventClaim, JobID: j.ID, Group: j.GroupKey, Token: j.LeaseToken})
+	ctx, cancel := context.WithCancel(hctx)
+	defer cancel()
+	r := &Run{w: w, job: j, connector: c.Connector, runID: c.RunID, fence: fence, started: w.clk.Now(), env: w.cfg.Envelope,
+		cursor: j.Cursor, catchUp: j.CatchUpCursor}
+	h := w.cfg.Handlers[j.Type]
+	// Heartbeats keep the lease while the handler runs; a lost lease
+	// cancels the handler.
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		for {
+			if sleep(ctx, w, w.cfg.Heartbeat) != nil {
+				return
+			}
+			_, err := w.store.Heartbeat(ctx, store.HeartbeatParams{Fence: fence, LeaseTTL: w.cfg.LeaseTTL, Now: w.storeNow()})
+			if errors.Is(err, store.ErrStaleToken) {
+				r.mu.Lock()
+				r.lost = true
+				r.mu.Unlock()
+				cancel()
+				return
+			}
+		}
+	}()
+	var herr error
+	if h == nil {
+		herr = Permanent(fmt.Errorf("%w %q", ErrNoHandler, j.Type))
+	} else {
+		herr = safeCall(ctx, h, r)
+	}
+	cancel()
+	<-hbDone
+	// The outcome is written even though the handler's context ended.
+	octx := context.WithoutCancel(hctx)
+	p := store.EndParams{Fence: fence, Stats: r.stats()}
+	r.mu.Lock()
+	lost := r.lost
+	r.mu.Unlock()
+	var pe *PressureError
+	var ge *GapError
+	switch {
+	case lost || errors.Is(herr, store.ErrStaleToken):
+		w.event(Event{Kind: EventLeaseLost, JobID: j.ID, Token: fence.Token, Err: herr})
+	case herr == nil:
+		p.Delay = w.scheduleDelay(j.Interval)
+		w.end(octx, store.RunSucceeded, r, p, nil)
+	case errors.As(herr, &ge):
+		p.Reason, p.Delay, p.CatchUp = ge.Reason, w.cfg.DeferDelay, ge.CatchUp
+		w.end(octx, store.RunDeferred, r, p, herr)
+	case errors.As(herr, &pe):
+		p.Reason, p.Delay = pe.Reason, pe.Wait
+		if p.Delay <= 0 {
+			p.Delay = w.cfg.PressureWait
+		}
+		p.Delay = min(p.Delay, store.MaxJobInterval)
+		if !store.IsPressureReason(p.Reason) {
+			p.Reason = store.PressureThrottled
+		}
+		w.end(octx, store.RunParked, r, p, herr)
+	case stop.Err() != nil && ctx.Err() != nil && !IsPermanent(herr):
+		p.Error = herr.Error()
+		w.end(octx, store.RunReleased, r, p, herr)
+	default:
+		p.Error, p.Permanent = herr.Error(), IsPermanent(herr)
+		p.Delay = w.backoff(j.ConsecutiveFailures + 1)
+		w.end(octx, store.RunFailed, r, p, herr)
+	}
+}
+
+// safeCall runs the handler, turning a panic into a failure.
+func safeCall(ctx context.Context, h Handler, r *Run) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("job: handler panicked: %v", v)
+		}
+	}()
+	return h(ctx, r)
+}
+
+func (w *Worker) end(ctx context.Context, outcome string, r *Run, p store.EndParams, cause error) {
+	p.Now = w.storeNow()
+	var err error
+	kind := EventKind("")
+	switch outcome {
+	case store.RunSucceeded:
+		err, kind = w.store.FinishJob(ctx, p), EventSuccess
+	case store.RunFailed:
+		err, kind = w.store.FailJob(ctx, p), EventFailure
+	case store.RunParked:
+		err, kind = w.store.ParkJob(ctx, p), EventPark
+	case store.RunDeferred:
+		err, kind = w.store.DeferJob(ctx, p), EventDefer
+	default:
+		p.Delay = 0
+		err, kind = w.store.ReleaseJob(ctx, p), EventRelease
+	}
+	if errors.Is(err, store.ErrStaleToken) {
+		kind = EventLeaseLost
+	} else if err != nil && cause == nil {
+		cause = err
+	}
+	w.event(Event{Kind: kind, JobID: r.job.ID, Group: r.job.GroupKey, Token: p.Token, Reason: p.Reason, Delay: p.Delay, Err: cause,
+		Cursor: r.cursor})
+}
+
+// scheduleDelay is the delay to a job's next scheduled run: its interval
+// plus jitter, or, for a job without one, the longest delay (it runs
+// again when triggered).
+func (w *Worker) scheduleDelay(interval time.Duration) time.Duration {
+	if interval <= 0 {
+		return store.MaxJobInterval
+	}
+	d := interval
+	if w.cfg.Jitter > 0 {
+		d += time.Duration(w.random() * w.cfg.Jitter * float64(interval))
+	}
+	return min(d.Truncate(time.Microsecond), store.MaxJobInterval)
+}
+
+// backoff is the full-jitter delay after the n-th failure in a row.
+func (w *Worker) backoff(n int64) time.Duration {
+	c := w.cfg.BackoffBase
+	for i := int64(1); i < n && c < w.cfg.BackoffMax; i++ {
+		c *= 2
+	}
+	c = min(c, w.cfg.BackoffMax, store.MaxJobInterval)
+	return time.Duration(w.random() * float64(c)).Truncate(time.Microsecond)
+}

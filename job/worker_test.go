@@ -1,0 +1,390 @@
+package job_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/clock/clocktest"
+	"github.com/sluicerl/sluice/job"
+	"github.com/sluicerl/sluice/outbound"
+	"github.com/sluicerl/sluice/retry"
+	"github.com/sluicerl/sluice/store"
+)
+
+// TestStorm429EndsParkedThenSucceeds: a storm of 429s with Retry-After
+// parks the job for the provider's wait each time, counting no failure
+// and using no attempt, and the job succeeds once the storm is over.
+func TestStorm429EndsParkedThenSucceeds(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		clk := clocktest.New(t0)
+		s := b.open(t, clk)
+		prov, out := newProvider(clk, 10), newSink()
+		prov.storm, prov.retryHdr = 20, "7"
+		setupConnector(t, s, "p")
+		addJob(t, s, clk, store.JobSpec{ID: "j", ConnectorID: "p", Interval: time.Hour})
+		ob := newOutbound(t, clk, outbound.Config{Retry: retry.Config{MaxAttempts: 3}})
+		ev := &events{}
+		w := mustWorker(t, job.Config{Store: s, Clock: clk, Outbound: ob, OnEvent: ev.add,
+			Handlers: map[string]job.Handler{"ohlcv": pager(prov, out, 5)}})
+		parks := 0
+		for step := 0; getJob(t, s, "j").LastSuccessAt.IsZero(); step++ {
+			require.Less(t, step, 100, "no success after the storm")
+			n, err := w.Poll(ctx)
+			require.NoError(t, err)
+			j := getJob(t, s, "j")
+			require.Zero(t, j.Failures, "a 429 storm counts no failure")
+			require.Zero(t, j.ConsecutiveFailures)
+			if n > 0 && j.LastSuccessAt.IsZero() {
+				parks++
+				require.Equal(t, store.PressureRateLimited, j.ParkedReason)
+				require.Equal(t, clk.Now().Add(7*time.Second), j.ParkedUntil, "parked for the provider's Retry-After")
+				require.Equal(t, j.ParkedUntil, j.NextRunAt)
+			}
+			if n == 0 {
+				clk.Advance(time.Second)
+			}
+		}
+		require.GreaterOrEqual(t, parks, 2)
+		require.Equal(t, seq(10), out.get("j"))
+		j := getJob(t, s, "j")
+		require.Empty(t, j.ParkedReason, "the success clears the park")
+		rs := runs(t, s, "j")
+		require.Equal(t, store.RunSucceeded, rs[0].Outcome)
+		for _, r := range rs[1:] {
+			require.Equal(t, store.RunParked, r.Outcome)
+		}
+		require.Equal(t, job.EventSuccess, ev.kinds("j")[len(ev.kinds("j"))-1])
+	})
+}
+
+// TestFencingLeaseTakeover: a worker frozen past its lease loses the job
+// to another, which resumes from the last committed cursor; the frozen
+// worker's commit is refused, so no committed slice is lost and one slice
+// at most is fetched twice.
+func TestFencingLeaseTakeover(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		clk := clocktest.New(t0)
+		s := b.open(t, clk)
+		prov, out := newProvider(clk, 8), newSink()
+		setupConnector(t, s, "p")
+		addJob(t, s, clk, store.JobSpec{ID: "j", ConnectorID: "p"})
+		frozen, thaw := make(chan struct{}), make(chan struct{})
+		var commitErr error
+		frozenPager := func(ctx context.Context, run *job.Run) error {
+			cur := 0
+			for page := 1; ; page++ {
+				var items []int
+				if err := run.Call(ctx, func(ctx context.Context) error {
+					var err error
+					items, err = prov.page(ctx, cur, 2)
+					return err
+				}); err != nil {
+					return err
+				}
+				out.write("A", items)
+				cur = items[len(items)-1] + 1
+				if page == 2 {
+					close(frozen)
+					<-thaw
+				}
+				if err := run.Commit(ctx, strconv.Itoa(cur)); err != nil {
+					commitErr = err
+					return err
+				}
+			}
+		}
+		evA := &events{}
+		a := mustWorker(t, job.Config{Store: s, Clock: clk, Holder: "A", LeaseTTL: time.Minute, Heartbeat: 1000 * time.Hour, OnEvent: evA.add,
+			Handlers: map[string]job.Handler{"ohlcv": frozenPager}})
+		bw := mustWorker(t, job.Config{Store: s, Clock: clk, Holder: "B", LeaseTTL: time.Minute,
+			Handlers: map[string]job.Handler{"ohlcv": pager(prov, out, 2)}})
+		doneA := make(chan error, 1)
+		go func() {
+			_, err := a.Poll(ctx)
+			doneA <- err
+		}()
+		select {
+		case <-frozen:
+		case <-time.After(time.Minute):
+			t.Fatal("worker A never reached its second page")
+		}
+		// B cannot take the job while A's lease holds, then can.
+		n, err := bw.Poll(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		clk.Advance(2 * time.Minute)
+		n, err = bw.Poll(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		close(thaw)
+		select {
+		case err := <-doneA:
+			require.NoError(t, err)
+		case <-time.After(time.Minute):
+			t.Fatal("worker A did not return")
+		}
+		require.ErrorIs(t, commitErr, job.ErrLeaseLost)
+		require.ErrorIs(t, commitErr, store.ErrStaleToken)
+		require.Contains(t, evA.kinds("j"), job.EventLeaseLost)
+		require.Equal(t, []int{0, 1, 2, 3}, out.get("A"))
+		require.Equal(t, []int{2, 3, 4, 5, 6, 7}, out.get("j"), "B resumed after A's last committed slice")
+		j := getJob(t, s, "j")
+		require.Equal(t, "8", j.Cursor)
+		rs := runs(t, s, "j")
+		require.Len(t, rs, 2)
+		require.Equal(t, store.RunSucceeded, rs[0].Outcome)
+		require.Equal(t, "B", rs[0].Holder)
+		require.Equal(t, store.RunAbandoned, rs[1].Outcome)
+		require.EqualValues(t, 1, rs[1].Slices)
+	})
+}
+
+// TestFairnessSmallGroupsFinishBeforeLargeHalf: one group with 1,000 due
+// jobs and nine with 10 each, two workers: every small group finishes
+// before the large one is half done. Completions are counted, not timed.
+func TestFairnessSmallGroupsFinishBeforeLargeHalf(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		clk := clocktest.New(t0)
+		s := b.open(t, clk)
+		setupConnector(t, s, "shopify")
+		for i := range 1000 {
+			addJob(t, s, clk, store.JobSpec{ID: fmt.Sprintf("big-%04d", i), ConnectorID: "shopify", GroupKey: "shop-big", Priority: 10})
+		}
+		for g := range 9 {
+			for i := range 10 {
+				addJob(t, s, clk, store.JobSpec{ID: fmt.Sprintf("small-%d-%02d", g, i), ConnectorID: "shopify", GroupKey: fmt.Sprintf("shop-%d", g)})
+			}
+		}
+		var mu sync.Mutex
+		var order []string
+		h := func(_ context.Context, run *job.Run) error {
+			mu.Lock()
+			order = append(order, run.Job().GroupKey)
+			mu.Unlock()
+			return nil
+		}
+		var wg sync.WaitGroup
+		for i := range 2 {
+			w := mustWorker(t, job.Config{Store: s, Clock: clk, Holder: fmt.Sprintf("w%d", i), Handlers: map[string]job.Handler{"ohlcv": h}})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 5000 {
+					n, err := w.Poll(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					all := len(order) == 1090
+					mu.Unlock()
+					if n == 0 && all {
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		require.Len(t, order, 1090)
+		bigDone, halfAt := 0, -1
+		lastSmall := map[string]int{}
+		for i, g := range order {
+			if g == "shop-big" {
+				bigDone++
+				if bigDone == 500 {
+					halfAt = i
+				}
+				continue
+			}
+			lastSmall[g] = i
+		}
+		require.Len(t, lastSmall, 9)
+		for g, at := range lastSmall {
+			require.Less(t, at, halfAt, "group %s finished after the large group was half done", g)
+		}
+	})
+}
+
+// TestGracefulShutdownReleasesOrFinishes: when Run's context ends, a
+// handler that finishes within the grace period records its outcome, and
+// one that does not is cancelled and its job released: due at once, no
+// failure counted.
+func TestGracefulShutdownReleasesOrFinishes(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		clk := clocktest.New(t0)
+		s := b.open(t, clk)
+		setupConnector(t, s, "p")
+		addJob(t, s, clk, store.JobSpec{ID: "stuck", ConnectorID: "p", Type: "stuck"})
+		addJob(t, s, clk, store.JobSpec{ID: "quick", ConnectorID: "p", Type: "quick"})
+		started := make(chan string, 2)
+		proceed := make(chan struct{})
+		hs := map[string]job.Handler{
+			"stuck": func(ctx context.Context, run *job.Run) error {
+				started <- "stuck"
+				<-ctx.Done()
+				return ctx.Err()
+			},
+			"quick": func(ctx context.Context, run *job.Run) error {
+				started <- "quick"
+				<-proceed
+				return run.Commit(ctx, "done")
+			},
+		}
+		run := func(grace time.Duration, types ...string) {
+			sub := map[string]job.Handler{}
+			for _, ty := range types {
+				sub[ty] = hs[ty]
+			}
+			w, err := job.New(job.Config{Store: s, Handlers: sub, ShutdownGrace: grace, PollInterval: time.Millisecond})
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- w.Run(ctx) }()
+			select {
+			case <-started:
+			case <-time.After(time.Minute):
+				t.Fatal("the handler never started")
+			}
+			cancel()
+			if types[0] == "quick" {
+				close(proceed)
+			}
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(time.Minute):
+				t.Fatal("Run did not return")
+			}
+		}
+		run(time.Millisecond, "stuck")
+		j := getJob(t, s, "stuck")
+		require.Zero(t, j.Failures)
+		require.Empty(t, j.LeaseHolder)
+		require.Equal(t, store.RunReleased, runs(t, s, "stuck")[0].Outcome)
+		run(time.Hour, "quick")
+		j = getJob(t, s, "quick")
+		require.Equal(t, "done", j.Cursor)
+		require.Equal(t, store.RunSucceeded, runs(t, s, "quick")[0].Outcome)
+	})
+}
+
+// TestFailureBackoffAndPermanent: failures back off with full jitter,
+// doubling per failure in a row; a permanent error disables the job.
+func TestFailureBackoffAndPermanent(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		clk := clocktest.New(t0)
+		s := b.open(t, clk)
+		setupConnector(t, s, "p")
+		addJob(t, s, clk, store.JobSpec{ID: "j", ConnectorID: "p", Interval: time.Minute})
+		fails := 3
+		h := func(ctx context.Context, run *job.Run) error {
+			if fails > 0 {
+				fails--
+				return errors.New("upstream 500")
+			}
+			if fails == 0 {
+				fails--
+				return nil
+			}
+			return job.Permanent(errors.New("symbol delisted"))
+		}
+		w := mustWorker(t, job.Config{Store: s, Clock: clk, BackoffBase: 10 * time.Second, Handlers: map[string]job.Handler{"ohlcv": h}})
+		for i, want := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second} {
+			n, err := w.Poll(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			j := getJob(t, s, "j")
+			require.EqualValues(t, i+1, j.Failures)
+			require.Equal(t, clk.Now().Add(want), j.NextRunAt, "failure %d", i+1)
+			clk.Advance(want)
+		}
+		_, err := w.Poll(ctx)
+		require.NoError(t, err)
+		j := getJob(t, s, "j")
+		require.Zero(t, j.ConsecutiveFailures)
+		require.Equal(t, clk.Now().Add(time.Minute+3*time.Second), j.NextRunAt, "interval plus jitter 0.5 x 0.1")
+		clk.Advance(time.Hour)
+		_, err = w.Poll(ctx)
+		require.NoError(t, err)
+		j = getJob(t, s, "j")
+		require.True(t, j.Disabled)
+		require.Equal(t, "symbol delisted", j.LastError)
+		clk.Advance(24 * time.Hour)
+		n, err := w.Poll(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n, "a permanent error stops retrying")
+	})
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	h := map[string]job.Handler{"x": func(context.Context, *job.Run) error { return nil }}
+	s := backends()[0].open(t, clocktest.New(t0))
+	for name, cfg := range map[string]job.Config{
+		"no store":      {Handlers: h},
+		"no handlers":   {Store: s},
+		"nil handler":   {Store: s, Handlers: map[string]job.Handler{"x": nil}},
+		"negative ttl":  {Store: s, Handlers: h, LeaseTTL: -1},
+		"tiny ttl":      {Store: s, Handlers: h, LeaseTTL: time.Microsecond},
+		"concurrency":   {Store: s, Handlers: h, Concurrency: -1},
+		"envelope":      {Store: s, Handlers: h, Envelope: job.Envelope{MaxRequests: -1}},
+		"backoff":       {Store: s, Handlers: h, BackoffBase: -time.Second},
+		"poll interval": {Store: s, Handlers: h, PollInterval: -time.Second},
+	} {
+		_, err := job.New(cfg)
+		require.ErrorIs(t, err, job.ErrInvalidConfig, name)
+	}
+}
+
+func TestParseImportNamesWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ yaml, want string }{
+		{"connectors: [{id: binance, pairz: [x]}]", "field pairz not found"},
+		{"connectors: [{policies: [a]}]", "connectors[0]: store: invalid job record: connector id is required"},
+		{"connectors: [{id: binance, pairs: [BTC/USDT], timeframes: [1M], types: [ohlcv]}]", `connector "binance": timeframe "1M"`},
+		{"connectors: [{id: binance, pairs: [BTC/USDT], timeframes: [1x], types: [ohlcv]}]", "unknown unit"},
+		{"connectors: [{id: binance, pairs: [BTC/USDT]}]", "pairs, timeframes and types must all be set"},
+		{"connectors: [{id: a}, {id: a}]", `connector "a": listed twice`},
+		{"connectors: [{id: a, status: running}]", "status must be active, paused or disabled"},
+		{"connectors: [{id: a, pairs: [x, x], timeframes: [1m], types: [t]}]", `job "a:x:1m:t" listed twice`},
+		{"connectors: [{id: a, pairs: [x], timeframes: [1m], types: [t], interval: soon}]", "interval"},
+		{"connectors: {", "job: invalid import"},
+	} {
+		_, err := job.ParseImport([]byte(tc.yaml))
+		require.ErrorIs(t, err, job.ErrInvalidImport, tc.yaml)
+		require.ErrorContains(t, err, tc.want, tc.yaml)
+	}
+	im, err := job.ParseImport([]byte(`connectors: [{id: a, pairs: [x], timeframes: [1M], types: [t], interval: 1d}]`))
+	require.NoError(t, err)
+	require.Equal(t, 24*time.Hour, im.Jobs[0].Interval, "interval overrides a timeframe of no fixed length")
+}
+
+func FuzzParseImport(f *testing.F) {
+	f.Add([]byte(importYAML))
+	f.Add([]byte("connectors: [{id: a, pairs: [x], timeframes: [1m], types: [t]}]"))
+	f.Add([]byte("connectors: [{id: \"\\0\"}]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		im, err := job.ParseImport(data)
+		if err != nil {
+			require.ErrorIs(t, err, job.ErrInvalidImport)
+			return
+		}
+		for _, c := range im.Connectors {
+			require.NoError(t, c.Check())
+		}
+		for _, s := range im.Jobs {
+			require.NoError(t, s.Check())
+		}
+	})
+}

@@ -1,0 +1,130 @@
+package server_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/server"
+	"github.com/sluicerl/sluice/store/memstore"
+)
+
+func jobSetup(t *testing.T) *bundle {
+	t.Helper()
+	b := setup(t, server.Config{Jobs: memstore.NewJobStore(memstore.JobConfig{})})
+	return b
+}
+
+func decodeAs[T any](t *testing.T, body []byte) T {
+	t.Helper()
+	var v T
+	require.NoError(t, json.Unmarshal(body, &v), string(body))
+	return v
+}
+
+// TestJobWorkerProtocol drives a job through the API the way a worker in
+// another language would: upsert, claim, commit, a stale token refused,
+// finish, and the records read back.
+func TestJobWorkerProtocol(t *testing.T) {
+	t.Parallel()
+	b := jobSetup(t)
+	const js = "application/json"
+	rec := b.do(t, "PUT", "/v1/connectors/binance", js, `{"policies":["binance-weight"],"profile":"binance"}`)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	rec = b.do(t, "PUT", "/v1/connectors/binance", js, `{"policies":["binance-weight"],"profile":"binance"}`)
+	require.Equal(t, http.StatusOK, rec.Code, "the same connector again is one record")
+	rec = b.do(t, "PUT", "/v1/jobs/binance:BTC%2FUSDT:1m:ohlcv", js,
+		`{"connector_id":"binance","type":"ohlcv","params":{"symbol":"BTC/USDT"},"interval_ms":60000,"priority":50}`)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	require.Equal(t, "binance:BTC/USDT:1m:ohlcv", decodeAs[map[string]any](t, rec.Body.Bytes())["id"])
+
+	claim := func(holder string) []map[string]any {
+		rec := b.do(t, "POST", "/v1/jobs/claim", js, fmt.Sprintf(`{"holder":%q,"limit":5,"lease_ttl_ms":60000}`, holder))
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		return decodeAs[struct {
+			Claims []map[string]any `json:"claims"`
+		}](t, rec.Body.Bytes()).Claims
+	}
+	cs := claim("ts-worker-1")
+	require.Len(t, cs, 1)
+	token := int64(cs[0]["token"].(float64))
+	require.Empty(t, claim("ts-worker-2"), "never two holders on one job")
+
+	path := "/v1/jobs/binance:BTC%2FUSDT:1m:ohlcv/"
+	rec = b.do(t, "POST", path+"commit", js, fmt.Sprintf(`{"token":%d,"cursor":"1705622400000"}`, token))
+	require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+	rec = b.do(t, "POST", path+"heartbeat", js, fmt.Sprintf(`{"token":%d,"lease_ttl_ms":60000}`, token))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	rec = b.do(t, "POST", path+"commit", js, fmt.Sprintf(`{"token":%d,"cursor":"stale"}`, token+1))
+	require.Equal(t, http.StatusConflict, rec.Code)
+	require.Equal(t, server.TypeStaleToken, decodeAs[map[string]any](t, rec.Body.Bytes())["type"])
+	rec = b.do(t, "POST", path+"park", js, fmt.Sprintf(`{"token":%d,"reason":"request_cap","delay_ms":1000}`, token))
+	require.Equal(t, http.StatusUnprocessableEntity, rec.Code, "a budget reason is not source pressure")
+	rec = b.do(t, "POST", path+"finish", js, fmt.Sprintf(`{"token":%d,"delay_ms":60000,"requests":3}`, token))
+	require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+	rec = b.do(t, "POST", path+"finish", js, fmt.Sprintf(`{"token":%d}`, token))
+	require.Equal(t, http.StatusConflict, rec.Code, "the run has ended")
+
+	rec = b.do(t, "GET", "/v1/jobs/binance:BTC%2FUSDT:1m:ohlcv", "", "")
+	require.Equal(t, http.StatusOK, rec.Code)
+	j := decodeAs[map[string]any](t, rec.Body.Bytes())
+	require.Equal(t, "1705622400000", j["cursor"])
+	require.EqualValues(t, 1, j["runs"])
+	rec = b.do(t, "GET", "/v1/runs?job=binance:BTC%2FUSDT:1m:ohlcv", "", "")
+	require.Equal(t, http.StatusOK, rec.Code)
+	runs := decodeAs[struct {
+		Items []map[string]any `json:"items"`
+	}](t, rec.Body.Bytes()).Items
+	require.Len(t, runs, 1)
+	require.Equal(t, "succeeded", runs[0]["outcome"])
+	require.EqualValues(t, 1, runs[0]["slices"])
+	require.EqualValues(t, 3, runs[0]["requests"])
+
+	// Pause: nothing is claimed, even when triggered; resume: it is.
+	require.Equal(t, http.StatusOK, b.do(t, "POST", "/v1/connectors/binance/pause", "", "").Code)
+	require.Equal(t, http.StatusOK, b.do(t, "POST", path+"trigger", "", "").Code)
+	require.Empty(t, claim("w"))
+	require.Equal(t, http.StatusOK, b.do(t, "POST", "/v1/connectors/binance/resume", "", "").Code)
+	require.Len(t, claim("w"), 1)
+
+	rec = b.do(t, "GET", "/v1/connectors", "", "")
+	require.Equal(t, http.StatusOK, rec.Code)
+	conns := decodeAs[struct {
+		Items []map[string]any `json:"items"`
+	}](t, rec.Body.Bytes()).Items
+	require.Len(t, conns, 1)
+	require.EqualValues(t, 1, conns[0]["jobs_count"])
+	for _, p := range []string{"/v1/gaps", "/v1/breaker-transitions?connector=binance", "/v1/jobs?connector=binance&limit=1"} {
+		require.Equal(t, http.StatusOK, b.do(t, "GET", p, "", "").Code, p)
+	}
+}
+
+func TestJobAPIBadInput(t *testing.T) {
+	t.Parallel()
+	b := jobSetup(t)
+	const js = "application/json"
+	for _, tc := range []struct {
+		method, path, ct, body string
+		code                   int
+	}{
+		{"PUT", "/v1/connectors/x", js, `{"status":"running"}`, http.StatusUnprocessableEntity},
+		{"PUT", "/v1/connectors/x", js, `{"polices":[]}`, http.StatusBadRequest},
+		{"PUT", "/v1/connectors/x", "text/plain", `{}`, http.StatusUnsupportedMediaType},
+		{"PUT", "/v1/jobs/j", js, `{"connector_id":"nope","type":"t"}`, http.StatusNotFound},
+		{"PUT", "/v1/jobs/j", js, `{"connector_id":"x","type":"t","interval_ms":-1}`, http.StatusUnprocessableEntity},
+		{"POST", "/v1/jobs/claim", js, `{"holder":"","lease_ttl_ms":1000}`, http.StatusUnprocessableEntity},
+		{"POST", "/v1/jobs/claim", js, `{"holder":"w","lease_ttl_ms":9223372036854775807}`, http.StatusUnprocessableEntity},
+		{"POST", "/v1/jobs/claim", js, `{"holder":"w","limit":100000,"lease_ttl_ms":1000}`, http.StatusUnprocessableEntity},
+		{"POST", "/v1/jobs/j/commit", js, `{"token":1}`, http.StatusNotFound},
+		{"POST", "/v1/jobs/j/explode", js, `{}`, http.StatusNotFound},
+		{"GET", "/v1/jobs/nope", "", ``, http.StatusNotFound},
+		{"GET", "/v1/runs?limit=0", "", ``, http.StatusUnprocessableEntity},
+		{"GET", "/v1/runs?after=abc", "", ``, http.StatusUnprocessableEntity},
+	} {
+		rec := b.do(t, tc.method, tc.path, tc.ct, tc.body)
+		require.Equal(t, tc.code, rec.Code, "%s %s %s: %s", tc.method, tc.path, tc.body, rec.Body.String())
+	}
+}

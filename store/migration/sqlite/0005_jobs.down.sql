@@ -1,0 +1,5 @@
+DROP TABLE sluice_breaker_transitions;
+DROP TABLE sluice_job_gaps;
+DROP TABLE sluice_job_runs;
+DROP TABLE sluice_jobs;
+DROP TABLE sluice_job_connectors;

@@ -1,0 +1,526 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicerl/sluice/store"
+)
+
+// Jobs and runs (store.JobStore). Each operation is one READ COMMITTED
+// transaction deciding at the database clock (sluice_rate_now(), or the
+// params' Now). A claim locks its candidate rows FOR UPDATE SKIP LOCKED, so
+// concurrent claimers never wait on each other and never share a job; every
+// fenced write locks the job's row and checks the token first. A claim's
+// gate is asked before its transaction, so no row lock is held while it
+// runs.
+
+var _ store.JobStore = (*Store)(nil)
+
+// jobTx runs f in one transaction at the store time (or override).
+func (s *Store) jobTx(ctx context.Context, op string, override time.Time, f func(tx pgx.Tx, now int64) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return wrap(op, err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var now int64
+	if err := tx.QueryRow(ctx, `SELECT coalesce($1::bigint, sluice_rate_now())`, nowArg(override)).Scan(&now); err != nil {
+		return wrap(op, err)
+	}
+	if err := f(tx, now); err != nil {
+		if errors.Is(err, store.ErrStaleToken) || errors.Is(err, store.ErrJobNotFound) || errors.Is(err, store.ErrConnectorNotFound) ||
+			errors.Is(err, store.ErrInvalidJob) {
+			return err
+		}
+		return wrap(op, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return wrap(op, err)
+	}
+	return nil
+}
+
+// UpsertConnector implements store.JobStore.
+func (s *Store) UpsertConnector(ctx context.Context, c store.Connector) (store.Connector, bool, error) {
+	if err := c.Check(); err != nil {
+		return store.Connector{}, false, err
+	}
+	pol := c.Policies
+	if pol == nil {
+		pol = []string{}
+	}
+	b, err := json.Marshal(pol)
+	if err != nil {
+		return store.Connector{}, false, err
+	}
+	var out store.Connector
+	var created bool
+	err = s.jobTx(ctx, "upsert connector", time.Time{}, func(tx pgx.Tx, now int64) error {
+		// xmax = 0 only for a row this statement inserted.
+		if err := tx.QueryRow(ctx, `INSERT INTO sluice_job_connectors (id, status, policies, profile, created_at) VALUES ($1, coalesce(nullif($2, ''), 'active'), $3, $4, $5)
+ON CONFLICT (id) DO UPDATE SET status = CASE WHEN $2 = '' THEN sluice_job_connectors.status ELSE excluded.status END, policies = excluded.policies, profile = excluded.profile
+RETURNING xmax = 0`, c.ID, string(c.Status), string(b), c.Profile, now).Scan(&created); err != nil {
+			return err
+		}
+		var err error
+		out, err = store.ScanConnector(tx.QueryRow(ctx, `SELECT `+store.ConnectorColumns+` FROM sluice_job_connectors c WHERE c.id = $1`, c.ID).Scan)
+		return err
+	})
+	return out, created, err
+}
+
+// GetConnector implements store.JobStore.
+func (s *Store) GetConnector(ctx context.Context, id string) (store.Connector, error) {
+	c, err := store.ScanConnector(s.pool.QueryRow(ctx, `SELECT `+store.ConnectorColumns+` FROM sluice_job_connectors c WHERE c.id = $1`, id).Scan)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Connector{}, store.ErrConnectorNotFound
+	}
+	if err != nil {
+		return store.Connector{}, wrap("get connector", err)
+	}
+	return c, nil
+}
+
+func collect[T any](rows pgx.Rows, scan func(func(...any) error) (T, error)) ([]T, error) {
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows.Scan)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// ListConnectors implements store.JobStore.
+func (s *Store) ListConnectors(ctx context.Context, p store.ListParams) ([]store.Connector, error) {
+	limit, err := p.EffectiveLimit()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+store.ConnectorColumns+` FROM sluice_job_connectors c WHERE c.id > $1 ORDER BY c.id LIMIT $2`, p.After, limit)
+	if err != nil {
+		return nil, wrap("list connectors", err)
+	}
+	out, err := collect(rows, store.ScanConnector)
+	if err != nil {
+		return nil, wrap("list connectors", err)
+	}
+	return out, nil
+}
+
+// SetConnectorStatus implements store.JobStore.
+func (s *Store) SetConnectorStatus(ctx context.Context, id string, st store.ConnectorStatus) error {
+	if err := store.CheckStatus(st); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE sluice_job_connectors SET status = $1 WHERE id = $2`, string(st), id)
+	if err != nil {
+		return wrap("set connector status", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrConnectorNotFound
+	}
+	return nil
+}
+
+// UpsertJob implements store.JobStore.
+func (s *Store) UpsertJob(ctx context.Context, spec store.JobSpec, now time.Time) (store.Job, bool, error) {
+	if err := spec.Check(); err != nil {
+		return store.Job{}, false, err
+	}
+	var out store.Job
+	var created bool
+	err := s.jobTx(ctx, "upsert job", now, func(tx pgx.Tx, now int64) error {
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM sluice_job_connectors WHERE id = $1`, spec.ConnectorID).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return store.ErrConnectorNotFound
+		}
+		if err := tx.QueryRow(ctx, `INSERT INTO sluice_jobs (id, connector_id, type, params, disabled, priority, interval_us, group_key, next_run_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (id) DO UPDATE SET connector_id = excluded.connector_id, type = excluded.type, params = excluded.params,
+    disabled = excluded.disabled, priority = excluded.priority, interval_us = excluded.interval_us, group_key = excluded.group_key
+RETURNING xmax = 0`, spec.ID, spec.ConnectorID, spec.Type, spec.NormalParams(), spec.Disabled, spec.Priority, spec.Interval.Microseconds(),
+			spec.Group(), now).Scan(&created); err != nil {
+			return err
+		}
+		var err error
+		out, err = store.ScanJob(tx.QueryRow(ctx, `SELECT `+store.JobColumns+` FROM sluice_jobs WHERE id = $1`, spec.ID).Scan)
+		return err
+	})
+	return out, created, err
+}
+
+// GetJob implements store.JobStore.
+func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
+	j, err := store.ScanJob(s.pool.QueryRow(ctx, `SELECT `+store.JobColumns+` FROM sluice_jobs WHERE id = $1`, id).Scan)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Job{}, store.ErrJobNotFound
+	}
+	if err != nil {
+		return store.Job{}, wrap("get job", err)
+	}
+	return j, nil
+}
+
+// ListJobs implements store.JobStore.
+func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]store.Job, error) {
+	limit, err := p.EffectiveLimit()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+store.JobColumns+` FROM sluice_jobs
+WHERE id > $1 AND ($2 = '' OR connector_id = $2) AND ($3 = '' OR group_key = $3) ORDER BY id LIMIT $4`, p.After, p.ConnectorID, p.GroupKey, limit)
+	if err != nil {
+		return nil, wrap("list jobs", err)
+	}
+	out, err := collect(rows, store.ScanJob)
+	if err != nil {
+		return nil, wrap("list jobs", err)
+	}
+	return out, nil
+}
+
+// TriggerJob implements store.JobStore.
+func (s *Store) TriggerJob(ctx context.Context, id string, now time.Time) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE sluice_jobs SET next_run_at = coalesce($1::bigint, sluice_rate_now()), parked_reason = '', parked_until = 0
+WHERE id = $2`, nowArg(now), id)
+	if err != nil {
+		return wrap("trigger job", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrJobNotFound
+	}
+	return nil
+}
+
+// pgDueSQL is the condition of a claimable job j of connector c: $1 is
+// now, $2 the types (empty: any).
+const pgDueSQL = `NOT j.disabled AND j.next_run_at <= $1 AND (j.lease_holder = '' OR j.lease_until <= $1)
+AND c.status = 'active' AND c.pressure_until <= $1 AND (cardinality($2::text[]) = 0 OR j.type = ANY($2))`
+
+// claimSlack is how many candidates past its share a group offers, so
+// that rows locked by a concurrent claim leave others to take.
+const claimSlack = 4
+
+// ClaimJobs implements store.JobStore.
+func (s *Store) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]store.Claim, error) {
+	if err := p.Check(); err != nil {
+		return nil, err
+	}
+	types := p.Types
+	if types == nil {
+		types = []string{}
+	}
+	var waits map[string]time.Duration
+	if p.Gate != nil {
+		var now int64
+		if err := s.pool.QueryRow(ctx, `SELECT coalesce($1::bigint, sluice_rate_now())`, nowArg(p.Now)).Scan(&now); err != nil {
+			return nil, wrap("claim", err)
+		}
+		rows, err := s.pool.Query(ctx, `SELECT DISTINCT j.connector_id FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
+WHERE `+pgDueSQL+` ORDER BY 1`, now, types)
+		if err != nil {
+			return nil, wrap("claim", err)
+		}
+		conns, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, wrap("claim", err)
+		}
+		if waits, err = store.AskGate(ctx, p.Gate, conns); err != nil {
+			return nil, err
+		}
+	}
+	var out []store.Claim
+	err := s.jobTx(ctx, "claim", p.Now, func(tx pgx.Tx, now int64) error {
+		for id, w := range waits {
+			if _, err := tx.Exec(ctx, `UPDATE sluice_jobs j SET next_run_at = greatest(j.next_run_at, $3)
+FROM sluice_job_connectors c WHERE c.id = j.connector_id AND j.connector_id = $4 AND `+pgDueSQL, now, types, now+w.Microseconds(), id); err != nil {
+				return err
+			}
+		}
+		// Lock the best few due jobs of every group, skipping rows other
+		// claims hold, then pick among them.
+		rows, err := tx.Query(ctx, `SELECT j.id, j.connector_id, j.group_key, j.priority, j.next_run_at
+FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
+WHERE j.id IN (
+    SELECT id FROM (
+        SELECT j.id, row_number() OVER (PARTITION BY j.group_key ORDER BY j.priority DESC, j.next_run_at, j.id) AS rn
+        FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
+        WHERE `+pgDueSQL+`) ranked
+    WHERE rn <= $3)
+AND `+pgDueSQL+`
+FOR UPDATE OF j SKIP LOCKED`, now, types, p.Limit+claimSlack)
+		if err != nil {
+			return err
+		}
+		cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ClaimCandidate, error) {
+			var c store.ClaimCandidate
+			err := r.Scan(&c.ID, &c.ConnectorID, &c.GroupKey, &c.Priority, &c.NextRunAt)
+			return c, err
+		})
+		if err != nil || len(cands) == 0 {
+			return err
+		}
+		var keys []string
+		seen := map[string]bool{}
+		for _, c := range cands {
+			if !seen[c.GroupKey] {
+				seen[c.GroupKey] = true
+				keys = append(keys, c.GroupKey)
+			}
+		}
+		loads := map[string]store.GroupLoad{}
+		lrows, err := tx.Query(ctx, `SELECT group_key, count(*) FILTER (WHERE lease_holder <> '' AND lease_until > $1), max(claim_seq)
+FROM sluice_jobs WHERE group_key = ANY($2) GROUP BY group_key`, now, keys)
+		if err != nil {
+			return err
+		}
+		for lrows.Next() {
+			var g string
+			var l store.GroupLoad
+			if err := lrows.Scan(&g, &l.Running, &l.LastClaim); err != nil {
+				lrows.Close()
+				return err
+			}
+			loads[g] = l
+		}
+		lrows.Close()
+		if err := lrows.Err(); err != nil {
+			return err
+		}
+		until := now + p.LeaseTTL.Microseconds()
+		conns := map[string]store.Connector{}
+		for _, i := range store.PickClaims(cands, loads, p.Limit) {
+			id := cands[i].ID
+			if _, err := tx.Exec(ctx, `UPDATE sluice_job_runs SET outcome = 'abandoned', ended_at = $1
+WHERE job_id = $2 AND outcome = 'running' AND token = (SELECT lease_token FROM sluice_jobs WHERE id = $2 AND lease_holder <> '')`, now, id); err != nil {
+				return err
+			}
+			j, err := store.ScanJob(tx.QueryRow(ctx, `UPDATE sluice_jobs SET lease_holder = $1, lease_token = lease_token + 1, lease_until = $2,
+    claim_seq = nextval('sluice_job_claim_seq'), runs = runs + 1, last_run_at = $3 WHERE id = $4 RETURNING `+store.JobColumns,
+				p.Holder, until, now, id).Scan)
+			if err != nil {
+				return err
+			}
+			var runID int64
+			if err := tx.QueryRow(ctx, `INSERT INTO sluice_job_runs (job_id, token, holder, started_at) VALUES ($1, $2, $3, $4) RETURNING id`,
+				id, j.LeaseToken, p.Holder, now).Scan(&runID); err != nil {
+				return err
+			}
+			c, ok := conns[j.ConnectorID]
+			if !ok {
+				if c, err = store.ScanConnector(tx.QueryRow(ctx, `SELECT `+store.ConnectorRowColumns+` FROM sluice_job_connectors c WHERE c.id = $1`,
+					j.ConnectorID).Scan); err != nil {
+					return err
+				}
+				conns[j.ConnectorID] = c
+			}
+			out = append(out, store.Claim{Job: j, Connector: c, RunID: runID, At: store.FromMicros(now)})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// heldTx locks f's job row and checks that f's token holds it.
+func heldTx(ctx context.Context, tx pgx.Tx, f store.Fence) error {
+	var token int64
+	var holder string
+	err := tx.QueryRow(ctx, `SELECT lease_token, lease_holder FROM sluice_jobs WHERE id = $1 FOR UPDATE`, f.JobID).Scan(&token, &holder)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.ErrJobNotFound
+	}
+	if err != nil {
+		return err
+	}
+	if holder == "" || token != f.Token {
+		return store.ErrStaleToken
+	}
+	return nil
+}
+
+// Heartbeat implements store.JobStore.
+func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) (time.Time, error) {
+	if err := store.CheckHeartbeat(&p); err != nil {
+		return time.Time{}, err
+	}
+	var until int64
+	err := s.jobTx(ctx, "heartbeat", p.Now, func(tx pgx.Tx, now int64) error {
+		if err := heldTx(ctx, tx, p.Fence); err != nil {
+			return err
+		}
+		until = now + p.LeaseTTL.Microseconds()
+		_, err := tx.Exec(ctx, `UPDATE sluice_jobs SET lease_until = $1 WHERE id = $2`, until, p.JobID)
+		return err
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	return store.FromMicros(until), nil
+}
+
+// CommitCursor implements store.JobStore.
+func (s *Store) CommitCursor(ctx context.Context, p store.CommitParams) error {
+	if err := store.CheckCommit(&p); err != nil {
+		return err
+	}
+	col := "cursor"
+	if p.CatchUp {
+		col = "catch_up_cursor"
+	}
+	return s.jobTx(ctx, "commit cursor", p.Now, func(tx pgx.Tx, now int64) error {
+		if err := heldTx(ctx, tx, p.Fence); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE sluice_jobs SET `+col+` = $1 WHERE id = $2`, p.Cursor, p.JobID); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE sluice_job_runs SET slices = slices + 1 WHERE job_id = $1 AND token = $2`, p.JobID, p.Token)
+		return err
+	})
+}
+
+// end ends a held job's run with outcome op; set adds assignments whose
+// parameters start at $3 ($1 is next_run_at, $2 the job id).
+func (s *Store) end(ctx context.Context, op string, p store.EndParams, set string, args func(now int64) []any, after func(tx pgx.Tx, now, runID int64) error) error {
+	if err := store.CheckEnd(op, &p); err != nil {
+		return err
+	}
+	return s.jobTx(ctx, op, p.Now, func(tx pgx.Tx, now int64) error {
+		if err := heldTx(ctx, tx, p.Fence); err != nil {
+			return err
+		}
+		var runID int64
+		err := tx.QueryRow(ctx, `UPDATE sluice_job_runs SET ended_at = $1, outcome = $2, requests = $3, retries = $4, error = $5
+WHERE job_id = $6 AND token = $7 AND outcome = 'running' RETURNING id`, now, op, p.Stats.Requests, p.Stats.Retries, p.Error, p.JobID, p.Token).Scan(&runID)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		a := []any{now + p.Delay.Microseconds(), p.JobID}
+		if args != nil {
+			a = append(a, args(now)...)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE sluice_jobs SET lease_holder = '', lease_until = 0, next_run_at = $1`+set+` WHERE id = $2`, a...); err != nil {
+			return err
+		}
+		if after != nil {
+			return after(tx, now, runID)
+		}
+		return nil
+	})
+}
+
+// FinishJob implements store.JobStore.
+func (s *Store) FinishJob(ctx context.Context, p store.EndParams) error {
+	return s.end(ctx, store.RunSucceeded, p, `, last_success_at = $3, consecutive_failures = 0, parked_reason = '', parked_until = 0`,
+		func(now int64) []any { return []any{now} }, nil)
+}
+
+// FailJob implements store.JobStore.
+func (s *Store) FailJob(ctx context.Context, p store.EndParams) error {
+	return s.end(ctx, store.RunFailed, p, `, failures = failures + 1, consecutive_failures = consecutive_failures + 1, last_error = $3,
+    disabled = (disabled OR $4)`, func(int64) []any { return []any{store.CutError(p.Error), p.Permanent} }, nil)
+}
+
+// ParkJob implements store.JobStore.
+func (s *Store) ParkJob(ctx context.Context, p store.EndParams) error {
+	return s.end(ctx, store.RunParked, p, `, parked_reason = $3, parked_until = $1`,
+		func(int64) []any { return []any{p.Reason} }, func(tx pgx.Tx, now, _ int64) error {
+			_, err := tx.Exec(ctx, `UPDATE sluice_job_connectors SET pressure_until = greatest(pressure_until, $1)
+WHERE id = (SELECT connector_id FROM sluice_jobs WHERE id = $2)`, now+p.Delay.Microseconds(), p.JobID)
+			return err
+		})
+}
+
+// DeferJob implements store.JobStore.
+func (s *Store) DeferJob(ctx context.Context, p store.EndParams) error {
+	col := "cursor"
+	if p.CatchUp {
+		col = "catch_up_cursor"
+	}
+	return s.end(ctx, store.RunDeferred, p, ``, nil, func(tx pgx.Tx, now, runID int64) error {
+		_, err := tx.Exec(ctx, `INSERT INTO sluice_job_gaps (job_id, run_id, catch_up, cursor, reason, created_at)
+SELECT id, $1, $2, `+col+`, $3, $4 FROM sluice_jobs WHERE id = $5`, runID, p.CatchUp, p.Reason, now, p.JobID)
+		return err
+	})
+}
+
+// ReleaseJob implements store.JobStore.
+func (s *Store) ReleaseJob(ctx context.Context, p store.EndParams) error {
+	p.Delay = 0
+	return s.end(ctx, store.RunReleased, p, ``, nil, nil)
+}
+
+func listNewestPG[T any](ctx context.Context, s *Store, op string, p store.ListParams, q string, args []any, scan func(func(...any) error) (T, error)) ([]T, error) {
+	limit, err := p.EffectiveLimit()
+	if err != nil {
+		return nil, err
+	}
+	before, err := store.ParseAfterID(p.After)
+	if err != nil {
+		return nil, err
+	}
+	if before == 0 {
+		before = 1<<63 - 1
+	}
+	args = append(args, before, limit)
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	out, err := collect(rows, scan)
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	return out, nil
+}
+
+// ListRuns implements store.JobStore.
+func (s *Store) ListRuns(ctx context.Context, p store.ListParams) ([]store.RunRecord, error) {
+	return listNewestPG(ctx, s, "list runs", p, `SELECT `+store.RunColumns+` FROM sluice_job_runs WHERE ($1 = '' OR job_id = $1)
+AND ($2 = '' OR job_id IN (SELECT id FROM sluice_jobs WHERE connector_id = $2)) AND id < $3 ORDER BY id DESC LIMIT $4`,
+		[]any{p.JobID, p.ConnectorID}, store.ScanRun)
+}
+
+// ListGaps implements store.JobStore.
+func (s *Store) ListGaps(ctx context.Context, p store.ListParams) ([]store.GapRecord, error) {
+	return listNewestPG(ctx, s, "list gaps", p, `SELECT `+store.GapColumns+` FROM sluice_job_gaps WHERE ($1 = '' OR job_id = $1)
+AND ($2 = '' OR job_id IN (SELECT id FROM sluice_jobs WHERE connector_id = $2)) AND id < $3 ORDER BY id DESC LIMIT $4`,
+		[]any{p.JobID, p.ConnectorID}, store.ScanGap)
+}
+
+// RecordBreakerTransition implements store.JobStore.
+func (s *Store) RecordBreakerTransition(ctx context.Context, t store.BreakerTransition) (store.BreakerTransition, error) {
+	if err := t.Check(); err != nil {
+		return store.BreakerTransition{}, err
+	}
+	var at int64
+	err := s.pool.QueryRow(ctx, `INSERT INTO sluice_breaker_transitions (connector_id, key, from_state, to_state, reason, requests, failures, at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, coalesce($8::bigint, sluice_rate_now())) RETURNING id, at`,
+		t.ConnectorID, t.Key, t.From, t.To, t.Reason, t.Requests, t.Failures, nowArg(t.Now)).Scan(&t.ID, &at)
+	if err != nil {
+		return store.BreakerTransition{}, wrap("record breaker transition", err)
+	}
+	t.At, t.Now = store.FromMicros(at), time.Time{}
+	return t, nil
+}
+
+// ListBreakerTransitions implements store.JobStore.
+func (s *Store) ListBreakerTransitions(ctx context.Context, p store.ListParams) ([]store.BreakerTransition, error) {
+	return listNewestPG(ctx, s, "list breaker transitions", p, `SELECT `+store.TransitionColumns+` FROM sluice_breaker_transitions
+WHERE ($1 = '' OR connector_id = $1) AND id < $2 ORDER BY id DESC LIMIT $3`, []any{p.ConnectorID}, store.ScanTransition)
+}
