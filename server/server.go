@@ -261,19 +261,38 @@ func allowHeader(methods []string) string {
 	return strings.Join(slices.Compact(out), ", ")
 }
 
-// shadowed reports whether another route's wildcard path matches path
-// literally: "/api/v1/slots/batch" under "/api/v1/slots/{eventId...}".
+// shadowed reports whether another route's pattern, with wildcards,
+// matches every request path matches: "/api/v1/slots/batch" under
+// "/api/v1/slots/{eventId...}", "/v1/jobs/claim" under "/v1/jobs/{id}".
+// Registering path for every method beside that route's method would make
+// two patterns neither of which is more specific (net/http panics).
 func shadowed(path string, rts []route) bool {
 	for _, rt := range rts {
-		if rt.path == path || !strings.Contains(rt.path, "{") {
-			continue
-		}
-		pre, _, _ := strings.Cut(rt.path, "{")
-		if strings.HasPrefix(path, pre) && strings.HasSuffix(rt.path, "...}") && !strings.Contains(path[len(pre):], "{") {
+		if rt.path != path && covers(rt.path, path) {
 			return true
 		}
 	}
 	return false
+}
+
+// covers reports whether pattern's path matches every path that path's
+// does: segment by segment, a wildcard covers anything, a literal only
+// itself, and a trailing {name...} the rest.
+func covers(pattern, path string) bool {
+	p, q := strings.Split(pattern, "/"), strings.Split(path, "/")
+	for i, seg := range p {
+		if strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "...}") {
+			return len(q) > i
+		}
+		if i >= len(q) {
+			return false
+		}
+		wild := strings.HasPrefix(seg, "{")
+		if !wild && seg != q[i] {
+			return false
+		}
+	}
+	return len(p) == len(q)
 }
 
 func methodNotAllowed(allow string) http.HandlerFunc {
