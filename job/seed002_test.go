@@ -28,7 +28,15 @@ import (
 // time and are still counted in the run's time.
 type autoClock struct{ *clocktest.Clock }
 
+// idleTTL is the outbound clients' IdleTTL in these tests: their idle
+// sweep's timer (every idleTTL/2) is the one autoClock never fires, since
+// firing it would move the fake clock on by itself, again and again.
+const idleTTL = 10000 * time.Hour
+
 func (c autoClock) NewTimer(d time.Duration) clock.Timer {
+	if d >= idleTTL/2 {
+		return firedTimer{make(chan time.Time)} // never fires
+	}
 	c.Advance(d)
 	ch := make(chan time.Time, 1)
 	ch <- c.Now()
@@ -45,6 +53,7 @@ func (f firedTimer) Stop() bool          { return false }
 func newOutbound(t *testing.T, clk *clocktest.Clock, cfg outbound.Config) *outbound.Client {
 	t.Helper()
 	cfg.Clock = autoClock{clk}
+	cfg.IdleTTL = idleTTL
 	cfg.Store = memstore.New(memstore.Config{Clock: clk})
 	if cfg.Retry.Base == 0 {
 		cfg.Retry.Base, cfg.Retry.Cap = time.Millisecond, time.Millisecond

@@ -351,7 +351,7 @@ func TestParseImportNamesWhatIsWrong(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ yaml, want string }{
 		{"connectors: [{id: binance, pairz: [x]}]", "field pairz not found"},
-		{"connectors: [{policies: [a]}]", "connectors[0]: store: invalid job record: connector id is required"},
+		{"connectors: [{policies: [a]}]", "connectors[0]: store: invalid job record: store: invalid identifier: connector id is empty"},
 		{"connectors: [{id: binance, pairs: [BTC/USDT], timeframes: [1M], types: [ohlcv]}]", `connector "binance": timeframe "1M"`},
 		{"connectors: [{id: binance, pairs: [BTC/USDT], timeframes: [1x], types: [ohlcv]}]", "unknown unit"},
 		{"connectors: [{id: binance, pairs: [BTC/USDT]}]", "pairs, timeframes and types must all be set"},
