@@ -4,9 +4,11 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicerl/sluice/lease"
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
@@ -57,4 +59,33 @@ func TestCapabilitiesNotTypes(t *testing.T) {
 	require.ErrorIs(t, err, limiter.ErrLeaseStoreMismatch)
 	_, err = limiter.New(limiter.Config{Store: f, Policies: ps, Leases: memstore.NewLeases(memstore.LeasesConfig{Rates: f.Store})})
 	require.NoError(t, err)
+}
+
+// TestLeaseFor: the one way to hold a policy's lease in Go, a lease.Leaser
+// over the limiter's lease store with LeaseFor's params, holds one of the
+// policy's permits where the limiter (and the HTTP API) see it.
+func TestLeaseFor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ps, err := limiter.Parse("p.yaml", []byte(mixedYAML))
+	require.NoError(t, err)
+	lim, err := limiter.New(limiter.Config{Policies: ps})
+	require.NoError(t, err)
+	leaser, err := lease.New(lease.Config{Store: lim.Leases()})
+	require.NoError(t, err)
+	p, err := lim.LeaseFor("shopify-bulk", "shop-1")
+	require.NoError(t, err)
+	require.Equal(t, lease.Params{Name: "shopify-bulk", Key: "shop-1", Permits: 2, TTL: 30 * time.Second}, p)
+	l, err := leaser.AcquireWait(ctx, p)
+	require.NoError(t, err)
+	hs, err := lim.Holders(ctx, "shopify-bulk", "shop-1")
+	require.NoError(t, err)
+	require.Len(t, hs, 1)
+	require.Equal(t, l.Token(), hs[0].Token)
+	require.NoError(t, l.Release(ctx))
+
+	_, err = lim.LeaseFor("shopify-calls", "shop-1")
+	require.ErrorIs(t, err, limiter.ErrNotLeasePolicy)
+	_, err = lim.LeaseFor("shopify-bulk", "a\x00b")
+	require.ErrorIs(t, err, store.ErrInvalidID)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sluicerl/sluice/lease"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
 )
@@ -109,8 +110,32 @@ func checkLease(key, holder string) error {
 	return nil
 }
 
+// LeaseFor returns the lease.Params of key under a concurrency policy (its
+// name, permits and TTL; no holder: the Leaser makes one up). It is the one
+// way a Go program holds a policy's lease: a lease.Leaser over Leases(),
+//
+//	leaser, err := lease.New(lease.Config{Store: lim.Leases()})
+//	p, err := lim.LeaseFor("shopify-bulk", "shop-1")
+//	l, err := leaser.AcquireWait(ctx, p) // renewed until l.Release
+//
+// which waits, renews, and ends l.Context() when the lease is lost.
+// Acquire, Renew and Release below are the one-shot store operations the
+// HTTP API is built on: they neither wait nor renew.
+func (l *Limiter) LeaseFor(policy, key string) (lease.Params, error) {
+	p, err := l.leasePolicy(policy)
+	if err != nil {
+		return lease.Params{}, err
+	}
+	if err := store.CheckKey(key); err != nil {
+		return lease.Params{}, fmt.Errorf("limiter: lease: %w", err)
+	}
+	return lease.Params{Name: p.Name, Key: key, Permits: p.Permits, TTL: p.TTL}, nil
+}
+
 // Acquire takes one of a concurrency policy's permits of key for holder,
-// without waiting. Not acquiring is a result (res.Acquired false).
+// without waiting. Not acquiring is a result (res.Acquired false). It is
+// the one-shot operation behind POST /v1/leases; programs hold leases
+// with a lease.Leaser (see LeaseFor).
 func (l *Limiter) Acquire(ctx context.Context, policy, key, holder string) (store.AcquireResult, error) {
 	p, err := l.LeaseParams(policy, key, holder)
 	if err != nil {

@@ -51,6 +51,12 @@ func TestRequestSQLStatesAreRequestErrors(t *testing.T) {
 		require.Equal(t, want, errors.Is(err, store.ErrInvalidValue), code)
 	}
 	require.ErrorIs(t, wrap("settle", &pgconn.PgError{Code: sqlStateCostExceeds}), store.ErrCostExceedsLimit)
+	require.ErrorIs(t, wrap("take", &pgconn.PgError{Code: sqlStateOutOfRange}), store.ErrOutOfRange)
+	// Every code the functions raise means one thing: the lease fence's
+	// stale token is not a rate's out-of-range state.
+	codes := []string{sqlStateCostExceeds, sqlStateOutOfRange, SQLStateStaleToken}
+	require.Len(t, map[string]bool{codes[0]: true, codes[1]: true, codes[2]: true}, len(codes))
+	require.NotErrorIs(t, wrap("take", &pgconn.PgError{Code: SQLStateStaleToken}), store.ErrOutOfRange)
 }
 
 // TestDatabaseRefusalIsARequestError: a value the database itself refuses

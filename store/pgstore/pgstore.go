@@ -158,9 +158,10 @@ const (
 	// charge past what the arithmetic can hold (store.ErrCostExceedsLimit).
 	sqlStateCostExceeds = "SL001"
 	// sqlStateOutOfRange is raised by the SQL functions for a write of a
-	// state beyond 2^53 (store.ErrOutOfRange); the constraint
+	// state beyond 2^53 (store.ErrOutOfRange; SL002 is the lease fence's
+	// SQLStateStaleToken, which users' own SQL sees); the constraint
 	// sluice_rate_state_exact holds the inline GCRA take to the same.
-	sqlStateOutOfRange = "SL002"
+	sqlStateOutOfRange = "SL003"
 	exactConstraint    = "sluice_rate_state_exact"
 )
 

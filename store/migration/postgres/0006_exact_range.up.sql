@@ -3,7 +3,7 @@
 --
 -- * A write that would leave a state whose time, or the time it becomes
 --   fresh (store.FreshAt), is at or beyond 2^53 microseconds (store.MaxTime,
---   the year 2255) raises SQLSTATE SL002 (store.ErrOutOfRange) and writes
+--   the year 2255) raises SQLSTATE SL003 (store.ErrOutOfRange) and writes
 --   nothing. The GCRA take written out inline in sluice_rate_take is held
 --   to it by the constraint sluice_rate_state_exact (a GCRA state's fresh
 --   time is its TAT); every other write goes through sluice_rate_eval,
@@ -41,13 +41,13 @@ BEGIN
     -- A state whose window would end at 2^53 or later under a sliding
     -- limit (a fixed window of the same name left it) is out of range.
     IF alg = 2 AND (st_count <> 0 OR st_prev <> 0) AND st_t >= 9007199254740992 - iv THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL002', MESSAGE = 'sluice: state beyond 2^53';
+        RAISE EXCEPTION USING ERRCODE = 'SL003', MESSAGE = 'sluice: state beyond 2^53';
     END IF;
     SELECT * INTO allowed, remaining, retry_after, reset_after, delay, t, count, prev, fresh_at
       FROM sluice_rate_eval_0002(alg, lim, iv, st_t, st_count, st_prev, now, cost, max_delay);
     IF (t, count, prev) IS DISTINCT FROM (st_t, st_count, st_prev)
        AND NOT sluice_rate_in_range(t, count, prev, fresh_at) THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL002', MESSAGE = 'sluice: state beyond 2^53';
+        RAISE EXCEPTION USING ERRCODE = 'SL003', MESSAGE = 'sluice: state beyond 2^53';
     END IF;
 END
 $$;
@@ -74,7 +74,7 @@ BEGIN
       FROM sluice_rate_settle_state_0005(alg, lim, iv, st_t, st_count, st_prev, now, reserved, actual, reserved_end);
     IF (t, count, prev) IS DISTINCT FROM (st_t, st_count, st_prev)
        AND NOT sluice_rate_in_range(t, count, prev, fresh_at) THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL002', MESSAGE = 'sluice: state beyond 2^53';
+        RAISE EXCEPTION USING ERRCODE = 'SL003', MESSAGE = 'sluice: state beyond 2^53';
     END IF;
 END
 $$;
@@ -91,7 +91,7 @@ BEGIN
     SELECT * INTO t, count, prev, fresh_at
       FROM sluice_rate_sync_state_0002(alg, lim, iv, now, remaining, reset_after);
     IF NOT sluice_rate_in_range(t, count, prev, fresh_at) THEN
-        RAISE EXCEPTION USING ERRCODE = 'SL002', MESSAGE = 'sluice: state beyond 2^53';
+        RAISE EXCEPTION USING ERRCODE = 'SL003', MESSAGE = 'sluice: state beyond 2^53';
     END IF;
 END
 $$;
