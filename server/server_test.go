@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/clock/clocktest"
+	"github.com/sluicerl/sluice/internal/testenv"
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/server"
 	"github.com/sluicerl/sluice/store"
@@ -42,12 +41,12 @@ type bundle struct {
 	srv   *server.Server
 	h     http.Handler
 	clock *clocktest.Clock
-	logs  *syncBuffer
+	logs  *testenv.SyncBuffer
 }
 
 func setup(t *testing.T, cfg server.Config) *bundle {
 	t.Helper()
-	b := &bundle{clock: clocktest.New(start), logs: &syncBuffer{}}
+	b := &bundle{clock: clocktest.New(start), logs: &testenv.SyncBuffer{}}
 	if cfg.Limiter == nil {
 		lim, err := limiter.New(limiter.Config{
 			Store:    memstore.New(memstore.Config{Clock: b.clock}),
@@ -64,24 +63,6 @@ func setup(t *testing.T, cfg server.Config) *bundle {
 	require.NoError(t, err)
 	b.srv, b.h = srv, srv.Handler()
 	return b
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func (b *bundle) do(t *testing.T, method, path, contentType, body string) *httptest.ResponseRecorder {

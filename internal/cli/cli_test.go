@@ -10,34 +10,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/internal/cli"
+	"github.com/sluicerl/sluice/internal/testenv"
 )
 
 const examplePolicies = "../../examples/policies.yaml"
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type result struct {
 	code           int
@@ -47,7 +29,7 @@ type result struct {
 // run runs the command line with env as the whole environment.
 func run(t *testing.T, env map[string]string, args ...string) result {
 	t.Helper()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testenv.SyncBuffer
 	code := cli.Run(t.Context(), args, cli.Options{
 		Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return env[k] },
 	})
@@ -183,8 +165,8 @@ type serving struct {
 	addr   string
 	cancel context.CancelFunc
 	done   chan int
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *testenv.SyncBuffer
+	stderr *testenv.SyncBuffer
 }
 
 func startServe(t *testing.T, env map[string]string, args ...string) *serving {
@@ -198,7 +180,7 @@ func startServe(t *testing.T, env map[string]string, args ...string) *serving {
 		env["SLUICE_DB"] = "sqlite:" + filepath.Join(t.TempDir(), "records.db")
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	s := &serving{cancel: cancel, done: make(chan int, 1), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	s := &serving{cancel: cancel, done: make(chan int, 1), stdout: &testenv.SyncBuffer{}, stderr: &testenv.SyncBuffer{}}
 	ready := make(chan net.Addr, 1)
 	go func() {
 		s.done <- cli.Run(ctx, append([]string{"serve"}, args...), cli.Options{

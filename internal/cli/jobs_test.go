@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/internal/cli"
+	"github.com/sluicerl/sluice/internal/testenv"
 )
 
 const jobsYAML = `
@@ -45,7 +46,7 @@ func TestJobsCommands(t *testing.T) {
 	// A worker whose command writes two slices and commits after each.
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testenv.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- cli.Run(ctx, []string{"worker", "--db", db, "--type", "ohlcv", "--holder", "cli-worker",

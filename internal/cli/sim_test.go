@@ -193,7 +193,7 @@ func TestSimServeAndTargetsShareRedis(t *testing.T) {
 		testenv.Unreachable(t, "Redis at "+raw, err)
 	}
 	addrc := make(chan net.Addr, 1)
-	var serveOut syncBuffer
+	var serveOut testenv.SyncBuffer
 	served := make(chan int, 1)
 	serveCtx, stopServe := context.WithCancel(t.Context())
 	defer stopServe()

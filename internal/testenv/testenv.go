@@ -4,12 +4,14 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,4 +83,26 @@ func WithSearchPath(url, schema string) string {
 		sep = "&"
 	}
 	return url + sep + "search_path=" + schema
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writes and reads, for
+// tests that read what a logger or a child process wrote. Its zero value
+// is an empty buffer.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

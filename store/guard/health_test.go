@@ -1,17 +1,16 @@
 package guard_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/clock/clocktest"
+	"github.com/sluicerl/sluice/internal/testenv"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/guard"
 	"github.com/sluicerl/sluice/store/memstore"
@@ -176,24 +175,6 @@ func TestLocalPlusSharedNeverExceedsLimitPlusShares(t *testing.T) {
 	t.Logf("%d grants (%d shared, %d local)", len(grants), shared, local)
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestFallbacksAreLoggedRateLimited: the store going down is logged, each
 // fallback line at most once a second per limit and reason with the count
 // of lines not written, and the store coming back is logged.
@@ -201,7 +182,7 @@ func TestFallbacksAreLoggedRateLimited(t *testing.T) {
 	t.Parallel()
 	clk := clocktest.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	f := &flaky{RateStore: memstore.New(memstore.Config{Clock: clk})}
-	var buf syncBuffer
+	var buf testenv.SyncBuffer
 	g, err := guard.New(f, guard.Config{Clock: clk, Default: store.Outage{Mode: store.FailOpen},
 		Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	require.NoError(t, err)

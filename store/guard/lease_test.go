@@ -113,7 +113,9 @@ func TestLeasesFailClosedWithinTheTimeout(t *testing.T) {
 		_, err = ls.Acquire(ctx, acquire("b"))
 		require.ErrorIs(t, err, guard.ErrUnavailable)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.Less(t, time.Since(start), 2*time.Second)
+		// flaky fails at once; the guard's own Timeout is a minute: half
+		// of it is the stated margin for a saturated machine.
+		require.Less(t, time.Since(start), time.Minute/2, "answered by the store's failure, not the guard's timeout")
 	}
 	require.False(t, g.Healthy())
 
