@@ -273,8 +273,10 @@ type Sample struct {
 	// and counts as a throttle signal (once per episode).
 	RetryAfter int64
 	// Hint is a sustainable rate the provider reported (a quota over its
-	// window, a bucket's restore rate), 0 when none. It caps the rate; it
-	// never raises it.
+	// window, a bucket's restore rate), 0 when none. It caps the rate. A
+	// first hint, or one higher than the last, on a Success also raises
+	// the rate to it at once, unless a decrease came within the last 2 s:
+	// a stated rate needs no slow start.
 	Hint float64
 }
 
@@ -521,6 +523,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		s.pausedUntil = max(s.pausedUntil, addSat(now, in.RetryAfter))
 	}
 	if in.Hint > 0 && !math.IsInf(in.Hint, 0) {
+		rose := in.Hint > s.hint
 		if s.hint == 0 || in.Hint < s.hint {
 			// A lower stated rate explains the trouble of the
 			// current episode, even when the decrease came before
@@ -528,6 +531,17 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			s.hintAt, s.stated = now, true
 		}
 		s.hint = in.Hint
+		if rose && s.rate < in.Hint && in.Outcome == Success && in.RetryAfter == 0 &&
+			(s.lastDecrease == 0 || now-s.lastDecrease > chainWindow) {
+			// The provider stated its rate, or raised it, and no
+			// trouble says otherwise: pace to it at once, with no
+			// slow start towards a rate already known (issue 18).
+			s.rate = c.ceilingFor(s)
+			s.peak = max(s.peak, s.rate)
+			s.probing = false
+			s.lastIncrease = now
+			d.Change = Increased
+		}
 	}
 	if ceil := c.ceilingFor(s); s.rate > ceil {
 		s.rate = ceil

@@ -180,12 +180,22 @@ func TestSteps(t *testing.T) {
 			},
 		},
 		{
-			name: "a provider-reported rate caps but never raises",
+			// Issue 18: a rate the provider states is paced at once, with
+			// no slow start towards it; a lower one caps the rate; a
+			// raised one is paced at once again, unless trouble came
+			// with it or just before it.
+			name: "a provider-reported rate caps, and a first or raised one is paced at once",
 			cfg:  Config{Start: 10, SlowStart: -1, Increase: 10, UsageMultiple: -1},
 			steps: []step{
-				{at: 0, in: Sample{Outcome: Success, Latency: lat, Hint: 100}, rate: 10},
-				{at: s1, in: Sample{Outcome: Success, Latency: lat, Hint: 12}, change: Increased, rate: 12},
+				{at: 0, in: Sample{Outcome: Success, Latency: lat, Hint: 100}, change: Increased, rate: 100},
+				{at: s1, in: Sample{Outcome: Success, Latency: lat, Hint: 12}, change: Decreased, reason: ReasonHint, rate: 12},
 				{at: 2 * s1, in: Sample{Outcome: Success, Latency: lat, Hint: 4}, change: Decreased, reason: ReasonHint, rate: 4},
+				{at: 3 * s1, in: Sample{Outcome: Success, Latency: lat, Hint: 8}, change: Increased, rate: 8},
+				{at: 4 * s1, in: Sample{Outcome: Throttled, Latency: lat, Hint: 8}, change: Decreased, reason: ReasonThrottled, rate: 7.2},
+				{at: 4*s1 + s1/2, in: Sample{Hint: 20}, rate: 7.2},
+				// Raised within 2 s of the decrease: only the usual growth.
+				{at: 5 * s1, in: Sample{Outcome: Success, Latency: lat, Hint: 40}, change: Increased, rate: 14.4},
+				{at: 7 * s1, in: Sample{Outcome: Success, Latency: lat, Hint: 50}, change: Increased, rate: 50},
 			},
 		},
 	} {

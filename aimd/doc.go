@@ -50,7 +50,9 @@
 // Errors never raise the rate (a one-way ratchet: Failed and every
 // non-success leave it or lower it); the rate stays within
 // [Config.Floor, Config.Ceiling] and under a provider-reported rate
-// (Sample.Hint). A Retry-After pauses the key until then: Paused reports
+// (Sample.Hint); a first or raised Hint that no trouble contradicts sets
+// the rate to it at once, since a rate the provider states needs no slow
+// start. A Retry-After pauses the key until then: Paused reports
 // it, and the caller sends nothing until it is over.
 //
 // A caller maps package signal's Report onto a Sample: Throttled when
