@@ -519,6 +519,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	}
 	latency := max(in.Latency, 0)
 	sent := now - latency
+	prevPause := s.pausedUntil
 	if in.RetryAfter > 0 {
 		s.pausedUntil = max(s.pausedUntil, addSat(now, in.RetryAfter))
 	}
@@ -579,6 +580,20 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// Far over the target, cut deeper (down to half at
 				// once), so that a queue built up drains quickly.
 				f = min(f, max(0.5, c.factor*s.target/float64(s.P95())))
+			}
+			if in.RetryAfter > 0 && c.plateau > 0 && (reason == ReasonThrottled || reason == ReasonRetryAfter) {
+				if prevPause > 0 && sent-prevPause <= chainWindow {
+					// Refused again soon after the last pause ended:
+					// the limit fell well below the rate cut to last
+					// time. Cut twice as deep, so that a provider
+					// that bans after a few refusals sees few.
+					f = c.decrease * c.decrease
+				} else {
+					// The pause itself shed the load: resume at the
+					// plateau under the rate refused, near the last
+					// good rate, not from a deep cut (issue 18).
+					f = c.plateau
+				}
 			}
 			from := s.rate
 			c.cut(s, now, f)
