@@ -272,6 +272,12 @@ type Sample struct {
 	// RetryAfter, in microseconds, pauses the key until now + RetryAfter
 	// and counts as a throttle signal (once per episode).
 	RetryAfter int64
+	// NoLatency says Latency does not measure the provider (the caller
+	// was starved of CPU, so it includes its own scheduling delay): a
+	// Success then counts as fast and neither moves the latency target
+	// nor feeds the p95 or the queue signal; only throttles, overloads
+	// and Retry-After decrease the rate.
+	NoLatency bool
 	// Hint is a sustainable rate the provider reported (a quota over its
 	// window, a bucket's restore rate), 0 when none. It caps the rate. A
 	// first hint, or one higher than the last, on a Success also raises
@@ -558,7 +564,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		reason = ReasonOverloaded
 	case in.RetryAfter > 0:
 		reason = ReasonRetryAfter
-	case in.Outcome == Success:
+	case in.Outcome == Success && !in.NoLatency:
 		reason = c.success(s, now, latency)
 	}
 	if reason != ReasonNone {
@@ -617,7 +623,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		// Time spent in trouble does not count towards an increase.
 		s.lastIncrease = now
 	} else if in.Outcome == Success {
-		if !c.fast(s, latency) {
+		if !in.NoLatency && !c.fast(s, latency) {
 			s.lastIncrease = now // slow time does not count either
 		} else if c.grow(s, now) {
 			d.Change = Increased

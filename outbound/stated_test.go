@@ -3,11 +3,14 @@ package outbound_test
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicerl/sluice/aimd"
 	"github.com/sluicerl/sluice/clock/clocktest"
 	"github.com/sluicerl/sluice/outbound"
+	"github.com/sluicerl/sluice/retry"
 	"github.com/sluicerl/sluice/store/memstore"
 )
 
@@ -41,4 +44,73 @@ func TestStatedLimitIsPacedFromTheFirstAnswer(t *testing.T) {
 			require.InDelta(t, tc.want, rate, 1e-9, "the stated rate after the first answer")
 		})
 	}
+}
+
+// lateDrive runs f, moving w on to each timer the code under test waits
+// on, late by late: a starved process whose timers fire late.
+func lateDrive(t *testing.T, w *watched, late time.Duration, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		case when := <-w.waits:
+			w.advanceTo(when.Add(late))
+		case <-time.After(time.Minute):
+			t.Fatal("the call neither returned nor waited on the clock")
+		}
+	}
+}
+
+// clocked answers 200 after the next latency of a script, on a fake clock.
+type clocked struct {
+	clk       *watched
+	latencies []time.Duration
+	n         int
+}
+
+func (a *clocked) RoundTrip(*http.Request) (*http.Response, error) {
+	a.clk.Advance(a.latencies[min(a.n, len(a.latencies)-1)])
+	a.n++
+	return response(200, "ok")(), nil
+}
+
+// Issue 18: latency means the provider only when the process is not
+// starved. The same slow answers decrease the rate of a process whose
+// timers fire on time, and leave alone that of a process whose own
+// timers fire so late that its scheduling delay, not the provider, may be
+// what made them slow.
+func TestStarvedProcessDoesNotReadItsOwnDelayAsLatency(t *testing.T) {
+	t.Parallel()
+	rateAfter := func(late time.Duration) float64 {
+		clk := watch(t0)
+		var lat []time.Duration
+		for range 12 {
+			lat = append(lat, 10*time.Millisecond)
+		}
+		for range 12 {
+			lat = append(lat, 200*time.Millisecond)
+		}
+		base := &clocked{clk: clk, latencies: lat}
+		c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk}),
+			Burst: 1, AIMD: aimd.Config{Start: 50, SlowStart: -1, UsageMultiple: -1}, Retry: retry.Config{MaxAttempts: 1}})
+		require.NoError(t, err)
+		for range len(lat) {
+			lateDrive(t, clk, late, func() {
+				resp := get(t, c, "http://api.test/")
+				_ = resp.Body.Close()
+			})
+		}
+		rate, _ := c.Rate("api.test")
+		return rate
+	}
+	onTime := rateAfter(0)
+	require.Less(t, onTime, 50.0, "slow answers to a process on time decrease the rate")
+	starved := rateAfter(60 * time.Millisecond)
+	require.GreaterOrEqual(t, starved, 50.0, "a starved process does not read its own delay as the provider's")
 }
