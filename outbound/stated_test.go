@@ -114,3 +114,28 @@ func TestStarvedProcessDoesNotReadItsOwnDelayAsLatency(t *testing.T) {
 	starved := rateAfter(60 * time.Millisecond)
 	require.GreaterOrEqual(t, starved, 50.0, "a starved process does not read its own delay as the provider's")
 }
+
+// Issue 18: a Retry-After is honoured exactly, with sub-second precision,
+// by every process sharing the key: 1.5 s pauses the fleet for 1.5 s, not
+// 2 s. (A regression test: the client already did; the rounded-up second
+// of the issue was the provider's integer Retry-After.)
+func TestRetryAfterIsExactForTheFleet(t *testing.T) {
+	t.Parallel()
+	clk := watch(t0)
+	st := memstore.New(memstore.Config{Clock: clk})
+	a := &scripted{resps: []func() *http.Response{response(429, "", "Retry-After", "1.5"), response(200, "ok")}, clk: clk}
+	b := &scripted{resps: []func() *http.Response{response(200, "ok")}, clk: clk}
+	ca, cb := fleetOf(t, st, clk, a, b)
+	getAdvancing(t, clk, ca, "http://api.test/") // 429: the key pauses 1.5 s
+	getAdvancing(t, clk, cb, "http://api.test/") // B waits for the pause
+	getAdvancing(t, clk, ca, "http://api.test/")
+	sa, sb := a.sentAt(), b.sentAt()
+	require.Len(t, sa, 2)
+	require.Len(t, sb, 1)
+	// Exact to the pause's microsecond GCRA step, far under the second a
+	// rounding would add.
+	for _, d := range []time.Duration{sb[0].Sub(sa[0]), sa[1].Sub(sa[0])} {
+		require.GreaterOrEqual(t, d, 1500*time.Millisecond, "never before the pause ends")
+		require.LessOrEqual(t, d, 1500*time.Millisecond+time.Millisecond, "resumed as the pause ended")
+	}
+}
