@@ -367,8 +367,8 @@ func describe(s sim.Summary) string {
 		}
 		return fmt.Sprintf("%ds", v)
 	}
-	return fmt.Sprintf("goodput/limit %s, throttles %s, bans %d, converged at %s, settled %s after the change, retries %d of %d calls (%.1f%%)",
-		r(s.GoodputRatio, "%.3f"), r(100*s.ThrottleRatio, "%.2f%%"), s.Bans, sec(s.ConvergeS), sec(s.SettleS),
+	return fmt.Sprintf("goodput/limit %s, throttles %s, bans %d, converged at %s, settled %s and re-converged %s after the change, retries %d of %d calls (%.1f%%)",
+		r(s.GoodputRatio, "%.3f"), r(100*s.ThrottleRatio, "%.2f%%"), s.Bans, sec(s.ConvergeS), sec(s.SettleS), sec(s.ReconvergeS),
 		s.Retries, s.Ops, 100*s.RetryRatio)
 }
 
