@@ -594,10 +594,12 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// time. Cut twice as deep, so that a provider
 					// that bans after a few refusals sees few.
 					f = c.decrease * c.decrease
-				} else {
+				} else if !s.probing {
 					// The pause itself shed the load: resume at the
 					// plateau under the rate refused, near the last
-					// good rate, not from a deep cut (issue 18).
+					// good rate, not from a deep cut (issue 18). Not
+					// at the end of slow start, whose last rate may
+					// be far above anything the key ever sent.
 					f = c.plateau
 				}
 			}

@@ -33,7 +33,8 @@
 // long, up to 8 x Hold, so that a key at a limit that does not move pays
 // for a probe ever more rarely; trouble at the plateau itself is an
 // ordinary decrease. With a plateau, a throttle that pauses the key (a
-// Retry-After) cuts only to the plateau under the rate refused, since the
+// Retry-After) after slow start cuts only to the plateau under the rate
+// refused, since the
 // pause itself sheds the load and the key should resume near its last good
 // rate; one refused again within 2 s of the pause's end cuts by Decrease
 // twice, since the limit fell well below (so that a provider that bans

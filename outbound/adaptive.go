@@ -8,6 +8,10 @@ import (
 	"github.com/sluicerl/sluice/signal"
 )
 
+// statedMargin is the share of a stated quota per window that a key is
+// paced at (see hint).
+const statedMargin = 0.98
+
 // The latency target never exceeds targetOverMin times the fastest success
 // of the last minLatencyWindow.
 const (
@@ -183,7 +187,11 @@ func (a *adaptive) hint(rep *signal.Report) float64 {
 		r := 0.0
 		switch {
 		case p.Known&both == both && p.Window > 0 && p.Limit > 0:
-			r = float64(p.Limit) / (float64(p.Window) / 1e6)
+			// A quota per window, paced a little under it: at exactly
+			// the quota, a window whose edges the client cannot see
+			// now and then gets one call too many, or runs out and
+			// stops the key until its reset.
+			r = statedMargin * float64(p.Limit) / (float64(p.Window) / 1e6)
 		case p.Known&signal.FieldWindow == 0 && p.Known&left == left && p.ResetAfter > 0 && p.Remaining > 0:
 			r = float64(p.Remaining) / (float64(p.ResetAfter) / 1e6)
 		}

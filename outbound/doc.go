@@ -45,8 +45,9 @@
 // Config.SharedRate also keeps the adapted rate itself in the store, so
 // that a fleet adapts as one.
 //
-// A rate the provider states (IETF RateLimit-Policy, X-RateLimit-* as what
-// remains over the time to the reset, a cost bucket's restore rate, a
+// A rate the provider states (IETF RateLimit-Policy's quota per window,
+// paced at 98 % of it, X-RateLimit-* as what remains over the time to the
+// reset, a cost bucket's restore rate, a
 // learned weight budget) is paced at once from the first answer, with no
 // slow start towards it. Latency means the provider's time: for HTTP, from
 // the request written to the first response byte; and a process whose own

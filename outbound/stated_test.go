@@ -24,7 +24,7 @@ func TestStatedLimitIsPacedFromTheFirstAnswer(t *testing.T) {
 		body   string
 		want   float64
 	}{
-		{"IETF RateLimit-Policy", []string{"RateLimit-Policy", `"default";q=100;w=1`, "RateLimit", `"default";r=99;t=1`}, "", 100},
+		{"IETF RateLimit-Policy", []string{"RateLimit-Policy", `"default";q=100;w=1`, "RateLimit", `"default";r=99;t=1`}, "", 98},
 		{"X-RateLimit-*", []string{"X-RateLimit-Limit", "600", "X-RateLimit-Remaining", "599", "X-RateLimit-Reset", "60"}, "", 599.0 / 60},
 		{"Shopify throttleStatus", []string{"Content-Type", "application/json"},
 			`{"data":{},"extensions":{"cost":{"requestedQueryCost":10,"actualQueryCost":5,` +
