@@ -34,11 +34,10 @@
 // for a probe ever more rarely; trouble at the plateau itself is an
 // ordinary decrease. With a plateau, a throttle that pauses the key (a
 // Retry-After) after slow start cuts only to the plateau under the rate
-// refused, since the
-// pause itself sheds the load and the key should resume near its last good
-// rate; one refused again within 2 s of the pause's end cuts by Decrease
-// twice, since the limit fell well below (so that a provider that bans
-// after a few refusals sees few).
+// refused, since the pause itself sheds the load and the key should
+// resume near its last good rate; one refused again within 2 s of the
+// pause's end cuts by Decrease twice, since the limit fell well below (so
+// that a provider that bans after a few refusals sees few).
 //
 // With Config.Queue set, the latency gradient (as in TCP Vegas) reads a
 // provider that queues calls before it is slow: when the median of the
