@@ -52,7 +52,7 @@
 // slow start towards it. Latency means the provider's time: for HTTP, from
 // the request written to the first response byte; and a process whose own
 // pacing timers fire late (a starved machine, its scheduling delay a
-// quarter of the latency or more) does not judge the provider by latency
+// eighth of the latency or more) does not judge the provider by latency
 // at all, only by throttles, so that it does not slow itself down with
 // no throttle in sight.
 //

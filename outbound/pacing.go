@@ -157,14 +157,17 @@ func (c *Client) noteLag(late time.Duration) {
 	}
 }
 
-// lagShare is how much of an attempt's latency the process's own
-// scheduling delay may be before the latency stops meaning the provider's.
-const lagShare = 4
+// lagShare: an attempt's latency stops meaning the provider's when the
+// process's timers fire late by 1/lagShare of it or more. An attempt
+// passes several scheduling points (the request's goroutine, the
+// transport's, the provider's), each as late as a timer on a starved
+// machine, so its latency inflates by several times the lag.
+const lagShare = 8
 
 // starved reports whether latency (µs) is not the provider's to judge: the
-// process's timers fire so late that its own scheduling delay is a
-// quarter of the latency or more (issue 18: a starved client must not slow
-// itself down without any throttle).
+// process's timers fire so late that its own scheduling delay is an eighth
+// of the latency or more (issue 18: a starved client must not slow itself
+// down without any throttle).
 func (c *Client) starved(latency int64) bool {
 	lag := c.lag.Load()
 	return lag > 0 && lagShare*lag >= latency
