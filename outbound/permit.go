@@ -260,6 +260,35 @@ func (p *Permit) Cancel() bool {
 	return true
 }
 
+// Observe feeds the outcome of an attempt made without a permit of this
+// client's (one granted by another process sharing the store, or one
+// dropped) to key's controller and to the fleet through the store: its
+// adapted rate, its pause. The breaker and the retry budget count only
+// the attempts they admitted, so Observe leaves them alone and never
+// advises a retry.
+func (c *Client) Observe(ctx context.Context, key string, o Outcome) (Verdict, error) {
+	if key == "" {
+		return Verdict{}, ErrEmptyKey
+	}
+	if err := store.CheckKey(key); err != nil {
+		return Verdict{}, fmt.Errorf("outbound: %w", err)
+	}
+	label := "other"
+	if c.keyLabels {
+		label = key
+	}
+	ks := c.keys.acquire(key, label)
+	defer c.keys.release(ks)
+	now := c.now()
+	var rep signal.Report
+	c.parser.ParseTo(&rep, now, signal.Response{Status: o.Status, Header: o.Header, Body: o.Body, Err: o.Err})
+	c.observe(ctx, ks, &rep, max(o.Latency, 0), now)
+	v := Verdict{Class: rep.Class.String(), Throttled: rep.Throttled, Banned: rep.Banned, Unknown: rep.Unknown}
+	view := ks.adapt.view(now)
+	v.Rate, v.PausedFor = view.rate, view.pausedFor
+	return v, nil
+}
+
 // KeySnapshot returns key's state, and whether the client holds any for
 // it.
 func (c *Client) KeySnapshot(key string) (KeySnapshot, bool) {
