@@ -13,6 +13,7 @@
 //	GET  /v1/policies   list the policies
 //	GET  /healthz       {"status":"ok"}
 //	GET  /metrics       Prometheus metrics
+//	GET  /openapi.json  the OpenAPI 3.1 document of every endpoint (openapi.yaml, also OpenAPI())
 //	POST /v1/outbound/acquire, POST /v1/outbound/report, GET /v1/outbound/{key}
 //	                    adaptive calls (with Config.Outbound; see below)
 //

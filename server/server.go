@@ -95,6 +95,7 @@ type Server struct {
 	outbound    *outbound.Client // outbound.go
 	profiles    OutboundProfiles
 	outPermits  *permitTable
+	openapiDoc  []byte // GET /openapi.json
 }
 
 // policyInfo is what the server precomputes for one policy.
@@ -191,6 +192,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	if s.openapiDoc, err = OpenAPI(); err != nil {
+		return nil, err
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -227,6 +231,7 @@ func (s *Server) endpoints() []route {
 		{http.MethodGet, routePolicies, s.listPolicies},
 		{http.MethodGet, routeHealth, s.health},
 		{http.MethodGet, routeMetrics, metricsHandler.ServeHTTP},
+		{http.MethodGet, routeOpenAPI, s.openAPI}, // openapi.go
 	}
 	rts = append(rts, s.leaseRoutes()...)    // lease.go
 	rts = append(rts, s.jobRoutes()...)      // job.go
