@@ -90,7 +90,8 @@ func newServeCmd(opts *Options) *cobra.Command {
 		Long: `Run the HTTP API: POST /v1/take, POST|GET /v1/leases, POST /v1/leases/{id}/renew,
 DELETE /v1/leases/{id}, GET /v1/policies, GET /healthz, GET /metrics, the
 adaptive calls of workers in any language (POST /v1/outbound/acquire,
-/v1/outbound/report, GET /v1/outbound/{key}), and the
+/v1/outbound/report, GET /v1/outbound/{key}), GET /openapi.json (the OpenAPI
+document of every endpoint), and the
 slot API (POST /api/v1/slots, /api/v1/slots/batch, GET /api/v1/slots/{eventId},
 /admin/rate-limit/config...) over the records database.
 
