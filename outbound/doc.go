@@ -56,6 +56,15 @@
 // at all, only by throttles, so that it does not slow itself down with
 // no throttle in sight.
 //
+// Acquire and Permit.Report are the same layers in two steps (permit.go),
+// for callers that make the request themselves, such as workers in other
+// languages behind the server's /v1/outbound endpoints: Acquire runs the
+// bulkhead, the rate limiter and the breaker, and answers a *WaitError
+// (how long to wait) rather than wait past AcquireOpts.MaxWait, or an
+// *OpenError while the breaker is open; Report reads the attempt's status,
+// headers and body like a response, feeds the same controller, breaker,
+// retry budget and fleet-wide pause, and advises whether to retry.
+//
 // Keys are per host (HostKey: lowercased, default ports dropped), or per
 // provider profile (Config.Profiles maps hosts to a profile name). Each
 // key's state lives in one of 64 independently locked shards, and each

@@ -38,7 +38,11 @@ func sleep(ctx context.Context, clk clock.Clock, d time.Duration) error {
 
 // wait is the rate limiter: it blocks until the key's pacing and the
 // fleet's pause let one attempt through.
-func (c *Client) wait(ctx context.Context, ks *keyState) error {
+func (c *Client) wait(ctx context.Context, ks *keyState) error { return c.waitUntil(ctx, ks, 0) }
+
+// waitUntil is wait that gives up, with a *WaitError saying how long the
+// caller should wait, rather than sleep past limit (Unix µs; 0: no limit).
+func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error {
 	start := c.clk.Now()
 	defer func() {
 		if c.metrics != nil {
@@ -63,6 +67,9 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 			paceKey = ks.names.fleet
 		}
 		if tn.paused {
+			if limit > 0 && tn.until > limit {
+				return &WaitError{Key: ks.key, RetryAfter: time.Duration(tn.until-now) * time.Microsecond, Paused: true}
+			}
 			if err := sleep(ctx, c.clk, time.Duration(tn.until-now)*time.Microsecond); err != nil {
 				return err
 			}
@@ -71,6 +78,9 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 		maxDelay := c.maxReserve
 		if dl, ok := ctx.Deadline(); ok {
 			maxDelay = min(maxDelay, max(dl.Sub(c.clk.Now()), 0))
+		}
+		if limit > 0 {
+			maxDelay = min(maxDelay, max(time.Duration(limit-now)*time.Microsecond, 0))
 		}
 		lim := c.pacing(tn.rate)
 		items := [2]store.Item{
@@ -118,8 +128,12 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 				wait = max(wait, r.RetryAfter)
 			}
 		}
-		if p := all.Results[1]; !p.Allowed && p.RetryAfter > 0 {
+		p := all.Results[1]
+		if !p.Allowed && p.RetryAfter > 0 {
 			c.notePause(ctx, ks, p.RetryAfter)
+		}
+		if limit > 0 && now+wait.Microseconds() > limit {
+			return &WaitError{Key: ks.key, RetryAfter: wait, Paused: !p.Allowed}
 		}
 		if err := sleep(ctx, c.clk, min(wait, max(c.maxReserve, time.Millisecond))); err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicerl/sluice/limiter"
+	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/server"
 	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store"
@@ -87,7 +88,10 @@ func newServeCmd(opts *Options) *cobra.Command {
 		Use:   "serve",
 		Short: "Run the HTTP API",
 		Long: `Run the HTTP API: POST /v1/take, POST|GET /v1/leases, POST /v1/leases/{id}/renew,
-DELETE /v1/leases/{id}, GET /v1/policies, GET /healthz, GET /metrics, and the
+DELETE /v1/leases/{id}, GET /v1/policies, GET /healthz, GET /metrics, the
+adaptive calls of workers in any language (POST /v1/outbound/acquire,
+/v1/outbound/report, GET /v1/outbound/{key}), GET /openapi.json (the OpenAPI
+document of every endpoint), and the
 slot API (POST /api/v1/slots, /api/v1/slots/batch, GET /api/v1/slots/{eventId},
 /admin/rate-limit/config...) over the records database.
 
@@ -263,7 +267,15 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg, Slots: slots, Jobs: jobs, MaxBodyBytes: int64(f.maxBody)})
+	// The adaptive calls of workers in any language (/v1/outbound/...):
+	// pauses, learned budgets and the adapted rate are shared through the
+	// rate store with every server of the fleet.
+	ob, err := outbound.New(outbound.Config{Store: st.store, SharedRate: true, Metrics: reg})
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg, Slots: slots, Jobs: jobs, MaxBodyBytes: int64(f.maxBody),
+		Outbound: ob})
 	if err != nil {
 		return err
 	}
