@@ -286,6 +286,14 @@ func (rt *Runtime) sync(ctx context.Context, it item, rep *signal.Report, resp s
 	if remaining >= peek.Remaining {
 		return nil // the local count is the higher: keep it
 	}
+	if lim.Algorithm == store.GCRA {
+		// Charge the difference rather than set the level: a reservation
+		// taken between the peek and now is not forgotten (it is charged
+		// again at worst, which only errs on the safe side).
+		_, err = rt.store.Take(ctx, store.TakeParams{Key: it.store.Key, Limit: lim, Cost: peek.Remaining - remaining,
+			MaxDelay: time.Duration(math.MaxInt64), Now: now})
+		return err
+	}
 	var reset time.Duration
 	if remaining == 0 && pol.Known&signal.FieldResetAfter != 0 {
 		reset = time.Duration(pol.ResetAfter) * time.Microsecond
