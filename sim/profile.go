@@ -62,6 +62,11 @@ type ProfileConfig struct {
 	MaxQueryCost  int64
 	BanAfter      int
 	BanFor        time.Duration
+	// Latency is every response's service time. For shopify-graphql a
+	// query holds its requested cost for that long and is refunded the
+	// difference to its actual cost when it ends, as Shopify does. Zero
+	// means none.
+	Latency time.Duration
 	// Clock times the provider. Nil means the real clock.
 	Clock clock.Clock
 }
@@ -103,7 +108,7 @@ func (c *ProfileConfig) defaults() error {
 	if c.Capacity < 0 || c.OrderCapacity < 0 || c.RequestedCost < 0 || c.ActualCost < 0 || c.MaxQueryCost < 0 || c.BanAfter < 0 {
 		return fmt.Errorf("%w: %s: counts must be >= 0", ErrInvalidConfig, c.Profile)
 	}
-	if !(c.Rate >= 0) || math.IsInf(c.Rate, 0) || c.Window < 0 || c.BanFor < 0 {
+	if !(c.Rate >= 0) || math.IsInf(c.Rate, 0) || c.Window < 0 || c.BanFor < 0 || c.Latency < 0 {
 		return fmt.Errorf("%w: %s: rate, window and ban_for must be >= 0", ErrInvalidConfig, c.Profile)
 	}
 	if c.ActualCost > c.RequestedCost {
@@ -208,19 +213,37 @@ func (p *ProfileProvider) key(k string, now time.Time) *profileKey {
 func (p *ProfileProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := p.cfg.Clock.Now()
 	p.requests.Add(1)
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
+	if p.cfg.Profile == "shopify-graphql" {
+		p.shopifyGraphQL(w, r, now) // locks by itself, around its latency
+		return
+	}
+	if p.cfg.Latency > 0 && !p.wait(r) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	switch p.cfg.Profile {
-	case "shopify-graphql":
-		p.shopifyGraphQL(w, r, now)
 	case "shopify-rest":
 		p.shopifyREST(w, r, now)
 	case "binance":
 		p.binance(w, r, now)
 	case "github":
 		p.github(w, r, now)
+	}
+}
+
+// wait sleeps Latency on the provider's clock; false when the request's
+// context ended first.
+func (p *ProfileProvider) wait(r *http.Request) bool {
+	t := p.cfg.Clock.NewTimer(p.cfg.Latency)
+	select {
+	case <-t.C():
+		return true
+	case <-r.Context().Done():
+		t.Stop()
+		return false
 	}
 }
 
@@ -233,16 +256,22 @@ func headerInt(r *http.Request, name string, def int64) int64 {
 
 func (p *ProfileProvider) shopifyGraphQL(w http.ResponseWriter, r *http.Request, now time.Time) {
 	c := p.cfg
-	s := p.key(strings.ToLower(r.Host), now)
-	if dt := now.Sub(s.last).Seconds(); dt > 0 {
-		s.level = min(float64(c.Capacity), s.level+dt*c.Rate)
-		s.last = now
-	}
 	requested := headerInt(r, "X-Sim-Query-Cost", c.RequestedCost)
 	actual := min(headerInt(r, "X-Sim-Actual-Cost", c.ActualCost), requested)
 	status := map[string]any{"maximumAvailable": float64(c.Capacity), "restoreRate": c.Rate}
 	cost := map[string]any{"requestedQueryCost": requested, "throttleStatus": status}
 	body := map[string]any{"extensions": map[string]any{"cost": cost}}
+	key := strings.ToLower(r.Host)
+	p.mu.Lock()
+	s := p.key(key, now)
+	refill := func(now time.Time) {
+		if dt := now.Sub(s.last).Seconds(); dt > 0 {
+			s.level = min(float64(c.Capacity), s.level+dt*c.Rate)
+			s.last = now
+		}
+	}
+	refill(now)
+	run := false
 	switch {
 	case requested > c.MaxQueryCost:
 		p.tooCostly.Add(1)
@@ -255,13 +284,24 @@ func (p *ProfileProvider) shopifyGraphQL(w http.ResponseWriter, r *http.Request,
 		cost["actualQueryCost"] = nil
 		body["errors"] = []any{map[string]any{"message": "Throttled", "extensions": map[string]any{"code": "THROTTLED"}}}
 	default:
+		run = true
+		s.level -= float64(requested) // held while the query runs
+	}
+	p.mu.Unlock()
+	if run && c.Latency > 0 {
+		p.wait(r) // the query runs even if the client stops waiting
+	}
+	p.mu.Lock()
+	if run {
+		refill(c.Clock.Now())
+		s.level += float64(requested - actual) // the difference refunded
 		p.admitted.Add(1)
 		p.points.Add(actual)
-		s.level -= float64(actual) // requested up front, the difference refunded
 		cost["actualQueryCost"] = actual
 		body["data"] = map[string]any{"shop": map[string]any{"name": r.Host}}
 	}
-	status["currentlyAvailable"] = math.Floor(s.level)
+	status["currentlyAvailable"] = math.Floor(max(s.level, 0))
+	p.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
 	_ = json.NewEncoder(w).Encode(body)
 }
