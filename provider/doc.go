@@ -25,5 +25,15 @@
 // saying how long until it can; Settle after the call refunds the
 // difference to the actual cost, syncs the limits from the response, and
 // pauses the key for every process on a Retry-After or opens it for the
-// length of a ban. Bulk (bulk.go) holds the leases.
+// length of a ban. Profile.LeaseParams (bulk.go) gives the lease.Params of
+// a profile's lease (a Shopify shop's bulk-query permits under an API
+// version), held with a lease.Leaser over the same store.
+//
+// Transport is an http.RoundTripper over a Runtime: it waits for room,
+// sends, settles, and delays and resends throttled work; unknown outcomes
+// (a 5xx after an order) and permanent errors (MAX_COST_EXCEEDED) are
+// never retried. Under package outbound it is the Base
+// (outbound.Config{Base: &provider.Transport{...}}): outbound's bulkhead,
+// adaptive pacing, breaker and retry budget on top, the provider's exact
+// accounting below, with no change to outbound.
 package provider

@@ -21,6 +21,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -202,19 +203,23 @@ func bulkJobs(ctx context.Context, bulk *provider.Profile, st stores, version st
 	var events []event
 	running := map[string]int{}
 	var wg sync.WaitGroup
+	errs := make([]error, len(shops))
 	for i, shop := range shops {
 		wg.Go(func() {
 			l, err := lease.New(lease.Config{Store: st.leases[i%len(st.leases)]})
 			if err != nil {
-				panic(err)
+				errs[i] = err
+				return
 			}
 			lp, err := bulk.LeaseParams("bulk-query", shop, version, fmt.Sprintf("job-%d", i))
 			if err != nil {
-				panic(err)
+				errs[i] = err
+				return
 			}
 			h, err := l.AcquireWait(ctx, lp)
 			if err != nil {
-				panic(err)
+				errs[i] = err
+				return
 			}
 			mu.Lock()
 			running[lp.Key]++
@@ -228,6 +233,9 @@ func bulkJobs(ctx context.Context, bulk *provider.Profile, st stores, version st
 		})
 	}
 	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
 	slices.SortFunc(events, func(a, b event) int { return int(a.at - b.at) })
 	perm, _ := bulk.Lease("bulk-query")
 	fmt.Printf("bulk queries, API %s (%d per shop at once):\n", version, perm.PermitsFor(version))
