@@ -35,5 +35,7 @@
 // never retried. Under package outbound it is the Base
 // (outbound.Config{Base: &provider.Transport{...}}): outbound's bulkhead,
 // adaptive pacing, breaker and retry budget on top, the provider's exact
-// accounting below, with no change to outbound.
+// accounting below, with no change to outbound. In a job handler,
+// Ticket.Pressure and Outcome.Pressure give the source-pressure reason and
+// wait that job.Pressure parks a job with (delayed, not failed).
 package provider
