@@ -47,7 +47,8 @@ type Config struct {
 
 // Runtime applies a profile's limits to calls, over a store. It is safe
 // for concurrent use; build it with NewRuntime (the zero value is not
-// usable).
+// usable). The sizes and rates it learns from responses (Sync.Learn) are
+// kept per key in this process; the limits' state is in the store.
 type Runtime struct {
 	p      *Profile
 	store  store.RateStore
@@ -288,8 +289,9 @@ func (rt *Runtime) Reserve(ctx context.Context, c Call) (*Ticket, error) {
 		return t, nil
 	}
 	t.settled.Store(true)
+	// The reason is what refuses longest; a ban before anything else.
 	for i, r := range res.Results {
-		if r.Allowed || r.RetryAfter < t.Delay || (r.RetryAfter == t.Delay && t.Reason != "") {
+		if r.Allowed || (r.RetryAfter <= t.Delay && t.Reason != "") {
 			continue
 		}
 		t.Delay = r.RetryAfter
