@@ -1,10 +1,16 @@
 package provider
 
 import (
+	"context"
 	"errors"
 	"io/fs"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluicerl/sluice/signal"
+	"github.com/sluicerl/sluice/store"
 )
 
 // FuzzParse: any input either parses into a profile whose every limit the
@@ -59,6 +65,54 @@ func FuzzNormalizeShop(f *testing.F) {
 		}
 		if !strings.HasSuffix(k, myshopify) || strings.ToLower(k) != k {
 			t.Fatalf("%q -> %q is not a lower-case myshopify domain", s, k)
+		}
+	})
+}
+
+// FuzzSettle: whatever a provider answers (any status, header values and
+// body), settling it under every profile never panics, and the key's
+// state stays usable: a later Reserve answers without error.
+func FuzzSettle(f *testing.F) {
+	f.Add(200, "", "", []byte(`{"extensions":{"cost":{"requestedQueryCost":10,"actualQueryCost":3,"throttleStatus":{"maximumAvailable":1000,"currentlyAvailable":990,"restoreRate":50}}}}`))
+	f.Add(429, "2.0", "40/40", []byte(nil))
+	f.Add(418, "120", "", []byte(`{"code":-1003}`))
+	f.Add(200, "", "", []byte(`{"errors":[{"extensions":{"code":"THROTTLED"}}],"extensions":{"cost":{"requestedQueryCost":1e300,"throttleStatus":{"maximumAvailable":1e308,"currentlyAvailable":-1,"restoreRate":1e-300}}}}`))
+	f.Add(403, "Wed, 21 Oct 2015 07:28:00 GMT", "99999999999/1", []byte(`[]`))
+	set, err := Embedded()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, status int, retryAfter, used string, body []byte) {
+		ctx := context.Background()
+		for _, n := range set.Names() {
+			p, _ := set.Get(n)
+			clk := &fixedNow{t: t0}
+			rt, err := NewRuntime(Config{Profile: p, Now: clk.now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			call := Call{Key: "shop", Keys: map[string]string{"ip": "1.2.3.4", "account": "a", "token": "t", "host": "h.example"}, Method: "GET", Path: "/x", Cost: 10}
+			tk, err := rt.Reserve(ctx, call)
+			if err != nil {
+				t.Fatalf("%s: %v", n, err)
+			}
+			h := http.Header{}
+			h.Set("Retry-After", retryAfter)
+			h.Set("X-Shopify-Shop-Api-Call-Limit", used)
+			h.Set("X-Mbx-Used-Weight-1m", used)
+			h.Set("X-Mbx-Order-Count-10s", used)
+			h.Set("X-Ratelimit-Limit", used)
+			h.Set("X-Ratelimit-Remaining", retryAfter)
+			h.Set("Ratelimit-Policy", used)
+			if tk.OK {
+				if _, err := rt.Settle(ctx, tk, signal.Response{Status: status, Header: h, Body: body}); err != nil && !errors.Is(err, store.ErrOutOfRange) {
+					t.Fatalf("%s: settle: %v", n, err)
+				}
+			}
+			clk.advance(time.Hour)
+			if _, err := rt.Reserve(ctx, call); err != nil {
+				t.Fatalf("%s: reserve after settle: %v", n, err)
+			}
 		}
 	})
 }

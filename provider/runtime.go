@@ -175,9 +175,18 @@ func (rt *Runtime) scopeKey(c *Call, scope string) (string, error) {
 // limitFor returns the store limit of Profile.Limits[i] for key, with what
 // the provider reported about it learned.
 func (rt *Runtime) limitFor(i int, key string) store.Limit {
-	l := rt.p.Limits[i]
+	var ll *learnedLimit
 	if v, ok := rt.learned.Load(learnedKey{i, key}); ok {
-		ll := v.(learnedLimit)
+		l := v.(learnedLimit)
+		ll = &l
+	}
+	return rt.limitWith(i, ll)
+}
+
+// limitWith returns the store limit of Profile.Limits[i] with ll learned.
+func (rt *Runtime) limitWith(i int, ll *learnedLimit) store.Limit {
+	l := rt.p.Limits[i]
+	if ll != nil {
 		l.Capacity = ll.capacity
 		if ll.rate > 0 && !l.Algorithm.windowed() {
 			l.Rate, l.Per = ll.rate, ll.per

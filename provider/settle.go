@@ -264,8 +264,12 @@ func (rt *Runtime) sync(ctx context.Context, it item, rep *signal.Report, resp s
 			ll.rate, ll.per = perSecond(float64(l.Rate) / l.Per.Seconds() * float64(pol.Limit) / float64(l.Capacity))
 		}
 		ll.capacity = min(ll.capacity, maxCount)
-		rt.learned.Store(learnedKey{it.limit, it.key}, ll)
-		lim = rt.limitFor(it.limit, it.key)
+		// A size or rate the store cannot enforce (finer than a unit a
+		// microsecond, say) is not learned: the key keeps what it had.
+		if cand := rt.limitWith(it.limit, &ll); cand.Validate() == nil {
+			rt.learned.Store(learnedKey{it.limit, it.key}, ll)
+			lim = cand
+		}
 	}
 	var remaining int64
 	switch {
