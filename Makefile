@@ -80,6 +80,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime 60s ./retry
 	$(GO) test -run '^$$' -fuzz '^FuzzBreaker$$' -fuzztime 60s ./breaker
 	$(GO) test -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime 60s ./sim
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 60s ./provider
+	$(GO) test -run '^$$' -fuzz '^FuzzNormalizeShop$$' -fuzztime 60s ./provider
+	$(GO) test -run '^$$' -fuzz '^FuzzSettle$$' -fuzztime 60s ./provider
 	$(GO) test -run '^$$' -fuzz '^FuzzLimits$$' -fuzztime 60s ./gcra
 	$(GO) test -run '^$$' -fuzz '^FuzzWindow$$' -fuzztime 60s ./window
 	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime 60s ./aimd

@@ -24,6 +24,14 @@
 // after convergence, the throttle share, time to converge and settle time
 // after a limit change.
 //
+// ProfileProvider simulates the providers of the profiles in package
+// provider (shopify-graphql, shopify-rest, binance, github), per key and
+// written from their documentation: Shopify's cost bucket with requested
+// and actual costs, THROTTLED and MAX_COST_EXCEEDED; its REST leaky bucket
+// with X-Shopify-Shop-Api-Call-Limit and Retry-After "2.0"; Binance's
+// weight and order windows aligned to the clock with 429s escalating to
+// 418 bans; GitHub's x-ratelimit-* primary limit.
+//
 // Providers take a clock.Clock; HandlerTransport serves a handler in
 // process, without TCP, so that many simulations can run side by side on a
 // small machine.

@@ -44,6 +44,7 @@ type simFlags struct {
 	timeout    time.Duration
 	serve      string
 	req        targetFlags
+	profile    string // sim_profile.go
 }
 
 // simClients are the --client names.
@@ -118,6 +119,7 @@ its rows.`,
 		"longest a sluice client's call waits for a shared --state store before it fails closed (0: serve's --store-timeout default)")
 	fs.StringVar(&f.serve, "serve", "", "serve the simulated provider over HTTP on this address for --duration, for other processes' --target")
 	f.req.register(fs)
+	fs.StringVar(&f.profile, "profile", "", "apply this provider profile (sluice providers list) against its simulated provider (sim_profile.go)")
 	fs.StringVar(&f.state, "state", "memory:", "store the sluice clients' processes share: memory:, redis://..., postgres://..., sqlite:PATH (as serve --state)")
 	return cmd
 }
@@ -258,6 +260,9 @@ func runSim(cmd *cobra.Command, opts *Options, f *simFlags) error {
 		if err := checkWritableDir(f.out); err != nil {
 			return usagef("--out %s: %v", f.out, err)
 		}
+	}
+	if f.profile != "" {
+		return runSimProfile(cmd, opts, f)
 	}
 	if f.report {
 		if f.target != "" || f.serve != "" {
