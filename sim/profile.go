@@ -224,6 +224,11 @@ func (p *ProfileProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// The provider decides when it has the request in hand, on its own
+	// clock read under its lock, so that decisions are in the order of
+	// their times (a time read before the latency or the lock let a
+	// request decided later carry an earlier time, which leaks nothing).
+	now = p.cfg.Clock.Now()
 	switch p.cfg.Profile {
 	case "shopify-rest":
 		p.shopifyREST(w, r, now)
