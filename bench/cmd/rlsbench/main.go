@@ -57,6 +57,8 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: %d}
 `
 
+func configYAMLWith(edgeLimit int) string { return fmt.Sprintf(configYAML, edgeLimit) }
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -146,7 +148,7 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfgFile := filepath.Join(cfgDir, "rlsbench.yaml")
-	if err := os.WriteFile(cfgFile, fmt.Appendf(nil, configYAML, o.edgeLimit), 0o644); err != nil {
+	if err := os.WriteFile(cfgFile, []byte(configYAMLWith(o.edgeLimit)), 0o644); err != nil {
 		return err
 	}
 
