@@ -22,7 +22,7 @@ func benchService(b *testing.B, st store.RateStore) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bb := setupRules(&testing.T{}, rules, st, nil, Config{})
+	bb := setupRules(b, rules, st, nil, Config{})
 	reqs := make([]*pb.RateLimitRequest, 1000)
 	for i := range reqs {
 		reqs[i] = &pb.RateLimitRequest{Domain: "b", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("client", "c"+strconv.Itoa(i))}}
@@ -51,11 +51,19 @@ func BenchmarkShouldRateLimitRedis(b *testing.B) {
 		b.Fatal(err)
 	}
 	client := redis.NewClient(opts)
-	defer client.Close()
+	b.Cleanup(func() { _ = client.Close() })
 	if err := client.Ping(context.Background()).Err(); err != nil {
 		testenv.Unreachable(b, "Redis", err)
 	}
-	st, err := redisstore.New(client, redisstore.Config{Prefix: "sluicetest:rlsbench:"})
+	const prefix = "sluicetest:rlsbench:"
+	b.Cleanup(func() {
+		ctx := context.Background()
+		iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			client.Del(ctx, iter.Val())
+		}
+	})
+	st, err := redisstore.New(client, redisstore.Config{Prefix: prefix})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func memstoreAt(at time.Time) (store.RateStore, *clocktest.Clock) {
 	return memstore.New(memstore.Config{Clock: c}), c
 }
 
-func setupRules(t *testing.T, rules *Rules, st store.RateStore, c *clocktest.Clock, cfg Config) *bundle {
+func setupRules(t testing.TB, rules *Rules, st store.RateStore, c *clocktest.Clock, cfg Config) *bundle {
 	t.Helper()
 	lim, err := limiter.New(limiter.Config{Store: st, Policies: rules.Policies()})
 	require.NoError(t, err)
