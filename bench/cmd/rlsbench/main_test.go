@@ -50,7 +50,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.before+e.after == 0 {
+	if e.before+e.after == 0 || e.sent < e.before+e.after {
 		t.Fatalf("edge: nothing admitted: %+v", e)
 	}
 }
