@@ -127,6 +127,7 @@ func envOr(name, def string) string {
 type target struct {
 	name   string
 	addr   string
+	pid    int // the server process, for its CPU time; 0 in process
 	conn   *grpc.ClientConn
 	client pb.RateLimitServiceClient
 	stop   func()
@@ -206,15 +207,15 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 				if err != nil {
 					return fmt.Errorf("%s, %d streams: %w", t.name, n, err)
 				}
-				fmt.Fprintf(stderr, "round %d, %s, %d streams: %.0f/s p50 %s p99 %s (errors %d, over %d)\n",
-					r+1, t.name, n, res.rps, res.p50, res.p99, res.errors, res.over)
+				fmt.Fprintf(stderr, "round %d, %s, %d streams: %.0f/s p50 %s p99 %s cpu/call %s (errors %d %s, over %d)\n",
+					r+1, t.name, n, res.rps, res.p50, res.p99, res.cpuPerCall, res.errors, res.firstErr, res.over)
 				results[key{t.name, n}] = append(results[key{t.name, n}], res)
 			}
 		}
 	}
 	fmt.Fprintf(stdout, "# load average at end: %s\n\n", loadavg())
-	fmt.Fprintln(stdout, "| streams | service | calls/s | p50 | p99 | errors |")
-	fmt.Fprintln(stdout, "|---:|---|---:|---:|---:|---:|")
+	fmt.Fprintln(stdout, "| streams | service | calls/s | p50 | p99 | server CPU per call | errors |")
+	fmt.Fprintln(stdout, "|---:|---|---:|---:|---:|---:|---:|")
 	for _, n := range o.streams {
 		var base result
 		for i, t := range targets {
@@ -225,7 +226,7 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 			} else if m.rps > 0 {
 				ratio = fmt.Sprintf(" (sluice %.2fx)", base.rps/m.rps)
 			}
-			fmt.Fprintf(stdout, "| %d | %s | %.0f%s | %s | %s | %d |\n", n, t.name, m.rps, ratio, round(m.p50), round(m.p99), m.errors)
+			fmt.Fprintf(stdout, "| %d | %s | %.0f%s | %s | %s | %s | %d |\n", n, t.name, m.rps, ratio, round(m.p50), round(m.p99), round(m.cpuPerCall), m.errors)
 		}
 	}
 	if o.skipEdge {
@@ -375,7 +376,7 @@ func startEnvoy(ctx context.Context, bin, tmp, redisHost, prefix string, stderr 
 	if err != nil {
 		return nil, fmt.Errorf("starting envoyproxy/ratelimit: %w", err)
 	}
-	t := &target{name: "envoyproxy/ratelimit", addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])), stop: stop}
+	t := &target{name: "envoyproxy/ratelimit", addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])), stop: stop, pid: cmd.Process.Pid}
 	if err := t.connect(ctx); err != nil {
 		stop()
 		log, _ := os.ReadFile(filepath.Join(tmp, "envoy-ratelimit.log"))
@@ -404,7 +405,7 @@ func startSluice(ctx context.Context, bin, tmp, redisURL, cfgFile string, stderr
 			}
 		}
 	}()
-	t := &target{name: "sluice", stop: func() { stop(); pw.Close() }}
+	t := &target{name: "sluice", stop: func() { stop(); pw.Close() }, pid: cmd.Process.Pid}
 	select {
 	case t.addr = <-addr:
 	case <-time.After(time.Minute):
@@ -451,6 +452,8 @@ func request(key, value string, hits uint32) *pb.RateLimitRequest {
 }
 
 type result struct {
+	cpuPerCall     time.Duration // the server process's CPU time per call
+	firstErr       string
 	rps            float64
 	p50, p99       time.Duration
 	errors, over   int64
@@ -466,6 +469,7 @@ func load(ctx context.Context, t *target, n, keys int, warmup, dur time.Duration
 	}
 	var measuring atomic.Bool
 	var calls, errs, over atomic.Int64
+	var firstErr atomic.Value
 	lat := make([][]time.Duration, n)
 	lctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -484,6 +488,7 @@ func load(ctx context.Context, t *target, n, keys int, warmup, dur time.Duration
 				if err != nil {
 					if lctx.Err() == nil {
 						errs.Add(1)
+						firstErr.CompareAndSwap(nil, err.Error())
 					}
 					continue
 				}
@@ -497,11 +502,13 @@ func load(ctx context.Context, t *target, n, keys int, warmup, dur time.Duration
 		}()
 	}
 	sleep(ctx, warmup)
+	cpu0 := procCPU(t.pid)
 	measuring.Store(true)
 	start := time.Now()
 	sleep(ctx, dur)
 	measuring.Store(false)
 	elapsed := time.Since(start)
+	cpu1 := procCPU(t.pid)
 	cancel()
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -515,12 +522,37 @@ func load(ctx context.Context, t *target, n, keys int, warmup, dur time.Duration
 		return result{}, fmt.Errorf("no call succeeded (%d errors)", errs.Load())
 	}
 	slices.Sort(all)
+	fe, _ := firstErr.Load().(string)
 	return result{
-		rps:    float64(calls.Load()) / elapsed.Seconds(),
-		p50:    all[len(all)/2],
-		p99:    all[len(all)*99/100],
-		errors: errs.Load(), over: over.Load(), calls: calls.Load(), latencySamples: len(all),
+		cpuPerCall: (cpu1 - cpu0) / time.Duration(max(calls.Load(), 1)),
+		firstErr:   fe,
+		rps:        float64(calls.Load()) / elapsed.Seconds(),
+		p50:        all[len(all)/2],
+		p99:        all[len(all)*99/100],
+		errors:     errs.Load(), over: over.Load(), calls: calls.Load(), latencySamples: len(all),
 	}, nil
+}
+
+// procCPU is the user and system CPU time of process pid so far (Linux
+// /proc), or 0 when it cannot be read.
+func procCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces) start after ") ".
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const clockTicks = 100 // USER_HZ on Linux
+	return time.Duration(ut+st) * time.Second / clockTicks
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -549,10 +581,11 @@ func median(rs []result) result {
 		errs += r.errors
 	}
 	return result{
-		rps:    pick(func(r result) float64 { return r.rps }),
-		p50:    time.Duration(pick(func(r result) float64 { return float64(r.p50) })),
-		p99:    time.Duration(pick(func(r result) float64 { return float64(r.p99) })),
-		errors: errs,
+		rps:        pick(func(r result) float64 { return r.rps }),
+		p50:        time.Duration(pick(func(r result) float64 { return float64(r.p50) })),
+		p99:        time.Duration(pick(func(r result) float64 { return float64(r.p99) })),
+		cpuPerCall: time.Duration(pick(func(r result) float64 { return float64(r.cpuPerCall) })),
+		errors:     errs,
 	}
 }
 
