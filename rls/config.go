@@ -56,6 +56,9 @@ import (
 // MERGE_DOMAIN_CONFIG is set, which Sluice does not offer); a wildcard
 // matches values of the same key only (there "a_*" also matched key "a_b").
 
+// maxPeriod bounds a rule's period (unit times unit_multiplier).
+const maxPeriod = time.Duration(1 << 62)
+
 // maxFileSize bounds one configuration file (1 MiB).
 const maxFileSize = 1 << 20
 
@@ -457,7 +460,7 @@ func (p *parser) rateLimit(d *domain, n *yaml.Node, path string, at *node) *leaf
 			p.errAt(n, join(path, fmt.Sprintf("replaces[%d]", i)), "a rate limit cannot replace itself (%q)", r)
 		}
 	}
-	if time.Duration(l.multiplier) > time.Duration(1<<62)/max(l.unit, 1) {
+	if time.Duration(l.multiplier) > maxPeriod/max(l.unit, 1) {
 		p.errAt(n, join(path, "unit_multiplier"), "the period (%d %ss) is too long", l.multiplier, l.unitName)
 	}
 	if len(p.errs) > before {

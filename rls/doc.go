@@ -18,9 +18,10 @@
 // store; requests_per_unit 0 refuses every request; replaces drops the
 // named limits of the same request; shadow_mode and quota_mode rules are
 // counted and never refuse; hits_addend (per descriptor, else per request,
-// 0 meaning 1) is the cost. Descriptor limit overrides (descriptor.limit)
-// are not supported: the configured limit applies. A descriptor with
-// is_negative_hits is checked without being charged (no refunds).
+// 0 meaning 1) is the cost. A descriptor's own limit (Envoy's limit
+// override) replaces the configured one, decided after the others
+// (override.go). A descriptor with is_negative_hits is checked without
+// being charged (no refunds).
 //
 // # Semantics: GCRA, not fixed windows
 //

@@ -123,6 +123,7 @@ type Service struct {
 	maxDesc int
 	leaves  []leafState // by leaf.idx
 	metrics *metrics
+	over    overrides // override.go
 }
 
 // leafState is what the Service precomputes for one rate_limit.
@@ -222,7 +223,8 @@ type item struct {
 	hits  uint64
 	stats *counters
 	over  bool // refused without the store: requests_per_unit 0, or more hits than the limit
-	take  bool // decided by the store
+	take  bool // decided by the store, all or nothing
+	late  bool // a limit override, decided after the others (override.go)
 	dec   limiter.Decision
 }
 
@@ -268,13 +270,21 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rat
 		}
 		clear(path[:len(entries)])
 		clear(wild[:len(entries)])
-		l := d.lookup(entries, path[:len(entries)], wild[:len(entries)])
-		if l == nil {
-			continue
-		}
 		it := &items[i]
-		it.ls = &s.leaves[l.idx]
-		replaced = append(replaced, l.replaces...)
+		var l *leaf
+		if o := desc.GetLimit(); o != nil {
+			ls, err := s.override(req.Domain, o)
+			if err != nil {
+				return nil, codeInvalid, status.Errorf(codes.InvalidArgument, "rls: descriptors[%d]: %v", i, err)
+			}
+			it.ls, it.late, l = ls, true, ls.l
+		} else {
+			if l = d.lookup(entries, path[:len(entries)], wild[:len(entries)]); l == nil {
+				continue
+			}
+			it.ls = &s.leaves[l.idx]
+			replaced = append(replaced, l.replaces...)
+		}
 		if l.unlimited {
 			continue
 		}
@@ -283,13 +293,16 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rat
 			// Refunds are not supported: check without charging.
 			it.hits = 0
 		}
-		it.stats = s.metrics.forRequest(it.ls, entries, path[:len(entries)], wild[:len(entries)])
+		it.stats = it.ls.stats
+		if !it.late {
+			it.stats = s.metrics.forRequest(it.ls, entries, path[:len(entries)], wild[:len(entries)])
+		}
 		it.key = descriptorKey(entries, path[:len(entries)], wild[:len(entries)])
 		switch {
 		case !l.limits() || it.hits > uint64(l.rpu):
 			it.over = true
 		default:
-			it.cost, it.take = int64(it.hits), true
+			it.cost, it.take = int64(it.hits), !it.late
 		}
 	}
 	if len(replaced) > 0 {
@@ -300,6 +313,9 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rat
 		}
 	}
 	if err := s.take(ctx, items); err != nil {
+		return nil, errCode(err), err
+	}
+	if err := s.takeLate(ctx, items); err != nil {
 		return nil, errCode(err), err
 	}
 	return s.respond(items), codeOf(items), nil

@@ -12,6 +12,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -392,4 +393,33 @@ func TestNewChecksLimiter(t *testing.T) {
 	require.NoError(t, err)
 	_, err = New(Config{Rules: rules, Limiter: other})
 	require.ErrorContains(t, err, "is not the one the rules define")
+}
+
+func TestLimitOverride(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n  - key: tight\n    rate_limit: {unit: hour, requests_per_unit: 1}\n", Config{})
+	withLimit := func(rpu uint32, unit typev3.RateLimitUnit, kv ...string) *ratelimitv3.RateLimitDescriptor {
+		d := desc(kv...)
+		d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit}
+		return d
+	}
+	o := withLimit(2, typev3.RateLimitUnit_HOUR, "k", "v")
+	for i := range 2 {
+		r := b.ask(t, "d", 0, o)
+		require.Equal(t, ok, r.OverallCode)
+		require.Equal(t, uint32(2), r.Statuses[0].CurrentLimit.RequestsPerUnit, "the override, not the config's 100")
+		require.Equal(t, uint32(1-i), r.Statuses[0].LimitRemaining)
+	}
+	require.Equal(t, over, b.ask(t, "d", 0, o).OverallCode)
+	require.Equal(t, uint32(99), b.ask(t, "d", 0, desc("k", "v")).Statuses[0].LimitRemaining, "the configured limit is another")
+	// Decided after the others: a refusal of theirs charges it nothing.
+	o5 := withLimit(5, typev3.RateLimitUnit_HOUR, "k", "w")
+	require.Equal(t, ok, b.ask(t, "d", 0, desc("tight", "x"), o5).OverallCode)
+	r := b.ask(t, "d", 0, desc("tight", "x"), o5)
+	require.Equal(t, over, r.OverallCode)
+	require.Equal(t, uint32(4), r.Statuses[1].LimitRemaining, "checked, not charged")
+	_, err := b.svc.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{withLimit(1, typev3.RateLimitUnit_UNKNOWN, "k", "v")}})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	require.ErrorContains(t, err, "unknown unit")
 }
