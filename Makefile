@@ -64,6 +64,7 @@ bench:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzTake -fuzztime 60s ./gcra
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./limiter
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 60s ./rls
 	$(GO) test -run '^$$' -fuzz FuzzTakeRequest -fuzztime 60s ./server
 	$(GO) test -run '^$$' -fuzz FuzzSlotRequest -fuzztime 60s ./server
 	$(GO) test -run '^$$' -fuzz FuzzParseWindowSize -fuzztime 60s ./store

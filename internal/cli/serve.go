@@ -52,6 +52,7 @@ type serveFlags struct {
 	cleanupInterval time.Duration
 	memoryMaxBytes  int64
 	maxBody         byteSize
+	rls             rlsFlags // rls.go
 }
 
 // byteSize is a flag holding a count of bytes: a whole number with an
@@ -106,6 +107,11 @@ answers carry a Sluice-Outage header and an "outage" body field. Records (used b
 to --db, by default the SQLite file sluice.db in the working directory;
 pending migrations are applied at start. It stops gracefully on SIGINT or
 SIGTERM.
+With --grpc-addr and --rls-config, serve also answers Envoy's rate limit
+service (gRPC envoy.service.ratelimit.v3.RateLimitService, with health and
+reflection) from envoyproxy/ratelimit configuration files; their rules are
+policies named rls:DOMAIN.KEY_VALUE... beside --config's, sharing state with
+the HTTP API.
 Each flag can also be set by its environment variable; a flag given on the
 command line wins.`,
 		Args: usageArgs(cobra.NoArgs),
@@ -122,6 +128,7 @@ command line wins.`,
 				{"cleanup-interval", "SLUICE_CLEANUP_INTERVAL"},
 				{"max-body", "SLUICE_MAX_BODY"},
 				{"memory-max-bytes", "SLUICE_MEMORY_MAX_BYTES"},
+				rlsEnv[0], rlsEnv[1], rlsEnv[2],
 			})
 			if err != nil {
 				return err
@@ -148,6 +155,7 @@ command line wins.`,
 	fs.Var(&f.maxBody, "max-body", "largest request body the API reads, in bytes or with a unit (4MiB, 512KiB); larger ones get 413 (env SLUICE_MAX_BODY)")
 	fs.Int64Var(&f.memoryMaxBytes, "memory-max-bytes", memstore.DefaultMaxBytes,
 		"with --state memory:, the most `bytes` the keys holding state may take (key length plus 96 each); a new key beyond it is refused with 503, never by forgetting a key that owes (env SLUICE_MEMORY_MAX_BYTES)")
+	f.rls.add(fs)
 	return cmd
 }
 
@@ -176,6 +184,9 @@ func (f *serveFlags) validate(source map[string]string) (slog.Level, error) {
 	}
 	if f.memoryMaxBytes <= 0 {
 		return 0, usagef("invalid %s %d: want a positive number of bytes", source["memory-max-bytes"], f.memoryMaxBytes)
+	}
+	if err := f.rls.validate(source); err != nil {
+		return 0, err
 	}
 	if f.shutdownTimeout <= 0 {
 		return 0, usagef("invalid %s %s: want a positive duration such as 10s", source["shutdown-timeout"], f.shutdownTimeout)
@@ -226,6 +237,13 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		if len(policies) == 0 {
 			log.Warn("the policy file defines no policies: /v1/take and /v1/leases refuse every request", "config", f.config)
 		}
+	}
+	rules, err := f.rls.load()
+	if err != nil {
+		return err
+	}
+	if rules != nil {
+		policies = append(policies, rules.Policies()...) // the descriptors' state is the HTTP API's
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -280,6 +298,11 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		return err
 	}
 
+	grpcSrv, err := startRLS(ctx, opts, &f.rls, rules, lim, reg, log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = grpcSrv.shutdown(context.WithoutCancel(ctx)) }() // a no-op once shut down below
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", f.addr)
 	if err != nil {
@@ -314,6 +337,8 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	select {
 	case err := <-served:
 		return fmt.Errorf("serve: %w", err)
+	case <-grpcSrv.stopped():
+		return grpcSrv.err()
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "timeout", f.shutdownTimeout)
@@ -322,6 +347,9 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	if err := hs.Shutdown(sctx); err != nil {
 		_ = hs.Close()
 		return fmt.Errorf("shutdown: in-flight requests did not finish within %s: %w", f.shutdownTimeout, err)
+	}
+	if err := grpcSrv.shutdown(sctx); err != nil {
+		return err
 	}
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)

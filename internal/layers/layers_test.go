@@ -24,7 +24,7 @@ func layer(rel string) int {
 	case top == "store" || top == "limiter" || top == "lease" || top == "slot" || top == "job" ||
 		top == "outbound" || top == "provider" || top == "sim":
 		return 3
-	case top == "server":
+	case top == "server" || top == "rls":
 		return 4
 	case top == "internal" || top == "cmd":
 		return 5
