@@ -279,3 +279,18 @@ func ParseFile(name string, data []byte) (*Tokens, error) {
 	}
 	return t, nil
 }
+
+// Merge returns one set holding every token of sets; a name or a hash in
+// two of them is an error.
+func Merge(sets ...*Tokens) (*Tokens, error) {
+	var specs []Spec
+	for _, t := range sets {
+		if t == nil {
+			continue
+		}
+		for _, e := range t.entries {
+			specs = append(specs, Spec{Name: e.name, Scopes: e.scopes, SHA256: hex.EncodeToString(e.hash[:])})
+		}
+	}
+	return New(specs)
+}

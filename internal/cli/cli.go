@@ -123,6 +123,7 @@ that shares a credential. 'sluice serve' runs its HTTP API.`,
 	root.AddCommand(newLeaseCmd(opts))
 	root.AddCommand(newSlotsCmd(opts))
 	root.AddCommand(newSimCmd(opts))
+	root.AddCommand(newTokenCmd(opts))                                                                                // token.go
 	root.AddCommand(newConnectorsCmd(opts), newJobsCmd(opts), newRunsCmd(opts), newGapsCmd(opts), newWorkerCmd(opts)) // jobs.go
 	return root
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"github.com/sluicerl/sluice/auth"
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/server"
 	"github.com/sluicerl/sluice/slot"
@@ -51,6 +52,10 @@ type serveFlags struct {
 	cleanupInterval time.Duration
 	memoryMaxBytes  int64
 	maxBody         byteSize
+	maxHeader       byteSize
+	tokens          string // reload.go
+	insecureNoAuth  bool
+	watch           bool
 }
 
 // byteSize is a flag holding a count of bytes: a whole number with an
@@ -118,6 +123,10 @@ command line wins.`,
 				{"cleanup-interval", "SLUICE_CLEANUP_INTERVAL"},
 				{"max-body", "SLUICE_MAX_BODY"},
 				{"memory-max-bytes", "SLUICE_MEMORY_MAX_BYTES"},
+				{"max-header", "SLUICE_MAX_HEADER"},
+				{"tokens", "SLUICE_TOKENS"},
+				{"insecure-no-auth", "SLUICE_INSECURE_NO_AUTH"},
+				{"watch", "SLUICE_WATCH"},
 			})
 			if err != nil {
 				return err
@@ -142,6 +151,11 @@ command line wins.`,
 		"how often to delete stale rate rows and expired leases from a SQLite or PostgreSQL --state; 0 never (env SLUICE_CLEANUP_INTERVAL)")
 	f.maxBody = server.DefaultMaxBodyBytes
 	fs.Var(&f.maxBody, "max-body", "largest request body the API reads, in bytes or with a unit (4MiB, 512KiB); larger ones get 413 (env SLUICE_MAX_BODY)")
+	f.maxHeader = 64 << 10
+	fs.Var(&f.maxHeader, "max-header", "largest request header block the server reads (request line and headers), in bytes or with a unit; larger ones get 431 (env SLUICE_MAX_HEADER)")
+	fs.StringVar(&f.tokens, "tokens", "", "token `file` (env SLUICE_TOKENS): lines of NAME SCOPES sha256:HEX ('sluice token create' prints one); with it, or an auth section in --config, every route but /healthz and /metrics needs a bearer token")
+	fs.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "serve without tokens on an address that is not loopback-only (env SLUICE_INSECURE_NO_AUTH); without it serve refuses to")
+	fs.BoolVar(&f.watch, "watch", true, "reload --config and --tokens when they change (env SLUICE_WATCH); SIGHUP and POST /v1/admin/reload always reload")
 	fs.Int64Var(&f.memoryMaxBytes, "memory-max-bytes", memstore.DefaultMaxBytes,
 		"with --state memory:, the most `bytes` the keys holding state may take (key length plus 96 each); a new key beyond it is refused with 503, never by forgetting a key that owes (env SLUICE_MEMORY_MAX_BYTES)")
 	return cmd
@@ -213,15 +227,20 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	}
 	log := slog.New(handler)
 
-	policies, from := DefaultPolicies(), "built-in defaults"
-	if f.config != "" {
-		if policies, err = limiter.LoadFile(f.config); err != nil {
-			return err
-		}
-		from = f.config
-		if len(policies) == 0 {
-			log.Warn("the policy file defines no policies: /v1/take and /v1/leases refuse every request", "config", f.config)
-		}
+	cfg, err := loadLive(f.config, f.tokens) // reload.go
+	if err != nil {
+		return err
+	}
+	policies, from := cfg.policies, cfg.from
+	if f.config != "" && len(policies) == 0 {
+		log.Warn("the policy file defines no policies: /v1/take and /v1/leases refuse every request", "config", f.config)
+	}
+	var keys *auth.Keyring
+	switch {
+	case cfg.tokens != nil:
+		keys = auth.NewKeyring(cfg.tokens)
+	case !loopbackOnly(f.addr) && !f.insecureNoAuth:
+		return usagef("refusing to serve %s without tokens: it is not a loopback-only address; give --tokens (or an auth section in --config), or --insecure-no-auth to serve everyone", f.addr)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -263,10 +282,13 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg, Slots: slots, Jobs: jobs, MaxBodyBytes: int64(f.maxBody)})
+	rl := &reloader{config: f.config, tokens: f.tokens, st: st, keys: keys, log: log}
+	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg, Slots: slots, Jobs: jobs, MaxBodyBytes: int64(f.maxBody),
+		Auth: keys, Reload: rl.reload})
 	if err != nil {
 		return err
 	}
+	rl.srv = srv
 
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", f.addr)
@@ -279,7 +301,7 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    int(f.maxHeader),
 		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
 	}
 	served := make(chan error, 1)
@@ -291,8 +313,14 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		runCleanups(cctx, log, st.cleanups, f.cleanupInterval)
 	}()
 	defer func() { stopCleanups(); <-cleaned }() // before the store closes
+	reloads, hup := make(chan struct{}), notifySIGHUP()
+	go func() {
+		defer close(reloads)
+		rl.reloadLoop(cctx, hup, f.watch && (f.config != "" || f.tokens != "")) // reload.go
+	}()
+	defer func() { stopCleanups(); <-reloads }()
 
-	log.Info("sluice listening", "addr", ln.Addr().String(), "policies", len(policies), "config", from,
+	log.Info("sluice listening", "addr", ln.Addr().String(), "policies", len(policies), "config", from, "auth", keys != nil,
 		"state", redactURL(f.state), "db", redactURL(f.db))
 	fmt.Fprintf(opts.Stdout, "sluice listening on http://%s\n", ln.Addr())
 	if opts.Ready != nil {
