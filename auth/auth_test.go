@@ -207,3 +207,26 @@ func FuzzParseConfig(f *testing.F) {
 		_, _, _ = auth.ParseConfig("f", data) // never panics
 	})
 }
+
+// BenchmarkAuthenticate is the cost auth adds to a request: hashing the
+// token and comparing it with every one of 10 (b.ReportAllocs).
+func BenchmarkAuthenticate(b *testing.B) {
+	var lines []string
+	var tok string
+	for i := 0; i < 10; i++ {
+		tok = auth.NewToken()
+		lines = append(lines, auth.Line("w"+string(rune('a'+i)), auth.Take, tok))
+	}
+	ts, err := auth.ParseFile("t", []byte(strings.Join(lines, "\n")))
+	require.NoError(b, err)
+	k := auth.NewKeyring(ts)
+	header := "Bearer " + tok
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := k.Authenticate(header, auth.Take); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -106,7 +106,19 @@ sustained across a window (3 within 5s, at least half the calls). Outage
 answers carry a Sluice-Outage header and an "outage" body field. Records (used by slots and jobs) go
 to --db, by default the SQLite file sluice.db in the working directory;
 pending migrations are applied at start. It stops gracefully on SIGINT or
-SIGTERM.
+SIGTERM: it stops accepting, lets in-flight requests finish (at most
+--shutdown-timeout), then exits.
+
+Auth: with --tokens FILE or an "auth:" section in --config, every route
+but /healthz and /metrics needs "Authorization: Bearer <token>" with the
+route's scope ('sluice token create' mints one). Without tokens, serve
+refuses an address that is not loopback-only unless --insecure-no-auth.
+
+Reload: SIGHUP, a change to --config or --tokens (unless --watch=false),
+or POST /v1/admin/reload (scope admin) rereads both files. A configuration
+that fails validation is refused whole and the old one stays in force; a
+reload cannot turn auth on or off, nor change on_store_outage on a shared
+--state (restart for those).
 Each flag can also be set by its environment variable; a flag given on the
 command line wins.`,
 		Args: usageArgs(cobra.NoArgs),
