@@ -240,3 +240,11 @@ func TestServeShutdownDrains(t *testing.T) {
 		t.Fatal("serve did not exit after the request finished")
 	}
 }
+
+func TestPoliciesCheckAuthSection(t *testing.T) {
+	t.Parallel()
+	bad := writeFile(t, "p.yaml", reloadPolicies+"auth:\n  tokens:\n    - {name: a, scopes: fly, sha256: x}\n")
+	r := run(t, nil, "policies", "check", bad)
+	require.Equal(t, cli.ExitFailure, r.code)
+	require.Contains(t, r.stderr, `p.yaml:7:25: auth.tokens[0].scopes: unknown scope "fly"`)
+}

@@ -78,6 +78,12 @@ type reloader struct {
 	srv            *server.Server
 	keys           *auth.Keyring // nil: auth is off
 	log            *slog.Logger
+	// hooks are further configuration reloaded with the policies
+	// (provider profiles, when serve gets them): each checks its part of
+	// the new configuration and returns the function that swaps it in,
+	// or an error that refuses the whole reload. Every check runs before
+	// any swap.
+	hooks []func(lc *liveConfig) (swap func(), err error)
 }
 
 // reload rereads and swaps in the configuration, or returns why not and
@@ -106,11 +112,22 @@ func (r *reloader) reload(_ context.Context) error {
 	if err != nil {
 		return err
 	}
+	var swaps []func()
+	for _, h := range r.hooks {
+		swap, err := h(lc)
+		if err != nil {
+			return err
+		}
+		swaps = append(swaps, swap)
+	}
 	if err := r.srv.Reload(lim); err != nil {
 		return err
 	}
 	if r.keys != nil {
 		r.keys.Store(lc.tokens)
+	}
+	for _, swap := range swaps {
+		swap()
 	}
 	r.log.Info("configuration reloaded", "policies", len(lc.policies), "config", lc.from, "tokens", lc.tokens.Len())
 	return nil
