@@ -80,6 +80,14 @@ func TestGRPCInterceptor(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, healthpb.HealthCheckResponse_SERVING, msg.Status)
 
+	// A nil Keyring is auth off: the interceptor lets the call through.
+	var none *auth.Keyring
+	called := false
+	_, err = auth.UnaryServerInterceptor(none, scopes)(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/x/Y"},
+		func(context.Context, any) (any, error) { called = true; return nil, nil })
+	require.NoError(t, err)
+	require.True(t, called)
+
 	// A reload that drops the reader's token refuses it on the next call.
 	k.Store(tokens(t, auth.Line("taker", auth.Take, taker)))
 	_, err = client.Check(with(reader), &healthpb.HealthCheckRequest{})
