@@ -31,6 +31,8 @@ type HTTPConfig struct {
 	// connections are open and the keys hold state. Zero means 500ms; a
 	// negative value means none.
 	Warmup time.Duration
+	// Token, when set, is sent as "Authorization: Bearer <Token>".
+	Token string
 }
 
 func (c HTTPConfig) withDefaults() HTTPConfig {
@@ -59,6 +61,18 @@ type HTTPResult struct {
 	P50, P90  time.Duration // latency percentiles of answered requests
 	P99, P999 time.Duration
 	Max       time.Duration
+	// CPU is the process's CPU time (all threads: server and load
+	// generator) over the measured span; CPUPerRequest divides it. Less
+	// disturbed by other load on the machine than requests per second.
+	CPU time.Duration
+}
+
+// CPUPerRequest is CPU / Requests.
+func (r HTTPResult) CPUPerRequest() time.Duration {
+	if r.Requests == 0 {
+		return 0
+	}
+	return r.CPU / time.Duration(r.Requests)
 }
 
 // RPS returns answered requests per second.
@@ -108,7 +122,7 @@ func RunHTTP(ctx context.Context, h http.Handler, cfg HTTPConfig) (HTTPResult, e
 	url := "http://" + ln.Addr().String() + "/v1/take"
 
 	// Fail fast, with the server's own words, if the endpoint is not there.
-	if err := probe(ctx, client, url); err != nil {
+	if err := probe(ctx, client, url, cfg.Token); err != nil {
 		return HTTPResult{}, err
 	}
 
@@ -126,6 +140,17 @@ func RunHTTP(ctx context.Context, h http.Handler, cfg HTTPConfig) (HTTPResult, e
 		firstErr         string
 	}
 	workers := make([]worker, cfg.Conns)
+	cpuFrom := make(chan time.Duration, 1)
+	go func() {
+		t := time.NewTimer(time.Until(measureFrom))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cpuFrom <- processCPU()
+		case <-rctx.Done():
+			cpuFrom <- processCPU()
+		}
+	}()
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
@@ -135,7 +160,7 @@ func RunHTTP(ctx context.Context, h http.Handler, cfg HTTPConfig) (HTTPResult, e
 			for rctx.Err() == nil {
 				body := takeBodies[c.nextIndex()]
 				t0 := time.Now()
-				status, err := post(rctx, client, url, body)
+				status, err := post(rctx, client, url, body, cfg.Token)
 				t1 := time.Now()
 				if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 					return
@@ -166,9 +191,10 @@ func RunHTTP(ctx context.Context, h http.Handler, cfg HTTPConfig) (HTTPResult, e
 		})
 	}
 	wg.Wait()
+	cpu := processCPU() - <-cpuFrom
 	elapsed := min(time.Since(measureFrom), cfg.Duration)
 
-	res := HTTPResult{Addr: ln.Addr().String(), Conns: cfg.Conns, Elapsed: elapsed}
+	res := HTTPResult{Addr: ln.Addr().String(), Conns: cfg.Conns, Elapsed: elapsed, CPU: cpu}
 	var all []time.Duration
 	for i := range workers {
 		w := &workers[i]
@@ -225,7 +251,7 @@ func HTTPTake(b *testing.B) {
 	defer client.CloseIdleConnections()
 	url := ts.URL + "/v1/take"
 	ctx := context.Background()
-	if err := probe(ctx, client, url); err != nil {
+	if err := probe(ctx, client, url, ""); err != nil {
 		b.Fatal(err)
 	}
 
@@ -241,7 +267,7 @@ func HTTPTake(b *testing.B) {
 		var ok int64
 		for pb.Next() {
 			t0 := time.Now()
-			status, err := post(ctx, client, url, takeBodies[c.nextIndex()])
+			status, err := post(ctx, client, url, takeBodies[c.nextIndex()], "")
 			lat = append(lat, time.Since(t0))
 			switch {
 			case err != nil:
@@ -276,12 +302,15 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-func post(ctx context.Context, c *http.Client, url string, body []byte) (int, error) {
+func post(ctx context.Context, c *http.Client, url string, body []byte, token string) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return 0, err
@@ -291,12 +320,15 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) (int, er
 	return resp.StatusCode, err
 }
 
-func probe(ctx context.Context, c *http.Client, url string) error {
+func probe(ctx context.Context, c *http.Client, url, token string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(takeBodies[0]))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return fmt.Errorf("bench: probe POST /v1/take: %w", err)

@@ -207,8 +207,10 @@ func (p *parser) top(n *yaml.Node) []Policy {
 					policies = append(policies, pol)
 				}
 			}
+		case "auth":
+			// Tokens: package auth reads this section (auth.ParseConfig).
 		default:
-			p.errAt(k, k.Value, "unknown top-level key (want 'policies')")
+			p.errAt(k, k.Value, "unknown top-level key (want 'policies' or 'auth')")
 		}
 	}
 	if !found && len(p.errs) == 0 {

@@ -139,7 +139,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "unknown top-level key",
 			yaml: "policies:\n  api: {rate: 1, period: 1s}\nversion: 2\n",
-			want: []string{"p.yaml:3:1: version: unknown top-level key (want 'policies')"},
+			want: []string{"p.yaml:3:1: version: unknown top-level key (want 'policies' or 'auth')"},
 		},
 		{
 			name: "no policies key",
@@ -408,7 +408,7 @@ extra: 1
 				`p.yaml:9:11: policies.two.unit: want second, minute, hour or day, got "week"`,
 				"p.yaml:10:5: policies.two.burst: burst applies only to gcra, not fixed_window",
 				`p.yaml:11:10: policies.three: want a mapping, got "nope"`,
-				"p.yaml:12:1: extra: unknown top-level key (want 'policies')",
+				"p.yaml:12:1: extra: unknown top-level key (want 'policies' or 'auth')",
 			},
 		},
 	}

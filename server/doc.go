@@ -16,6 +16,7 @@
 //	GET  /openapi.json  the OpenAPI 3.1 document of every endpoint (openapi.yaml, also OpenAPI())
 //	POST /v1/outbound/acquire, POST /v1/outbound/report, GET /v1/outbound/{key}
 //	                    adaptive calls (with Config.Outbound; see below)
+//	POST /v1/admin/reload  reread the configuration (Config.Reload; reload.go)
 //
 // With Config.Slots, also the slot API of seed 003 (see slot.go): POST
 // /api/v1/slots, POST /api/v1/slots/batch, GET /api/v1/slots/{eventId},
@@ -122,6 +123,58 @@
 // server's, or expired) still feeds the key's rate and the fleet's pause
 // (permitKnown false) but not the breaker or retry budget. "profile" names
 // a provider profile through Config.Profiles (422 TypeUnknownProfile).
+// # Authentication (auth.go)
+//
+// With Config.Auth, every route needs "Authorization: Bearer <token>" of a
+// token holding the route's scope (package auth): each entry of the route
+// table names exactly one, and New refuses a route without. /healthz and
+// /metrics are open (auth.Public): they carry no keys and no secrets, and
+// probes and scrapers should not need a token; so are the 404 and 405
+// answers, which only list endpoints. No token, a malformed header or an
+// unknown token is 401 TypeUnauthorized with "WWW-Authenticate: Bearer
+// realm="sluice"" (plus error="invalid_token" for a bad token, RFC 6750);
+// a token without the scope is 403 TypeForbidden with error=
+// "insufficient_scope" and the scope it needs.
+//
+//	take   POST /v1/take
+//	lease  POST /v1/leases, POST /v1/leases/{id}/renew, DELETE /v1/leases/{id}
+//	slots  POST /api/v1/slots, POST /api/v1/slots/batch
+//	jobs   POST /v1/jobs/claim, POST /v1/jobs/{id}/{op} (worker protocol, trigger)
+//	admin  POST /v1/admin/reload, slot configs (POST /admin/rate-limit/...),
+//	       PUT connectors and jobs, pause and resume
+//	read   every GET but /healthz and /metrics
+//
+// With auth, a lease's holder is bound to the token that acquired it: it is
+// stored as "<token name>/<holder>" (the answer's holder field shows it),
+// and a renew or release with another token is 403, even when that token
+// knows the lease id. Without auth the lease id (holder id and fencing
+// token) is the credential, as before.
+//
+// # Reload (reload.go)
+//
+// Server.Reload swaps in a new Limiter's policies as one immutable
+// snapshot: each request loads the snapshot once, so it sees the old
+// policies or the new ones, never a mix. A policy removed by a reload
+// answers 404 TypePolicyRemoved (takes, lease acquires, renews and
+// releases); a policy never held is still 422 TypeUnknownPolicy. POST
+// /v1/admin/reload runs Config.Reload (the CLI rereads --config and
+// --tokens): 200 with the new policy listing, or 422 TypeInvalidConfig
+// with every error (file:line:col) and the old configuration in force.
+//
+// # Idempotency-Key (idempotency.go)
+//
+// POST /v1/take, POST /v1/leases, POST /api/v1/slots and POST
+// /api/v1/slots/batch honour an Idempotency-Key header (1 to 255 visible
+// ASCII characters): a retry with the same key and body gets the first
+// answer again with "Idempotent-Replayed: true" and is not charged; the
+// same key with another body is 422 TypeIdempotencyKeyReused; a retry
+// while the first is still running is 409 TypeIdempotencyInFlight with
+// Retry-After: 1. Keys are per token (per caller), per route. Answers are
+// remembered in this server process's memory only, not in the state
+// store: behind a load balancer, a retry reaching another server is
+// charged again. They are kept Config.Idempotency.TTL (24h), bounded by
+// MaxKeys (100,000) and MaxBytes (64 MiB), oldest dropped first; 5xx
+// answers are not remembered (nothing was decided; the retry runs).
 //
 // # Errors
 //
@@ -144,6 +197,13 @@
 //	                          that is not text (invalid UTF-8, a lone \ud800)
 //	422 TypeUnknownPolicy     a policy the server does not hold
 //	422 TypeCostExceedsLimit  a cost above the policy's burst or window limit
+//	401 TypeUnauthorized      no bearer token, a malformed one, an unknown one (with auth)
+//	403 TypeForbidden         the token lacks the route's scope; a lease of another token
+//	404 TypePolicyRemoved     a policy a reload removed
+//	409 TypeIdempotencyInFlight   the first request with this Idempotency-Key still runs
+//	422 TypeIdempotencyKeyReused  an Idempotency-Key sent again with another body
+//	422 TypeInvalidConfig     POST /v1/admin/reload refused the configuration
+//	431 (net/http)            request headers over the server's MaxHeaderBytes
 //	404 about:blank           no such endpoint (the detail lists every endpoint)
 //	405 about:blank           wrong method (with an Allow header)
 //	500 about:blank           a bug (a recovered panic, logged)

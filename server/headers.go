@@ -64,7 +64,7 @@ func rateLimitItem(d limiter.Decision) string {
 // setRateLimitHeaders sets RateLimit-Policy (one member per policy) and
 // RateLimit (one member per policy: the least remaining and the latest
 // reset among the decisions of that policy).
-func (s *Server) setRateLimitHeaders(h http.Header, ds []limiter.Decision) {
+func (s *Server) setRateLimitHeaders(lv *live, h http.Header, ds []limiter.Decision) {
 	var policies, limits []string
 	seen := make(map[string]int, len(ds))
 	merged := make([]limiter.Decision, 0, len(ds))
@@ -76,7 +76,7 @@ func (s *Server) setRateLimitHeaders(h http.Header, ds []limiter.Decision) {
 		}
 		seen[d.Policy] = len(merged)
 		merged = append(merged, d)
-		if info := s.policies[d.Policy]; info != nil {
+		if info := lv.policies[d.Policy]; info != nil {
 			policies = append(policies, info.header)
 		}
 	}

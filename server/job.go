@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicerl/sluice/auth"
 	"github.com/sluicerl/sluice/store"
 )
 
@@ -50,19 +51,19 @@ func (s *Server) jobRoutes() []route {
 		return nil
 	}
 	return []route{
-		{"GET", routeConnectors, s.listConnectors},
-		{"GET", routeConnector, s.getConnector},
-		{"PUT", routeConnector, s.putConnector},
-		{"POST", routeConnectorPause, s.connectorStatus(store.ConnectorPaused)},
-		{"POST", routeConnectorResum, s.connectorStatus(store.ConnectorActive)},
-		{"GET", routeJobs, s.listJobs},
-		{"POST", routeJobsClaim, s.claimJobs},
-		{"GET", routeJob, s.getJob},
-		{"PUT", routeJob, s.putJob},
-		{"POST", routeJobOp, s.jobOp},
-		{"GET", routeRuns, s.listRuns},
-		{"GET", routeGaps, s.listGaps},
-		{"GET", routeTransitions, s.listTransitions},
+		{"GET", routeConnectors, s.listConnectors, auth.Read},
+		{"GET", routeConnector, s.getConnector, auth.Read},
+		{"PUT", routeConnector, s.putConnector, auth.Admin},
+		{"POST", routeConnectorPause, s.connectorStatus(store.ConnectorPaused), auth.Admin},
+		{"POST", routeConnectorResum, s.connectorStatus(store.ConnectorActive), auth.Admin},
+		{"GET", routeJobs, s.listJobs, auth.Read},
+		{"POST", routeJobsClaim, s.claimJobs, auth.Jobs},
+		{"GET", routeJob, s.getJob, auth.Read},
+		{"PUT", routeJob, s.putJob, auth.Admin},
+		{"POST", routeJobOp, s.jobOp, auth.Jobs}, // the worker protocol, and trigger
+		{"GET", routeRuns, s.listRuns, auth.Read},
+		{"GET", routeGaps, s.listGaps, auth.Read},
+		{"GET", routeTransitions, s.listTransitions, auth.Read},
 	}
 }
 

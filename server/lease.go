@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicerl/sluice/auth"
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/store"
 )
@@ -55,21 +56,13 @@ func (s *Server) registerLeaseMetrics() error {
 	if err := s.reg.Register(s.leaseOps); err != nil {
 		return fmt.Errorf("server: register metrics: %w", err)
 	}
-	for _, p := range s.lim.Policies() {
-		if p.Algorithm != store.Concurrency {
-			continue
-		}
-		for _, op := range []string{"acquire", "renew", "release"} {
-			s.leaseOps.WithLabelValues(p.Name, op, leaseOK)
-		}
-	}
-	return nil
+	return nil // seedMetrics starts the series
 }
 
 // countLease counts one lease operation; policy is client input until
 // checked, so unknown names count as "unknown".
-func (s *Server) countLease(policy, op, result string) {
-	if info := s.policies[policy]; info == nil || info.handle.Policy().Algorithm != store.Concurrency {
+func (s *Server) countLease(lv *live, policy, op, result string) {
+	if info := lv.policies[policy]; info == nil || info.handle.Policy().Algorithm != store.Concurrency {
 		policy = policyUnknown
 	}
 	s.leaseOps.WithLabelValues(policy, op, result).Inc()
@@ -98,10 +91,10 @@ const (
 // leaseRoutes are the lease endpoints.
 func (s *Server) leaseRoutes() []route {
 	return []route{
-		{http.MethodPost, routeLeases, s.acquireLease},
-		{http.MethodGet, routeLeases, s.listLeases},
-		{http.MethodPost, routeLeaseRenew, s.renewLease},
-		{http.MethodDelete, routeLease, s.releaseLease},
+		{http.MethodPost, routeLeases, s.acquireLease, auth.Lease},
+		{http.MethodGet, routeLeases, s.listLeases, auth.Read},
+		{http.MethodPost, routeLeaseRenew, s.renewLease, auth.Lease},
+		{http.MethodDelete, routeLease, s.releaseLease, auth.Lease},
 	}
 }
 
@@ -183,10 +176,10 @@ func holderHash(holder string) string {
 	return hex.EncodeToString(h[:8])
 }
 
-func (s *Server) leaseToJSON(l store.Lease) leaseJSON {
+func (s *Server) leaseToJSON(lv *live, l store.Lease) leaseJSON {
 	out := leaseJSON{ID: leaseID(l), Policy: l.Name, Key: l.Key, Holder: l.Holder, Token: l.Token,
 		ExpiresAt: time.UnixMicro(l.Expires).UTC().Format(time.RFC3339Nano)}
-	if h, err := s.lim.Handle(l.Name); err == nil {
+	if h, err := lv.lim.Handle(l.Name); err == nil {
 		p := h.Policy()
 		out.TTLMs, out.Permits = p.TTL.Milliseconds(), p.Permits
 	}
@@ -194,6 +187,7 @@ func (s *Server) leaseToJSON(l store.Lease) leaseJSON {
 }
 
 func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
+	lv := s.liveOf(r)
 	w.Header().Set("Cache-Control", "no-store")
 	var body leaseBody
 	// The TTL and permits come from the policy, not the request.
@@ -202,7 +196,7 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var errs fieldErrs
-	s.checkLeasePolicy(&errs, body.Policy, "policy")
+	s.checkLeasePolicy(lv, &errs, body.Policy, "policy")
 	if body.Key == "" {
 		errs.add(TypeInvalidRequest, []string{"key"}, "is required")
 	} else if why := idReason(body.Key, store.MaxIDBytes); why != "" {
@@ -215,6 +209,12 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 	} else if why := idReason(body.Holder, store.MaxHolderLen); why != "" {
 		errs.add(TypeInvalidRequest, []string{"holder"}, "%s", why)
 	}
+	// With auth, the holder is bound to the caller's token (auth.go).
+	if bound, ok := s.boundHolder(r, body.Holder); !ok {
+		errs.add(TypeInvalidRequest, []string{"holder"}, "is too long: with the token name %q before it, it must fit in %d bytes", stateOf(r).principal.Name, store.MaxHolderLen)
+	} else {
+		body.Holder = bound
+	}
 	if len(body.Items) > s.maxItems {
 		errs.add(TypeInvalidRequest, []string{"items"}, "holds %d items; at most %d are allowed", len(body.Items), s.maxItems)
 		body.Items = nil
@@ -226,7 +226,7 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 			writeProblem(w, p)
 			return
 		}
-		v, ierrs := s.validateItem(ti, []string{"items", strconv.Itoa(i)})
+		v, ierrs := s.validateItem(lv, ti, []string{"items", strconv.Itoa(i)})
 		if len(ierrs) == 0 && v.info.handle.Policy().Shadow {
 			errs.add(TypeInvalidRequest, []string{"items", strconv.Itoa(i), "policy"}, "names shadow policy %q, which cannot be mixed with a lease", ti.Policy)
 		}
@@ -234,7 +234,7 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 		reqs = append(reqs, v.req)
 	}
 	if len(errs) > 0 {
-		s.countLease(body.Policy, "acquire", leaseInvalid)
+		s.countLease(lv, body.Policy, "acquire", leaseInvalid)
 		writeProblem(w, invalid(errs))
 		return
 	}
@@ -245,14 +245,14 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 		err error
 	)
 	if body.Items == nil {
-		res, err = s.lim.Acquire(ctx, body.Policy, body.Key, body.Holder)
+		res, err = lv.lim.Acquire(ctx, body.Policy, body.Key, body.Holder)
 	} else {
 		var d limiter.MixedDecision
-		d, err = s.lim.AllowAllAcquire(ctx, reqs, limiter.LeaseRequest{Policy: body.Policy, Key: body.Key, Holder: body.Holder})
+		d, err = lv.lim.AllowAllAcquire(ctx, reqs, limiter.LeaseRequest{Policy: body.Policy, Key: body.Key, Holder: body.Holder})
 		res, md = d.Lease, &d
 	}
 	if err != nil {
-		s.countLease(body.Policy, "acquire", leaseResult(err))
+		s.countLease(lv, body.Policy, "acquire", leaseResult(err))
 		s.leaseStoreError(w, err)
 		return
 	}
@@ -263,8 +263,8 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if res.Acquired && (md == nil || md.Allowed) {
-		s.countLease(body.Policy, "acquire", leaseOK)
-		ans := leaseAnswer{leaseJSON: s.leaseToJSON(res.Lease), Held: res.Held, Decisions: decisions}
+		s.countLease(lv, body.Policy, "acquire", leaseOK)
+		ans := leaseAnswer{leaseJSON: s.leaseToJSON(lv, res.Lease), Held: res.Held, Decisions: decisions}
 		w.Header().Set("Location", "/v1/leases/"+ans.ID)
 		writeJSON(w, http.StatusCreated, contentJSON, ans)
 		return
@@ -288,19 +288,19 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 		retry = md.RetryAfter
 		out.problem = problem{Type: TypeRateLimited, Title: "Rate limited", Status: http.StatusTooManyRequests,
 			Detail: "the rate items refused; no lease was taken and nothing was charged"}
-		s.countLease(body.Policy, "acquire", leaseRateLimited)
+		s.countLease(lv, body.Policy, "acquire", leaseRateLimited)
 	} else {
 		out.problem = problem{Type: TypeLeaseUnavailable, Title: "Lease unavailable", Status: http.StatusConflict,
-			Detail: fmt.Sprintf("all %d permits of policy %q for this key are held", s.permits(body.Policy), body.Policy)}
-		s.countLease(body.Policy, "acquire", leaseUnavailable)
+			Detail: fmt.Sprintf("all %d permits of policy %q for this key are held", s.permits(lv, body.Policy), body.Policy)}
+		s.countLease(lv, body.Policy, "acquire", leaseUnavailable)
 	}
 	out.RetryAfterMs = ceilMillis(retry)
 	w.Header().Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
 	writeJSON(w, out.Status, contentProblem, out)
 }
 
-func (s *Server) permits(policy string) int64 {
-	h, err := s.lim.Handle(policy)
+func (s *Server) permits(lv *live, policy string) int64 {
+	h, err := lv.lim.Handle(policy)
 	if err != nil {
 		return 0
 	}
@@ -309,10 +309,12 @@ func (s *Server) permits(policy string) int64 {
 
 // checkLeasePolicy validates the policy of a lease request, found at path,
 // adding to errs what is wrong with it. It reports whether it is valid.
-func (s *Server) checkLeasePolicy(errs *fieldErrs, policy string, path ...string) bool {
-	switch info := s.policies[policy]; {
+func (s *Server) checkLeasePolicy(lv *live, errs *fieldErrs, policy string, path ...string) bool {
+	switch info := lv.policies[policy]; {
 	case policy == "":
 		errs.add(TypeInvalidRequest, path, "is required")
+	case info == nil && lv.removed[policy]:
+		errs.add(TypePolicyRemoved, path, "names policy %q, which a configuration reload removed", truncate(policy, 64))
 	case info == nil:
 		errs.add(TypeUnknownPolicy, path, "names an unknown policy %q; GET /v1/policies lists them", truncate(policy, 64))
 	case info.handle.Policy().Algorithm != store.Concurrency:
@@ -323,48 +325,60 @@ func (s *Server) checkLeasePolicy(errs *fieldErrs, policy string, path ...string
 	return false
 }
 
-func (s *Server) leaseFromPath(w http.ResponseWriter, r *http.Request, op string) (store.Lease, bool) {
+func (s *Server) leaseFromPath(lv *live, w http.ResponseWriter, r *http.Request, op string) (store.Lease, bool) {
 	l, ok := parseLeaseID(r.PathValue("id"))
-	if ok && s.checkLeasePolicy(new(fieldErrs), l.Name) {
+	if ok && s.checkLeasePolicy(lv, new(fieldErrs), l.Name) {
+		if !s.holderOf(w, r, l) { // auth.go
+			s.countLease(lv, l.Name, op, leaseInvalid)
+			return store.Lease{}, false
+		}
 		return l, true
 	}
-	s.countLease(l.Name, op, leaseNotHeld)
+	if ok && lv.policies[l.Name] == nil && lv.removed[l.Name] {
+		s.countLease(lv, l.Name, op, leaseNotHeld)
+		writePolicyRemoved(w, l.Name)
+		return store.Lease{}, false
+	}
+	s.countLease(lv, l.Name, op, leaseNotHeld)
 	writeProblem(w, &problem{Type: TypeLeaseNotHeld, Title: "Lease not held", Status: http.StatusNotFound,
 		Detail: "no such lease: the id is not one this API issued"})
 	return store.Lease{}, false
 }
 
 func (s *Server) renewLease(w http.ResponseWriter, r *http.Request) {
+	lv := s.liveOf(r)
 	w.Header().Set("Cache-Control", "no-store")
-	l, ok := s.leaseFromPath(w, r, "renew")
+	l, ok := s.leaseFromPath(lv, w, r, "renew")
 	if !ok {
 		return
 	}
-	got, err := s.lim.Renew(r.Context(), l.Name, l.Key, l.Holder, l.Token)
+	got, err := lv.lim.Renew(r.Context(), l.Name, l.Key, l.Holder, l.Token)
 	if err != nil {
-		s.countLease(l.Name, "renew", leaseResult(err))
+		s.countLease(lv, l.Name, "renew", leaseResult(err))
 		s.leaseStoreError(w, err)
 		return
 	}
-	s.countLease(l.Name, "renew", leaseOK)
-	writeJSON(w, http.StatusOK, contentJSON, s.leaseToJSON(got))
+	s.countLease(lv, l.Name, "renew", leaseOK)
+	writeJSON(w, http.StatusOK, contentJSON, s.leaseToJSON(lv, got))
 }
 
 func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request) {
-	l, ok := s.leaseFromPath(w, r, "release")
+	lv := s.liveOf(r)
+	l, ok := s.leaseFromPath(lv, w, r, "release")
 	if !ok {
 		return
 	}
-	if err := s.lim.Release(r.Context(), l.Name, l.Key, l.Holder, l.Token); err != nil {
-		s.countLease(l.Name, "release", leaseResult(err))
+	if err := lv.lim.Release(r.Context(), l.Name, l.Key, l.Holder, l.Token); err != nil {
+		s.countLease(lv, l.Name, "release", leaseResult(err))
 		s.leaseStoreError(w, err)
 		return
 	}
-	s.countLease(l.Name, "release", leaseOK)
+	s.countLease(lv, l.Name, "release", leaseOK)
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
+	lv := s.liveOf(r)
 	w.Header().Set("Cache-Control", "no-store")
 	q := r.URL.Query()
 	key, policy := q.Get("key"), q.Get("policy")
@@ -377,7 +391,7 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
 	if policy == "" {
 		// One concurrency policy needs no naming.
 		var only []string
-		for _, p := range s.lim.Policies() {
+		for _, p := range lv.lim.Policies() {
 			if p.Algorithm == store.Concurrency {
 				only = append(only, p.Name)
 			}
@@ -388,13 +402,13 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
 			errs.add(TypeInvalidRequest, []string{"query", "policy"}, "is required: the server holds %d concurrency policies", len(only))
 		}
 	} else {
-		s.checkLeasePolicy(&errs, policy, "query", "policy")
+		s.checkLeasePolicy(lv, &errs, policy, "query", "policy")
 	}
 	if len(errs) > 0 {
 		writeProblem(w, invalid(errs))
 		return
 	}
-	hs, err := s.lim.Holders(r.Context(), policy, key)
+	hs, err := lv.lim.Holders(r.Context(), policy, key)
 	if err != nil {
 		s.leaseStoreError(w, err)
 		return
@@ -403,7 +417,7 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
 		Leases []listedLeaseJSON `json:"leases"`
 	}{Leases: make([]listedLeaseJSON, 0, len(hs))}
 	for _, l := range hs {
-		j := s.leaseToJSON(l)
+		j := s.leaseToJSON(lv, l)
 		out.Leases = append(out.Leases, listedLeaseJSON{Policy: j.Policy, Key: j.Key, HolderHash: holderHash(l.Holder),
 			Token: j.Token, ExpiresAt: j.ExpiresAt, TTLMs: j.TTLMs, Permits: j.Permits})
 	}

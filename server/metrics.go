@@ -6,8 +6,25 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicerl/sluice/limiter"
+	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
 )
+
+// seedMetrics starts the series of lv's policies at zero, so rates work
+// from the first scrape; a reload seeds the policies it adds.
+func (s *Server) seedMetrics(lv *live) {
+	var names []string
+	for _, p := range lv.lim.Policies() {
+		names = append(names, p.Name)
+		if p.Algorithm == store.Concurrency {
+			for _, op := range []string{"acquire", "renew", "release"} {
+				s.leaseOps.WithLabelValues(p.Name, op, leaseOK)
+			}
+		}
+	}
+	s.metrics.seed(names)
+}
 
 // Values of the result label of sluice_decisions_total.
 const (
@@ -54,7 +71,12 @@ func newMetrics(reg prometheus.Registerer, policies []string) (*metrics, error) 
 			return nil, fmt.Errorf("server: register metrics: %w", err)
 		}
 	}
-	// Known series start at zero, so rates work from the first scrape.
+	m.seed(policies)
+	return m, nil
+}
+
+// seed starts the series of policies (and of unknown ones) at zero.
+func (m *metrics) seed(policies []string) {
 	for _, p := range slices.Concat(policies, []string{policyUnknown}) {
 		for _, r := range []string{resultAllowed, resultDenied, resultShadowDenied, resultError} {
 			if p == policyUnknown && r != resultError {
@@ -66,7 +88,6 @@ func newMetrics(reg prometheus.Registerer, policies []string) (*metrics, error) 
 			m.duration.WithLabelValues(p)
 		}
 	}
-	return m, nil
 }
 
 // memStats is what an in-memory rate store reports of its size and bounds
@@ -111,8 +132,8 @@ func (c *memCollector) Collect(ch chan<- prometheus.Metric) {
 
 // registerMemMetrics registers memCollector when the limiter's rate store
 // is an in-memory one.
-func (s *Server) registerMemMetrics() error {
-	st, ok := s.lim.Store().(memStats)
+func (s *Server) registerMemMetrics(lim *limiter.Limiter) error {
+	st, ok := lim.Store().(memStats)
 	if !ok {
 		return nil
 	}

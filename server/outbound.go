@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicerl/sluice/auth"
 	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/retry"
 	"github.com/sluicerl/sluice/store"
@@ -176,9 +177,9 @@ func (s *Server) outboundRoutes() []route {
 		return nil
 	}
 	return []route{
-		{http.MethodPost, routeOutboundAcquire, s.outboundAcquire},
-		{http.MethodPost, routeOutboundReport, s.outboundReport},
-		{http.MethodGet, routeOutboundKey, s.outboundSnapshot},
+		{http.MethodPost, routeOutboundAcquire, s.outboundAcquire, auth.Take},
+		{http.MethodPost, routeOutboundReport, s.outboundReport, auth.Take},
+		{http.MethodGet, routeOutboundKey, s.outboundSnapshot, auth.Read},
 	}
 }
 

@@ -26,6 +26,24 @@ const (
 	TypeCostExceedsLimit = "urn:sluice:problem:cost-exceeds-limit"
 	// TypeStoreUnavailable: 503, the rate store could not decide.
 	TypeStoreUnavailable = "urn:sluice:problem:store-unavailable"
+	// TypePolicyRemoved: 404, a policy that an earlier configuration held
+	// and a reload removed (a never-known policy is 422 unknown-policy).
+	TypePolicyRemoved = "urn:sluice:problem:policy-removed"
+	// TypeUnauthorized: 401, no token, or one the server does not know
+	// (with a WWW-Authenticate: Bearer challenge).
+	TypeUnauthorized = "urn:sluice:problem:unauthorized"
+	// TypeForbidden: 403, the token lacks the route's scope, or the lease
+	// was acquired with another token.
+	TypeForbidden = "urn:sluice:problem:forbidden"
+	// TypeInvalidConfig: 422, POST /v1/admin/reload found the
+	// configuration invalid; the old one stays in force.
+	TypeInvalidConfig = "urn:sluice:problem:invalid-config"
+	// TypeIdempotencyKeyReused: 422, an Idempotency-Key sent again with
+	// another request body.
+	TypeIdempotencyKeyReused = "urn:sluice:problem:idempotency-key-reused"
+	// TypeIdempotencyInFlight: 409, the first request with this
+	// Idempotency-Key has not finished; retry after Retry-After.
+	TypeIdempotencyInFlight = "urn:sluice:problem:idempotency-in-flight"
 )
 
 // problem is an RFC 9457 problem details object.

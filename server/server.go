@@ -1,21 +1,27 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"net/http"
 	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluicerl/sluice/auth"
+	"github.com/sluicerl/sluice/clock"
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/slot"
@@ -72,21 +78,39 @@ type Config struct {
 	// MaxPermits bounds the unreported outbound permits held. Zero means
 	// DefaultMaxPermits.
 	MaxPermits int
+	// Auth, when set, requires on every route but /healthz and /metrics a
+	// bearer token of its current set holding the route's scope (see
+	// auth.go). Nil serves everyone.
+	Auth *auth.Keyring
+	// Reload, when set, is what POST /v1/admin/reload runs: reread the
+	// configuration and swap it in (Server.Reload, auth.Keyring.Store),
+	// or return why not, leaving the old one in force. Nil answers that
+	// endpoint 501. See reload.go.
+	Reload func(ctx context.Context) error
+	// Idempotency bounds the Idempotency-Key cache (idempotency.go). Zero
+	// fields take its defaults.
+	Idempotency IdempotencyConfig
+	// Clock times Idempotency-Key expiry. Nil means the real clock.
+	Clock clock.Clock
 }
 
 // Server is the HTTP JSON API over a Limiter. It registers on servers the
 // caller owns: mount Handler on an http.Server or a mux. It is safe for
 // concurrent use. Build it with New; the zero value is not usable.
 type Server struct {
-	lim      *limiter.Limiter
+	// live is the current policy snapshot; each request loads it once
+	// (wrap), so a reload never shows a request half of a config.
+	live     atomic.Pointer[live]
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	metrics  *metrics
 	maxBody  int64
 	maxItems int
-	policies map[string]*policyInfo
-	listing  []byte // the GET /v1/policies body, built once
 	handler  http.Handler
+	auth     *auth.Keyring
+	reloadFn func(ctx context.Context) error
+	idem     *idempotency // idempotency.go
+	reloadMu sync.Mutex   // serialises Reload
 	slots    *slot.Scheduler
 	leaseOps *prometheus.CounterVec // lease.go
 	// slotMetrics is set when slots is (slot.go).
@@ -96,6 +120,16 @@ type Server struct {
 	profiles    OutboundProfiles
 	outPermits  *permitTable
 	openapiDoc  []byte // GET /openapi.json
+}
+
+// live is an immutable snapshot of the policies: what a reload swaps.
+type live struct {
+	lim      *limiter.Limiter
+	policies map[string]*policyInfo
+	listing  []byte // the GET /v1/policies body
+	// removed are the policies earlier configs held and this one does
+	// not: their requests answer 404 policy-removed, not 422 unknown.
+	removed map[string]bool
 }
 
 // policyInfo is what the server precomputes for one policy.
@@ -120,16 +154,16 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: config: MaxItems must be >= 0, got %d", cfg.MaxItems)
 	}
 	s := &Server{
-		lim:      cfg.Limiter,
 		log:      cfg.Logger,
 		reg:      cfg.Registry,
 		maxBody:  cfg.MaxBodyBytes,
 		maxItems: cfg.MaxItems,
-		policies: map[string]*policyInfo{},
 		slots:    cfg.Slots,
 		jobs:     cfg.Jobs,
 		outbound: cfg.Outbound,
 		profiles: cfg.Profiles,
+		auth:     cfg.Auth,
+		reloadFn: cfg.Reload,
 	}
 	if s.outbound != nil {
 		ttl, maxPermits := cfg.PermitTTL, cfg.MaxPermits
@@ -141,6 +175,11 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.outPermits = newPermitTable(ttl, maxPermits)
 	}
+	idem, err := newIdempotency(cfg.Idempotency, clock.Or(cfg.Clock))
+	if err != nil {
+		return nil, err
+	}
+	s.idem = idem
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -158,35 +197,23 @@ func New(cfg Config) (*Server, error) {
 		)
 	}
 
-	policies := s.lim.Policies()
-	names := make([]string, 0, len(policies))
-	list := policyList{Policies: make([]policyJSON, 0, len(policies))}
-	for _, p := range policies {
-		h, err := s.lim.Handle(p.Name)
-		if err != nil {
-			return nil, fmt.Errorf("server: %w", err)
-		}
-		s.policies[p.Name] = &policyInfo{handle: h, max: p.Limit().Max(), header: policyHeaderItem(p)}
-		names = append(names, p.Name)
-		list.Policies = append(list.Policies, policyToJSON(p))
-	}
-	listing, err := json.Marshal(list)
+	lv, err := newLive(cfg.Limiter, nil)
 	if err != nil {
-		return nil, fmt.Errorf("server: policies: %w", err)
+		return nil, err
 	}
-	s.listing = append(listing, '\n')
-
-	m, err := newMetrics(s.reg, names)
+	s.live.Store(lv)
+	m, err := newMetrics(s.reg, nil)
 	if err != nil {
 		return nil, err
 	}
 	s.metrics = m
-	if err := s.registerMemMetrics(); err != nil { // metrics.go
+	if err := s.registerMemMetrics(cfg.Limiter); err != nil { // metrics.go
 		return nil, err
 	}
 	if err := s.registerLeaseMetrics(); err != nil {
 		return nil, err
 	}
+	s.seedMetrics(lv)
 	if s.slots != nil {
 		if s.slotMetrics, err = newSlotMetrics(s.reg); err != nil {
 			return nil, err
@@ -195,8 +222,43 @@ func New(cfg Config) (*Server, error) {
 	if s.openapiDoc, err = OpenAPI(); err != nil {
 		return nil, err
 	}
-	s.handler = s.routes()
+	if s.handler, err = s.routes(s.endpoints()); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// newLive builds the snapshot of lim's policies. prev is the snapshot it
+// replaces (nil at start), for the removed set.
+func newLive(lim *limiter.Limiter, prev *live) (*live, error) {
+	lv := &live{lim: lim, policies: map[string]*policyInfo{}, removed: map[string]bool{}}
+	policies := lim.Policies()
+	list := policyList{Policies: make([]policyJSON, 0, len(policies))}
+	for _, p := range policies {
+		h, err := lim.Handle(p.Name)
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		lv.policies[p.Name] = &policyInfo{handle: h, max: p.Limit().Max(), header: policyHeaderItem(p)}
+		list.Policies = append(list.Policies, policyToJSON(p))
+	}
+	listing, err := json.Marshal(list)
+	if err != nil {
+		return nil, fmt.Errorf("server: policies: %w", err)
+	}
+	lv.listing = append(listing, '\n')
+	if prev != nil {
+		for name := range prev.removed {
+			lv.removed[name] = true
+		}
+		for name := range prev.policies {
+			lv.removed[name] = true
+		}
+		for name := range lv.policies {
+			delete(lv.removed, name)
+		}
+	}
+	return lv, nil
 }
 
 // Handler returns the server's routes as one http.Handler.
@@ -208,6 +270,7 @@ const (
 	routePolicies = "/v1/policies"
 	routeHealth   = "/healthz"
 	routeMetrics  = "/metrics"
+	routeReload   = "/v1/admin/reload"
 	routeOther    = "other"
 )
 
@@ -216,6 +279,9 @@ const (
 type route struct {
 	method, path string
 	h            http.HandlerFunc
+	// scope is what a token needs to call the route (auth.Public: no
+	// token). Every route names one: New refuses a route without.
+	scope auth.Scope
 }
 
 // endpoints is the route table: every endpoint the server answers, in the
@@ -227,11 +293,12 @@ func (s *Server) endpoints() []route {
 		EnableOpenMetrics: false,
 	})
 	rts := []route{
-		{http.MethodPost, routeTake, s.take},
-		{http.MethodGet, routePolicies, s.listPolicies},
-		{http.MethodGet, routeHealth, s.health},
-		{http.MethodGet, routeMetrics, metricsHandler.ServeHTTP},
-		{http.MethodGet, routeOpenAPI, s.openAPI}, // openapi.go
+		{http.MethodPost, routeTake, s.take, auth.Take},
+		{http.MethodGet, routePolicies, s.listPolicies, auth.Read},
+		{http.MethodGet, routeHealth, s.health, auth.Public},
+		{http.MethodGet, routeMetrics, metricsHandler.ServeHTTP, auth.Public},
+		{http.MethodGet, routeOpenAPI, s.openAPI, auth.Public}, // openapi.go
+		{http.MethodPost, routeReload, s.reload, auth.Admin},   // reload.go
 	}
 	rts = append(rts, s.leaseRoutes()...)    // lease.go
 	rts = append(rts, s.jobRoutes()...)      // job.go
@@ -244,21 +311,23 @@ func (s *Server) endpoints() []route {
 var methods405 = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
 	http.MethodDelete, http.MethodOptions}
 
-func (s *Server) routes() http.Handler {
+func (s *Server) routes(rts []route) (http.Handler, error) {
 	mux := http.NewServeMux()
-	rts := s.endpoints()
 	var paths []string
 	allowed := map[string][]string{} // path -> its methods
 	for _, rt := range rts {
+		if rt.scope == 0 || (rt.scope != auth.Public && rt.scope&^auth.All != 0) || bits.OnesCount8(uint8(rt.scope)) != 1 {
+			return nil, fmt.Errorf("server: route %s %s: want exactly one scope (auth.Public for an open route), got %q", rt.method, rt.path, rt.scope)
+		}
 		if allowed[rt.path] == nil {
 			paths = append(paths, rt.path)
 		}
 		allowed[rt.path] = append(allowed[rt.path], rt.method)
-		mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, rt.h))
+		mux.Handle(rt.method+" "+rt.path, s.wrap(rt.path, rt.scope, s.idem.wrap(rt.method, rt.path, rt.h)))
 	}
 	for _, path := range paths {
 		allow := allowHeader(allowed[path])
-		h := s.wrap(path, methodNotAllowed(allow))
+		h := s.wrap(path, auth.Public, methodNotAllowed(allow))
 		// A 405 for each other method, so that a more specific path's
 		// answer (POST /api/v1/slots/batch) wins over a wildcard path's
 		// (GET /api/v1/slots/{eventId...}) for every method...
@@ -278,12 +347,12 @@ func (s *Server) routes() http.Handler {
 		list[i] = rt.method + " " + rt.path
 	}
 	detail := "no such endpoint; the endpoints are " + strings.Join(list, ", ")
-	mux.Handle("/", s.wrap(routeOther, func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/", s.wrap(routeOther, auth.Public, func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, &problem{
 			Type: typeBlank, Title: http.StatusText(http.StatusNotFound), Status: http.StatusNotFound, Detail: detail,
 		})
 	}))
-	return mux
+	return mux, nil
 }
 
 // allowHeader is the Allow header of a path serving methods: GET answers
@@ -345,8 +414,10 @@ func methodNotAllowed(allow string) http.HandlerFunc {
 }
 
 // wrap bounds the request body, counts the response in
-// sluice_http_requests_total, and turns a panic into a logged 500 problem.
-func (s *Server) wrap(route string, h http.HandlerFunc) http.Handler {
+// sluice_http_requests_total, turns a panic into a logged 500 problem,
+// checks the caller's token for scope (auth.go) and gives the handler the
+// current policy snapshot (liveOf).
+func (s *Server) wrap(route string, scope auth.Scope, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil {
 			// The original writer, so that net/http closes the
@@ -374,12 +445,16 @@ func (s *Server) wrap(route string, h http.HandlerFunc) http.Handler {
 				panic(v)
 			}
 		}()
+		rs := &reqState{live: s.live.Load()}
+		if !s.authorize(sw, r, scope, rs) { // auth.go
+			return
+		}
 		// Strings that are not text, before a decoder hides them (ident.go).
 		if p := rawTextProblem(r); p != nil {
 			writeProblem(sw, p)
 			return
 		}
-		h(sw, r)
+		h(sw, r.WithContext(context.WithValue(r.Context(), reqStateKey{}, rs)))
 	})
 }
 
@@ -418,8 +493,31 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, contentJSON, map[string]string{"status": "ok"})
 }
 
-func (s *Server) listPolicies(w http.ResponseWriter, _ *http.Request) {
-	writeBody(w, http.StatusOK, contentJSON, s.listing)
+func (s *Server) listPolicies(w http.ResponseWriter, r *http.Request) {
+	writeBody(w, http.StatusOK, contentJSON, s.liveOf(r).listing)
+}
+
+// reqState is what wrap learns of a request before its handler runs.
+type reqState struct {
+	live      *live
+	principal auth.Principal // the zero Principal without auth
+}
+
+type reqStateKey struct{}
+
+func stateOf(r *http.Request) *reqState {
+	if rs, ok := r.Context().Value(reqStateKey{}).(*reqState); ok {
+		return rs
+	}
+	return nil
+}
+
+// liveOf is the policy snapshot of a request: the one wrap loaded.
+func (s *Server) liveOf(r *http.Request) *live {
+	if rs := stateOf(r); rs != nil {
+		return rs.live
+	}
+	return s.live.Load()
 }
 
 type policyList struct {

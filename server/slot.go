@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicerl/sluice/auth"
 	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store"
 )
@@ -76,13 +77,13 @@ func (s *Server) slotRoutes() []route {
 		return nil
 	}
 	return []route{
-		{http.MethodPost, routeSlots, s.assignSlot},
-		{http.MethodPost, routeSlotsBatch, s.assignSlots},
-		{http.MethodGet, routeSlot, s.getSlot},
-		{http.MethodPost, routeSlotConfig, s.putSlotConfig},
-		{http.MethodGet, routeSlotConfigName, s.getSlotConfig},
-		{http.MethodPost, routeSlotDeactivate, s.deactivateSlotConfig},
-		{http.MethodPost, routeSlotFlush, s.flushSlotConfigs},
+		{http.MethodPost, routeSlots, s.assignSlot, auth.Slots},
+		{http.MethodPost, routeSlotsBatch, s.assignSlots, auth.Slots},
+		{http.MethodGet, routeSlot, s.getSlot, auth.Read},
+		{http.MethodPost, routeSlotConfig, s.putSlotConfig, auth.Admin},
+		{http.MethodGet, routeSlotConfigName, s.getSlotConfig, auth.Read},
+		{http.MethodPost, routeSlotDeactivate, s.deactivateSlotConfig, auth.Admin},
+		{http.MethodPost, routeSlotFlush, s.flushSlotConfigs, auth.Admin},
 	}
 }
 

@@ -99,6 +99,7 @@ type validated struct {
 }
 
 func (s *Server) take(w http.ResponseWriter, r *http.Request) {
+	lv := s.liveOf(r)
 	w.Header().Set("Cache-Control", "no-store")
 	body, p := s.decode(r)
 	if p != nil {
@@ -106,7 +107,7 @@ func (s *Server) take(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	multi := body.Items != nil
-	items, errs := s.validate(body)
+	items, errs := s.validate(lv, body)
 	if len(errs) > 0 {
 		for _, it := range items {
 			if it.info == nil {
@@ -119,13 +120,13 @@ func (s *Server) take(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !multi {
-		s.takeOne(r.Context(), w, items[0])
+		s.takeOne(r.Context(), lv, w, items[0])
 		return
 	}
-	s.takeAll(r.Context(), w, items)
+	s.takeAll(r.Context(), lv, w, items)
 }
 
-func (s *Server) takeOne(ctx context.Context, w http.ResponseWriter, it validated) {
+func (s *Server) takeOne(ctx context.Context, lv *live, w http.ResponseWriter, it validated) {
 	start := time.Now()
 	d, err := it.info.handle.AllowN(ctx, it.req.Key, it.req.Cost)
 	s.metrics.duration.WithLabelValues(it.req.Policy).Observe(time.Since(start).Seconds())
@@ -135,7 +136,7 @@ func (s *Server) takeOne(ctx context.Context, w http.ResponseWriter, it validate
 		return
 	}
 	s.count(d, d.Allowed)
-	s.setRateLimitHeaders(w.Header(), []limiter.Decision{d})
+	s.setRateLimitHeaders(lv, w.Header(), []limiter.Decision{d})
 	setOutageHeader(w.Header(), []limiter.Decision{d})
 	status := http.StatusOK
 	if !d.Allowed {
@@ -145,13 +146,13 @@ func (s *Server) takeOne(ctx context.Context, w http.ResponseWriter, it validate
 	writeJSON(w, status, contentJSON, toJSON(d))
 }
 
-func (s *Server) takeAll(ctx context.Context, w http.ResponseWriter, items []validated) {
+func (s *Server) takeAll(ctx context.Context, lv *live, w http.ResponseWriter, items []validated) {
 	reqs := make([]limiter.Request, len(items))
 	for i, it := range items {
 		reqs[i] = it.req
 	}
 	start := time.Now()
-	md, err := s.lim.AllowAll(ctx, reqs)
+	md, err := lv.lim.AllowAll(ctx, reqs)
 	elapsed := time.Since(start).Seconds()
 	seen := make(map[string]bool, len(items))
 	for _, it := range items {
@@ -172,7 +173,7 @@ func (s *Server) takeAll(ctx context.Context, w http.ResponseWriter, items []val
 		s.count(d, md.Allowed)
 		out.Items[i] = toJSON(d)
 	}
-	s.setRateLimitHeaders(w.Header(), md.Decisions)
+	s.setRateLimitHeaders(lv, w.Header(), md.Decisions)
 	setOutageHeader(w.Header(), md.Decisions)
 	status := http.StatusOK
 	if !md.Allowed {
@@ -256,9 +257,9 @@ func (s *Server) decode(r *http.Request) (*takeBody, *problem) {
 // validate checks every field of a decoded body against the limits of the
 // API and the server's policies. It returns one validated item per item of
 // the request (info nil for an unknown policy) and every problem found.
-func (s *Server) validate(body *takeBody) ([]validated, []fieldError) {
+func (s *Server) validate(lv *live, body *takeBody) ([]validated, []fieldError) {
 	if body.Items == nil {
-		it, errs := s.validateItem(takeItem{Policy: body.Policy, Key: body.Key, Cost: body.Cost}, nil)
+		it, errs := s.validateItem(lv, takeItem{Policy: body.Policy, Key: body.Key, Cost: body.Cost}, nil)
 		return []validated{it}, errs
 	}
 	var errs fieldErrs
@@ -271,14 +272,14 @@ func (s *Server) validate(body *takeBody) ([]validated, []fieldError) {
 	}
 	out := make([]validated, len(body.items))
 	for i, ti := range body.items {
-		it, ierrs := s.validateItem(ti, []string{"items", strconv.Itoa(i)})
+		it, ierrs := s.validateItem(lv, ti, []string{"items", strconv.Itoa(i)})
 		out[i] = it
 		errs = append(errs, ierrs...)
 	}
 	return out, errs
 }
 
-func (s *Server) validateItem(ti takeItem, at []string) (validated, []fieldError) {
+func (s *Server) validateItem(lv *live, ti takeItem, at []string) (validated, []fieldError) {
 	var errs fieldErrs
 	add := func(name, kind, format string, args ...any) {
 		errs.add(kind, append(append([]string(nil), at...), name), format, args...)
@@ -286,7 +287,9 @@ func (s *Server) validateItem(ti takeItem, at []string) (validated, []fieldError
 	v := validated{req: limiter.Request{Policy: ti.Policy, Key: ti.Key, Cost: 1}}
 	if ti.Policy == "" {
 		add("policy", TypeInvalidRequest, "is required")
-	} else if v.info = s.policies[ti.Policy]; v.info == nil {
+	} else if v.info = lv.policies[ti.Policy]; v.info == nil && lv.removed[ti.Policy] {
+		add("policy", TypePolicyRemoved, "names policy %q, which a configuration reload removed", truncate(ti.Policy, 64))
+	} else if v.info == nil {
 		add("policy", TypeUnknownPolicy, "names an unknown policy %q; GET /v1/policies lists them", truncate(ti.Policy, 64))
 	} else if v.info.handle.Policy().Algorithm == store.Concurrency {
 		add("policy", TypeInvalidRequest, "names concurrency policy %q, which takes leases (POST /v1/leases), not costs", ti.Policy)
@@ -345,14 +348,16 @@ func invalid(errs []fieldError) *problem {
 			break
 		}
 	}
-	title := "Invalid request"
+	title, status := "Invalid request", http.StatusUnprocessableEntity
 	switch kind {
+	case TypePolicyRemoved:
+		title, status = "Policy removed", http.StatusNotFound
 	case TypeUnknownPolicy:
 		title = "Unknown policy"
 	case TypeCostExceedsLimit:
 		title = "Cost exceeds the policy's limit"
 	}
-	return &problem{Type: kind, Title: title, Status: http.StatusUnprocessableEntity, Detail: joinDetails(errs), Errors: errs}
+	return &problem{Type: kind, Title: title, Status: status, Detail: joinDetails(errs), Errors: errs}
 }
 
 func joinDetails(errs []fieldError) string {

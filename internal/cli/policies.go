@@ -2,12 +2,14 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicerl/sluice/auth"
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/store"
 )
@@ -34,6 +36,11 @@ every problem as file:line:col: path: message and exit 1.`,
 			// The parser validates each policy; New checks the set.
 			if _, err := limiter.New(limiter.Config{Policies: policies}); err != nil {
 				return err
+			}
+			if data, err := os.ReadFile(args[0]); err == nil {
+				if _, _, err := auth.ParseConfig(args[0], data); err != nil { // the auth: section
+					return err
+				}
 			}
 			if len(policies) == 0 {
 				return fmt.Errorf("%s defines no policies: a server on it would refuse every take and lease", args[0])

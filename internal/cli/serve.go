@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"github.com/sluicerl/sluice/auth"
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/server"
@@ -53,6 +54,10 @@ type serveFlags struct {
 	memoryMaxBytes  int64
 	maxBody         byteSize
 	rls             rlsFlags // rls.go
+	maxHeader       byteSize
+	tokens          string // reload.go
+	insecureNoAuth  bool
+	watch           bool
 }
 
 // byteSize is a flag holding a count of bytes: a whole number with an
@@ -106,12 +111,25 @@ sustained across a window (3 within 5s, at least half the calls). Outage
 answers carry a Sluice-Outage header and an "outage" body field. Records (used by slots and jobs) go
 to --db, by default the SQLite file sluice.db in the working directory;
 pending migrations are applied at start. It stops gracefully on SIGINT or
-SIGTERM.
+SIGTERM: it stops accepting, lets in-flight requests finish (at most
+--shutdown-timeout), then exits.
+
 With --grpc-addr and --rls-config, serve also answers Envoy's rate limit
 service (gRPC envoy.service.ratelimit.v3.RateLimitService, with health and
 reflection) from envoyproxy/ratelimit configuration files; their rules are
 policies named rls:DOMAIN.KEY_VALUE... beside --config's, sharing state with
 the HTTP API.
+
+Auth: with --tokens FILE or an "auth:" section in --config, every route
+but /healthz and /metrics needs "Authorization: Bearer <token>" with the
+route's scope ('sluice token create' mints one). Without tokens, serve
+refuses an address that is not loopback-only unless --insecure-no-auth.
+
+Reload: SIGHUP, a change to --config or --tokens (unless --watch=false),
+or POST /v1/admin/reload (scope admin) rereads both files. A configuration
+that fails validation is refused whole and the old one stays in force; a
+reload cannot turn auth on or off, nor change on_store_outage on a shared
+--state (restart for those).
 Each flag can also be set by its environment variable; a flag given on the
 command line wins.`,
 		Args: usageArgs(cobra.NoArgs),
@@ -129,6 +147,10 @@ command line wins.`,
 				{"max-body", "SLUICE_MAX_BODY"},
 				{"memory-max-bytes", "SLUICE_MEMORY_MAX_BYTES"},
 				rlsEnv[0], rlsEnv[1], rlsEnv[2],
+				{"max-header", "SLUICE_MAX_HEADER"},
+				{"tokens", "SLUICE_TOKENS"},
+				{"insecure-no-auth", "SLUICE_INSECURE_NO_AUTH"},
+				{"watch", "SLUICE_WATCH"},
 			})
 			if err != nil {
 				return err
@@ -153,6 +175,11 @@ command line wins.`,
 		"how often to delete stale rate rows and expired leases from a SQLite or PostgreSQL --state; 0 never (env SLUICE_CLEANUP_INTERVAL)")
 	f.maxBody = server.DefaultMaxBodyBytes
 	fs.Var(&f.maxBody, "max-body", "largest request body the API reads, in bytes or with a unit (4MiB, 512KiB); larger ones get 413 (env SLUICE_MAX_BODY)")
+	f.maxHeader = 64 << 10
+	fs.Var(&f.maxHeader, "max-header", "largest request header block the server reads (request line and headers), in bytes or with a unit; larger ones get 431 (env SLUICE_MAX_HEADER)")
+	fs.StringVar(&f.tokens, "tokens", "", "token `file` (env SLUICE_TOKENS): lines of NAME SCOPES sha256:HEX ('sluice token create' prints one); with it, or an auth section in --config, every route but /healthz and /metrics needs a bearer token")
+	fs.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "serve without tokens on an address that is not loopback-only (env SLUICE_INSECURE_NO_AUTH); without it serve refuses to")
+	fs.BoolVar(&f.watch, "watch", true, "reload --config and --tokens when they change (env SLUICE_WATCH); SIGHUP and POST /v1/admin/reload always reload")
 	fs.Int64Var(&f.memoryMaxBytes, "memory-max-bytes", memstore.DefaultMaxBytes,
 		"with --state memory:, the most `bytes` the keys holding state may take (key length plus 96 each); a new key beyond it is refused with 503, never by forgetting a key that owes (env SLUICE_MEMORY_MAX_BYTES)")
 	f.rls.add(fs)
@@ -228,15 +255,20 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	}
 	log := slog.New(handler)
 
-	policies, from := DefaultPolicies(), "built-in defaults"
-	if f.config != "" {
-		if policies, err = limiter.LoadFile(f.config); err != nil {
-			return err
-		}
-		from = f.config
-		if len(policies) == 0 {
-			log.Warn("the policy file defines no policies: /v1/take and /v1/leases refuse every request", "config", f.config)
-		}
+	cfg, err := loadLive(f.config, f.tokens) // reload.go
+	if err != nil {
+		return err
+	}
+	policies, from := cfg.policies, cfg.from
+	if f.config != "" && len(policies) == 0 {
+		log.Warn("the policy file defines no policies: /v1/take and /v1/leases refuse every request", "config", f.config)
+	}
+	var keys *auth.Keyring
+	switch {
+	case cfg.tokens != nil:
+		keys = auth.NewKeyring(cfg.tokens)
+	case !loopbackOnly(f.addr) && !f.insecureNoAuth:
+		return usagef("refusing to serve %s without tokens: it is not a loopback-only address; give --tokens (or an auth section in --config), or --insecure-no-auth to serve everyone", f.addr)
 	}
 	rules, err := f.rls.load()
 	if err != nil {
@@ -292,11 +324,13 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	if err != nil {
 		return err
 	}
+	rl := &reloader{config: f.config, tokens: f.tokens, st: st, keys: keys, log: log}
 	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg, Slots: slots, Jobs: jobs, MaxBodyBytes: int64(f.maxBody),
-		Outbound: ob})
+		Outbound: ob, Auth: keys, Reload: rl.reload})
 	if err != nil {
 		return err
 	}
+	rl.srv = srv
 
 	grpcSrv, err := startRLS(ctx, opts, &f.rls, rules, lim, reg, log)
 	if err != nil {
@@ -314,7 +348,7 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    int(f.maxHeader),
 		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
 	}
 	served := make(chan error, 1)
@@ -326,8 +360,14 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		runCleanups(cctx, log, st.cleanups, f.cleanupInterval)
 	}()
 	defer func() { stopCleanups(); <-cleaned }() // before the store closes
+	reloads, hup := make(chan struct{}), notifySIGHUP()
+	go func() {
+		defer close(reloads)
+		rl.reloadLoop(cctx, hup, f.watch && (f.config != "" || f.tokens != "")) // reload.go
+	}()
+	defer func() { stopCleanups(); <-reloads }()
 
-	log.Info("sluice listening", "addr", ln.Addr().String(), "policies", len(policies), "config", from,
+	log.Info("sluice listening", "addr", ln.Addr().String(), "policies", len(policies), "config", from, "auth", keys != nil,
 		"state", redactURL(f.state), "db", redactURL(f.db))
 	fmt.Fprintf(opts.Stdout, "sluice listening on http://%s\n", ln.Addr())
 	if opts.Ready != nil {

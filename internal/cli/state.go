@@ -115,6 +115,9 @@ type stateStore struct {
 	kind     stateKind
 	shared   bool // guarded: a timeout and outage modes apply
 	close    func()
+	// outages are the outage modes the guard holds, fixed at start
+	// (shared stores only): a reload may not change them (reload.go).
+	outages map[string]store.Outage
 }
 
 // openState opens the rate store at raw (a --state URL). Shared stores
@@ -194,5 +197,5 @@ func openState(ctx context.Context, flag, raw string, policies []limiter.Policy,
 	}
 	// Leases get the guard's timeout too, and always fail closed: no
 	// outage mode grants a permit.
-	return &stateStore{store: g, leases: g.Leases(), kind: kind, shared: true, cleanups: cleanupsOf(primary), close: closeFn}, nil
+	return &stateStore{store: g, leases: g.Leases(), kind: kind, shared: true, cleanups: cleanupsOf(primary), close: closeFn, outages: limits}, nil
 }

@@ -22,7 +22,7 @@ func layer(rel string) int {
 	case rel == "store":
 		return 2
 	case top == "store" || top == "limiter" || top == "lease" || top == "slot" || top == "job" ||
-		top == "outbound" || top == "provider" || top == "sim":
+		top == "outbound" || top == "provider" || top == "sim" || top == "auth":
 		return 3
 	case top == "server" || top == "rls":
 		return 4

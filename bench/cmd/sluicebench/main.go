@@ -100,6 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "%-44s %s\n", c.ID, c.Label)
 		}
 		fmt.Fprintf(stdout, "%-44s %s\n", httpID, "POST /v1/take over loopback HTTP")
+		fmt.Fprintf(stdout, "%-44s %s\n", httpAuthID, "POST /v1/take over loopback HTTP, without and with auth (authfig.go)")
 		for _, sec := range sections {
 			for _, c := range sec.Cases {
 				fmt.Fprintf(stdout, "%-50s %s (goroutines: %d)\n", c.ID, c.Label, c.Workers)
@@ -114,6 +115,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	runHTTP := match(httpID)
+	runHTTPAuth := match(httpAuthID)
 	runLeases := slices.ContainsFunc(leaseIDs(), match)
 	nslots := 0
 	for _, c := range slotCases {
@@ -121,7 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			nslots++
 		}
 	}
-	if len(cases) == 0 && !runHTTP && nshared == 0 && !runLeases && nslots == 0 {
+	if len(cases) == 0 && !runHTTP && !runHTTPAuth && nshared == 0 && !runLeases && nslots == 0 {
 		return fmt.Errorf("-only %q matches no case (see -list)", *only)
 	}
 
@@ -168,6 +170,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if runHTTP {
 		w.Flush()
 		if err := httpFigure(ctx, w, stderr, *httpConns, *httpDur); err != nil {
+			return err
+		}
+	}
+	if runHTTPAuth {
+		w.Flush()
+		if err := httpAuthFigure(ctx, w, stderr, *rounds, *httpConns, *httpDur); err != nil {
 			return err
 		}
 	}

@@ -23,6 +23,9 @@ func TestRunSmoke(t *testing.T) {
 		"serial/allowed/sluice-handle allocs/op = ",
 		"POST /v1/take over loopback HTTP",
 		"requests/s",
+		"without and with auth", // authfig.go, matched by "http" too
+		"median cpu/req: off ",
+		"auth throughput overhead: ",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
