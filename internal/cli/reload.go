@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -78,6 +79,10 @@ type reloader struct {
 	srv            *server.Server
 	keys           *auth.Keyring // nil: auth is off
 	log            *slog.Logger
+	// extra are policies that are not --config's but must survive a
+	// reload: the Envoy rate limit rules' (--rls-config), whose service
+	// keeps answering from the same store.
+	extra []limiter.Policy
 	// hooks are further configuration reloaded with the policies
 	// (provider profiles, when serve gets them): each checks its part of
 	// the new configuration and returns the function that swaps it in,
@@ -108,7 +113,8 @@ func (r *reloader) reload(_ context.Context) error {
 			}
 		}
 	}
-	lim, err := limiter.New(limiter.Config{Store: r.st.store, Leases: r.st.leases, Policies: lc.policies})
+	policies := append(slices.Clip(lc.policies), r.extra...)
+	lim, err := limiter.New(limiter.Config{Store: r.st.store, Leases: r.st.leases, Policies: policies})
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
 
+	"github.com/sluicerl/sluice/auth"
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/rls"
 )
@@ -78,7 +80,7 @@ type rlsServer struct {
 // startRLS listens on --grpc-addr and serves the rate limit service over
 // lim; it returns nil when rules is nil.
 func startRLS(ctx context.Context, opts *Options, f *rlsFlags, rules *rls.Rules, lim *limiter.Limiter,
-	reg prometheus.Registerer, log *slog.Logger) (*rlsServer, error) {
+	reg prometheus.Registerer, log *slog.Logger, keys *auth.Keyring) (*rlsServer, error) {
 	if rules == nil {
 		return nil, nil
 	}
@@ -92,7 +94,22 @@ func startRLS(ctx context.Context, opts *Options, f *rlsFlags, rules *rls.Rules,
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", f.grpcAddr, err)
 	}
-	s := &rlsServer{srv: rls.NewServer(svc, rls.ServerConfig{}), done: make(chan struct{})}
+	// The same tokens as the HTTP API (nil keys: auth is off): the rate
+	// limit call needs scope take; health and reflection are open, as
+	// /healthz is; any other method is refused.
+	scopes := func(method string) auth.Scope {
+		switch {
+		case strings.HasPrefix(method, "/envoy.service.ratelimit."):
+			return auth.Take
+		case strings.HasPrefix(method, "/grpc.health.v1."), strings.HasPrefix(method, "/grpc.reflection."):
+			return auth.Public
+		}
+		return 0
+	}
+	s := &rlsServer{srv: rls.NewServer(svc, rls.ServerConfig{
+		UnaryInterceptors:  []grpc.UnaryServerInterceptor{auth.UnaryServerInterceptor(keys, scopes)},
+		StreamInterceptors: []grpc.StreamServerInterceptor{auth.StreamServerInterceptor(keys, scopes)},
+	}), done: make(chan struct{})}
 	go func() {
 		s.serveErr = s.srv.Serve(ln)
 		close(s.done)

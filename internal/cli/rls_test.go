@@ -14,8 +14,11 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicerl/sluice/internal/cli"
 )
@@ -86,4 +89,45 @@ func TestServeRLSUsage(t *testing.T) {
 		require.Equal(t, c.code, r.code, "%v: %s", c.args, r.stderr)
 		require.Contains(t, r.stderr, c.msg, c.args)
 	}
+}
+
+// TestServeRLSAuth: with tokens, the gRPC service honours the HTTP API's:
+// ShouldRateLimit needs a bearer token with scope take in the
+// "authorization" metadata; health stays open, as /healthz does; and
+// without tokens a gRPC address that is not loopback-only is refused.
+func TestServeRLSAuth(t *testing.T) {
+	t.Parallel()
+	cfg := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"), 0o600))
+	taker, takerLine := mint(t, "edge", "take")
+	reader, readerLine := mint(t, "viewer", "read")
+	tokens := writeFile(t, "tokens", takerLine+"\n"+readerLine+"\n")
+	s := startServe(t, nil, "--addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--rls-config", cfg, "--tokens", tokens, "--watch=false")
+	m := regexp.MustCompile(`sluice rate limit service listening on grpc://(\S+)`).FindStringSubmatch(s.stdout.String())
+	require.NotNil(t, m, s.stdout.String())
+	conn, err := grpc.NewClient(m[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := pb.NewRateLimitServiceClient(conn)
+	req := &pb.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}},
+	}}}
+	_, err = client.ShouldRateLimit(ctx, req)
+	require.Equal(t, codes.Unauthenticated, status.Code(err), "no token: %v", err)
+	_, err = client.ShouldRateLimit(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+reader), req)
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "a read token: %v", err)
+	resp, err := client.ShouldRateLimit(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+taker), req)
+	require.NoError(t, err)
+	require.Equal(t, pb.RateLimitResponse_OK, resp.OverallCode)
+	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status)
+	require.Equal(t, cli.ExitOK, s.stop(t), s.stderr.String())
+
+	r := run(t, map[string]string{"SLUICE_DB": "sqlite:" + filepath.Join(t.TempDir(), "r.db")},
+		"serve", "--addr", "127.0.0.1:0", "--grpc-addr", "0.0.0.0:0", "--rls-config", cfg)
+	require.Equal(t, cli.ExitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "refusing to serve gRPC on 0.0.0.0:0 without tokens")
 }

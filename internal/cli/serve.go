@@ -274,6 +274,9 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	if err != nil {
 		return err
 	}
+	if rules != nil && keys == nil && !loopbackOnly(f.rls.grpcAddr) && !f.insecureNoAuth {
+		return usagef("refusing to serve gRPC on %s without tokens: it is not a loopback-only address; give --tokens (or an auth section in --config), or --insecure-no-auth to serve everyone", f.rls.grpcAddr)
+	}
 	if rules != nil {
 		policies = append(policies, rules.Policies()...) // the descriptors' state is the HTTP API's
 	}
@@ -325,6 +328,9 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		return err
 	}
 	rl := &reloader{config: f.config, tokens: f.tokens, st: st, keys: keys, log: log}
+	if rules != nil {
+		rl.extra = rules.Policies()
+	}
 	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg, Slots: slots, Jobs: jobs, MaxBodyBytes: int64(f.maxBody),
 		Outbound: ob, Auth: keys, Reload: rl.reload})
 	if err != nil {
@@ -332,7 +338,7 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	}
 	rl.srv = srv
 
-	grpcSrv, err := startRLS(ctx, opts, &f.rls, rules, lim, reg, log)
+	grpcSrv, err := startRLS(ctx, opts, &f.rls, rules, lim, reg, log, keys)
 	if err != nil {
 		return err
 	}
