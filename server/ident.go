@@ -69,11 +69,3 @@ func paramProblem(in, name, value string, max int) *problem {
 	return invalid([]fieldError{{Pointer: "#/" + in + "/" + name, kind: TypeInvalidRequest,
 		Detail: in + " parameter " + name + " " + why}})
 }
-
-// leaseIDText reports whether a lease id's JSON (raw, valid) holds only
-// text and its name, key and holder follow the identifier rule: any other
-// id is not one this API issued.
-func leaseIDText(raw []byte, l store.Lease) bool {
-	return textProblem(raw, nil) == nil &&
-		store.CheckLeaseKey(l.Name, l.Key) == nil && store.CheckHolder(l.Holder) == nil
-}
