@@ -7,21 +7,17 @@ import (
 	"time"
 )
 
-// The adaptive deadline (see the package doc): every call to the store gets
-// the current deadline, which is
-//
-//   - never below Config.Timeout (the floor) nor above Config.MaxTimeout;
-//   - TimeoutFactor times the 99th percentile latency of the last
-//     latencySamples calls the store answered, recomputed every
-//     recomputeEvery answers once minSamples have been seen;
-//   - doubled (up to MaxTimeout) by every call that times out, and brought
-//     back down by at most half per recomputation, so a store that has
-//     just become slower than the deadline gets a longer one at once and
-//     answers again, instead of timing out call after call until it is
-//     declared down.
-//
-// Only answers are sampled: a call that timed out says its latency was at
-// least the deadline, which the doubling accounts for.
+// The adaptive deadline (see the package doc): every call to the store
+// while it is up gets the current deadline, which is TimeoutFactor times
+// the 99th percentile latency of the last latencySamples calls the store
+// answered, recomputed every recomputeEvery answers once minSamples have
+// been seen, never below Config.Timeout (the floor) nor above
+// Config.MaxTimeout. It rises at once and comes down by at most half per
+// recomputation, so one quiet spell does not undo what a busy one showed.
+// Only answers are sampled: a timeout is not a latency, and it does not
+// lengthen the deadline, so a store that stops answering is still found
+// out within the deadline the healthy store earned (and a probe of a
+// store held down gets the floor).
 const (
 	latencySamples = 1024
 	recomputeEvery = 64
@@ -78,18 +74,6 @@ func (d *deadline) observe(lat time.Duration) {
 		cur := d.cur.Load()
 		next := max(target, cur/2) // down by at most half, up at once
 		if d.cur.CompareAndSwap(cur, next) {
-			return
-		}
-	}
-}
-
-// timedOut doubles the deadline, up to the ceiling: a call took longer
-// than it.
-func (d *deadline) timedOut() {
-	for {
-		cur := d.cur.Load()
-		next := min(2*cur, d.ceil)
-		if next == cur || d.cur.CompareAndSwap(cur, next) {
 			return
 		}
 	}

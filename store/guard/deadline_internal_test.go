@@ -52,19 +52,24 @@ func TestDeadlineFollowsP99(t *testing.T) {
 	}
 	require.Equal(t, 2*time.Second, d.get())
 
-	// A timeout doubles it, up to the ceiling; answers bring it down by
-	// half per recomputation at most.
-	d = newDeadline(100*ms, 2*time.Second, 4)
-	d.timedOut()
-	require.Equal(t, 200*ms, d.get())
-	for range 5 {
-		d.timedOut()
+	// Quiet answers bring it down by half per recomputation at most.
+	d = newDeadline(100*ms, 10*time.Second, 4)
+	for range minSamples {
+		d.observe(time.Second)
 	}
-	require.Equal(t, 2*time.Second, d.get())
+	require.Equal(t, 4*time.Second, d.get())
+	for range latencySamples - minSamples {
+		d.observe(ms) // the slow samples are still in the ring
+	}
+	require.Equal(t, 4*time.Second, d.get())
+	for range recomputeEvery {
+		d.observe(ms) // now they are not
+	}
+	require.Equal(t, 2*time.Second, d.get(), "down by half")
 	for range recomputeEvery {
 		d.observe(ms)
 	}
-	require.Equal(t, time.Second, d.get(), "down by half")
+	require.Equal(t, time.Second, d.get(), "down by half again")
 	for range 10 * recomputeEvery {
 		d.observe(ms)
 	}
@@ -72,7 +77,6 @@ func TestDeadlineFollowsP99(t *testing.T) {
 
 	// A fixed deadline never moves.
 	d = newDeadline(100*ms, 100*ms, 4)
-	d.timedOut()
 	for range minSamples {
 		d.observe(time.Second)
 	}

@@ -11,14 +11,16 @@
 // healthy store: it follows the latency the store shows. It is
 // Config.TimeoutFactor (4) times the 99th percentile latency of the last
 // 1024 calls the store answered, never below Config.Timeout (the floor,
-// default 1s) nor above Config.MaxTimeout (default 10 times the floor). A
-// call that times out doubles it at once (up to MaxTimeout), since it only
-// says the latency was longer; it comes down again by at most half every
-// 64 answers. So a store that turns slower than the deadline gets a longer
-// one after a timeout or two and keeps answering, and is never declared
-// down while it answers within MaxTimeout; a decision never waits longer
-// than MaxTimeout. MaxTimeout equal to Timeout fixes the deadline.
-//
+// default 1s) nor above Config.MaxTimeout (default 10 times the floor). It
+// rises as soon as it is recomputed (every 64 answers) and comes down by
+// at most half each time. So a store that grows slower keeps answering
+// within its deadline and is never declared down while its latency grows
+// no faster than the deadline follows; one whose calls all take longer
+// than the deadline it earned is, as a dead one is. Timeouts do not
+// lengthen the deadline, so a store that goes silent is found out within
+// it, and a probe of a store held down gets the floor. MaxTimeout equal to
+// Timeout fixes the deadline.
+
 // # Health, not latency
 //
 // The store is declared down
@@ -324,7 +326,6 @@ func (s *Store) settle(o outcome, err error) {
 	wasDown := s.down.Load()
 	declare := o == broken
 	if o == timedOut {
-		s.dl.timedOut()
 		n := s.timeouts.Add(1)
 		last := s.lastAnswer.Load()
 		silent := last == 0 || s.clk.Now().UnixNano()-last >= s.window.Nanoseconds()
@@ -387,8 +388,12 @@ func call[T any](s *Store, ctx context.Context, f func(ctx context.Context) (T, 
 	if !s.usable() {
 		return zero, verdict{reason: store.FallbackStoreDown}
 	}
+	d := s.dl.get()
+	if s.down.Load() {
+		d = time.Duration(s.dl.floor) // a probe: the floor
+	}
 	start := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, s.dl.get())
+	cctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	type answer struct {
 		r   T

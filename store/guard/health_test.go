@@ -230,18 +230,20 @@ func (s *slow) Take(ctx context.Context, p store.TakeParams) (store.Result, erro
 	return s.RateStore.Take(ctx, p)
 }
 
-// TestSlowButHealthyStoreIsNeverDown: a store that turns slower than the
-// deadline's floor, and answers every call within a while, gets a longer
-// deadline after a timeout or two and is never declared down, though the
-// guard's clock (which times the health window) moves a tenth of a second
-// per call; with the deadline fixed at the floor, the same store is.
+// TestSlowButHealthyStoreIsNeverDown: a store whose latency grows from
+// three quarters of the deadline's floor to one and a half times it,
+// answering every call, keeps a deadline above its latency (4 x p99: at
+// least three floors) and is never declared down, though the guard's
+// clock (which times the health window) moves a tenth of a second per
+// call; with the deadline fixed at the floor, the same store is.
 func TestSlowButHealthyStoreIsNeverDown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	const floor = 4 * time.Millisecond
 	for _, fixed := range []bool{false, true} {
 		st := &slow{RateStore: memstore.New(memstore.Config{})}
 		clk := clocktest.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-		cfg := guard.Config{Timeout: 5 * time.Millisecond, MaxTimeout: 10 * time.Second, Clock: clk,
+		cfg := guard.Config{Timeout: floor, MaxTimeout: 10 * time.Second, Clock: clk,
 			Default: store.Outage{Mode: store.FailOpen}}
 		if fixed {
 			cfg.MaxTimeout = cfg.Timeout
@@ -249,10 +251,20 @@ func TestSlowButHealthyStoreIsNeverDown(t *testing.T) {
 		g, err := guard.New(st, cfg)
 		require.NoError(t, err)
 		l := store.Limit{Name: "x", Rate: 1000, Period: time.Second}
-		r, err := g.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
+		// One quick answer, then 128 at three quarters of the floor: the
+		// deadline learns the latency (4 x p99, at least three floors;
+		// with the fixed deadline, one). The guard's clock stands still,
+		// so no timeout a loaded machine may cause here adds up to an
+		// outage.
+		_, err = g.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
 		require.NoError(t, err)
-		require.Equal(t, store.NoFallback, r.Fallback)
-		st.latency.Store(int64(10 * time.Millisecond)) // twice the floor
+		st.latency.Store(int64(floor * 3 / 4))
+		for i := range 128 {
+			r, err := g.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
+			require.NoError(t, err)
+			require.NotEqual(t, store.FallbackStoreDown, r.Fallback, "call %d at half the floor", i)
+		}
+		st.latency.Store(int64(floor * 3 / 2)) // above the floor
 		answered := 0
 		for i := range 60 { // 6s on the guard's clock: three windows
 			clk.Advance(100 * time.Millisecond)
@@ -272,6 +284,6 @@ func TestSlowButHealthyStoreIsNeverDown(t *testing.T) {
 		}
 		require.True(t, g.Healthy())
 		require.Positive(t, answered)
-		require.Greater(t, g.Timeout(), 10*time.Millisecond, "the deadline follows the latency")
+		require.GreaterOrEqual(t, g.Timeout(), 3*floor, "the deadline follows the latency")
 	}
 }
