@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Every JSON body the API reads goes through readJSON and decodeJSON, so
@@ -24,10 +26,16 @@ import (
 //     or "KEY" for "policy" and "key", and a field that matches no name is
 //     refused as unknown;
 //   - an object may not name a field twice (encoding/json keeps the last);
-//   - the body is one JSON value with nothing after it.
+//   - the body is one JSON value with nothing after it;
+//   - every string, member names included, is text (see textProblem).
 //
-// Each failure but the 415 is a 400 malformed-request problem whose
-// errors[] points at the offending field.
+// Each failure but the 415 and the 422 of a string that is not text is a
+// 400 malformed-request problem whose errors[] points at the offending
+// field.
+//
+// One scanner, walker, reads the JSON as sent for all of these checks: the
+// server's middleware runs it without a Go type over every JSON body
+// (rawTextProblem: strings only), decodeJSON with the body's type.
 
 // contentTypeProblem is the 415 for a request body that is not JSON, or nil.
 func contentTypeProblem(r *http.Request) *problem {
@@ -114,18 +122,34 @@ func decodeJSON(data []byte, v any, at []string, want string) *problem {
 	if p := w.value(reflect.TypeOf(v)); p != nil {
 		return p
 	}
-	// The walker has refused unknown fields; what is left is type errors.
+	// The walker has refused unknown fields and strings that are not text;
+	// what is left is type errors.
 	if err := json.Unmarshal(data, v); err != nil {
 		return decodeProblem(err, at)
 	}
 	return nil
 }
 
-// walker walks valid JSON beside the Go type it decodes into, and refuses
-// what encoding/json lets through: a field name that is not one of the
-// struct's exact names, and a name given twice in one object. It
-// allocates nothing on the way unless it finds one of those. Type
-// mismatches are left to the decoder.
+// textProblem returns the 422 invalid-request problem of the first string
+// in data, valid JSON, that is not text, or nil; at is the pointer of data
+// within the request body (nil: the body itself).
+//
+// encoding/json turns invalid UTF-8 and lone UTF-16 surrogate escapes
+// ("\ud800") into U+FFFD without a word, so that "\xff" and "\ud800" would
+// be the same key: the JSON has to be read as sent, before it is decoded.
+func textProblem(data []byte, at []string) *problem {
+	w := walker{data: data, root: at}
+	w.path = w.buf[:0]
+	return w.value(nil)
+}
+
+// walker walks valid JSON, beside the Go type it decodes into when there
+// is one, and refuses, at the first it meets in document order, what
+// encoding/json lets through: a string (a value or a member name) that is
+// not text (a 422), and, in a struct, a field name that is not one of its
+// exact names or a name given twice in one object (a 400). It allocates
+// nothing on the way unless it finds one of those. Type mismatches are
+// left to the decoder.
 type walker struct {
 	data []byte
 	i    int
@@ -179,7 +203,9 @@ func (w *walker) value(t reflect.Type) *problem {
 			}
 		}
 	case '"':
-		w.str()
+		if _, _, why := w.str(); why != "" {
+			return notText(w.where(), why)
+		}
 	default: // a number, true, false or null
 		for w.i < len(w.data) && !isDelim(w.data[w.i]) {
 			w.i++
@@ -205,7 +231,10 @@ func (w *walker) object(t reflect.Type) *problem {
 			w.i++
 			return nil
 		}
-		raw, escaped := w.str()
+		raw, escaped, why := w.str()
+		if why != "" {
+			return notText(w.where(), "has a member name that "+why)
+		}
 		key := raw
 		if escaped {
 			key = []byte(unquote(raw))
@@ -250,20 +279,84 @@ func (w *walker) object(t reflect.Type) *problem {
 	}
 }
 
-// str reads a string at w.i and returns its raw contents and whether they
-// hold escapes.
-func (w *walker) str() ([]byte, bool) {
+// str reads a string at w.i and returns its raw contents, whether they
+// hold escapes, and, for a string that is not text, why (textReason).
+func (w *walker) str() (raw []byte, escaped bool, why string) {
 	w.i++ // '"'
-	start, escaped := w.i, false
+	start, high := w.i, false
 	for w.data[w.i] != '"' {
-		if w.data[w.i] == '\\' {
+		switch c := w.data[w.i]; {
+		case c == '\\':
 			escaped = true
 			w.i++
+		case c >= utf8.RuneSelf:
+			high = true
 		}
 		w.i++
 	}
 	w.i++
-	return w.data[start : w.i-1], escaped
+	raw = w.data[start : w.i-1]
+	if high || escaped {
+		why = textReason(raw)
+	}
+	return raw, escaped, why
+}
+
+// textReason says why the raw contents of a valid JSON string are not text
+// (bytes that are not UTF-8, or a \u escape of a UTF-16 surrogate without
+// its pair), at the first such spot, or returns "".
+func textReason(raw []byte) string {
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		switch {
+		case c == '\\' && raw[i+1] == 'u':
+			r := hex4(raw[i+2:])
+			i += 6
+			if !utf16.IsSurrogate(r) {
+				continue
+			}
+			if r < 0xdc00 && i+6 <= len(raw) && raw[i] == '\\' && raw[i+1] == 'u' {
+				if utf16.DecodeRune(r, hex4(raw[i+2:])) != utf8.RuneError {
+					i += 6
+					continue
+				}
+			}
+			return "holds a lone UTF-16 surrogate escape \\u" + strconv.FormatInt(int64(r), 16) + ", which is not text"
+		case c == '\\':
+			i += 2
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, n := utf8.DecodeRune(raw[i:])
+			if r == utf8.RuneError && n <= 1 {
+				return "is not valid UTF-8"
+			}
+			i += n
+		}
+	}
+	return ""
+}
+
+// hex4 reads the four hex digits of a \u escape in valid JSON.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}
+
+// notText is the 422 problem of a string at path that is not text.
+func notText(path []string, why string) *problem {
+	return invalid([]fieldError{{Pointer: pointer(path...), kind: TypeInvalidRequest, Detail: name(path) + " " + why}})
 }
 
 func (w *walker) space() {

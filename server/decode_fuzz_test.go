@@ -12,13 +12,15 @@ import (
 // token stream: it never panics; it accepts a body exactly when the body
 // is one valid JSON value that decodes into a take body, names only the
 // take body's fields (exact case, at the top level) and no key twice in
-// any object.
+// any object, and every string in it is text (decoding it yields no U+FFFD
+// that the body did not spell).
 func FuzzDecodeJSON(f *testing.F) {
 	for _, s := range []string{
 		`{"policy":"api","key":"k","cost":1}`, `{"items":[{"policy":"a","key":"b"}]}`,
 		`{"Policy":"api"}`, `{"key":"a","key":"b"}`, `{"cost":{"a":1,"a":2}}`, `{"k\u0065y":"a","key":"b"}`,
 		`{"cost":[1,{"x":[{},{"y":1,"y":2}]}]}`, `{} {}`, `{"policy":`, ` `, `[]`, `"x"`,
 		`{"cost":{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"a":10}}`,
+		"{\"key\":\"\xff\"}", `{"key":"\ud800"}`, `{"items":[{"\udc00":1}]}`, `{"key":"\ud83d\ude00\ufffd"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -41,6 +43,14 @@ func referenceOK(data []byte) bool {
 	var v takeBody
 	if json.Unmarshal(data, &v) != nil {
 		return false
+	}
+	var all any
+	if json.Unmarshal(data, &all) != nil {
+		return false
+	}
+	spelled := bytes.Count(data, []byte("\xef\xbf\xbd")) + bytes.Count(bytes.ToLower(data), []byte(`\ufffd`))
+	if countReplacement(all) > spelled {
+		return false // a string that is not text
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	fields := map[string]bool{"policy": true, "key": true, "cost": true, "items": true}

@@ -91,7 +91,10 @@
 // lease in one store operation: if a rate refuses, 429 TypeRateLimited and
 // nothing is taken. Renewing or releasing a lease that is not held (expired,
 // released, superseded) is 404 TypeLeaseNotHeld; a stale release never
-// frees a successor's permit.
+// frees a successor's permit. An id that is not one the API could have
+// issued (not base64url of [policy, key, holder, token] with identifiers
+// that follow the rule and a token of at least 1) is 422
+// TypeInvalidRequest pointing at #/path/id, and touches no store.
 //
 // # Adaptive calls (outbound.go)
 //

@@ -68,19 +68,21 @@ func FuzzRawText(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		sc := textScan{b: b}
-		_, bad := sc.scan()
 		if !json.Valid(b) {
 			return
 		}
+		p := textProblem(b, nil)
 		var v any
 		if err := json.Unmarshal(b, &v); err != nil {
 			return
 		}
 		spelled := bytes.Count(b, []byte("\xef\xbf\xbd")) + bytes.Count(bytes.ToLower(b), []byte(`\ufffd`))
 		decoded := countReplacement(v)
-		if (bad != "") != (decoded > spelled) {
-			t.Fatalf("%q: scan says %q; decoded %d U+FFFD, spelled %d", b, bad, decoded, spelled)
+		if (p != nil) != (decoded > spelled) {
+			t.Fatalf("%q: scan says %+v; decoded %d U+FFFD, spelled %d", b, p, decoded, spelled)
+		}
+		if p != nil && (p.Status != http.StatusUnprocessableEntity || len(p.Errors) != 1) {
+			t.Fatalf("%q: %+v is not one 422 field error", b, p)
 		}
 	})
 }

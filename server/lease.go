@@ -138,22 +138,48 @@ func leaseID(l store.Lease) string {
 	return base64.RawURLEncoding.EncodeToString(bytes.TrimSpace(b.Bytes()))
 }
 
-func parseLeaseID(id string) (store.Lease, bool) {
+// parseLeaseID reads an id leaseID made. For anything else it returns what
+// is wrong with it: not base64url, not the JSON array [policy, key,
+// holder, token], a policy name, key or holder that breaks the identifier
+// rule, or a token below 1 (every backend issues tokens from 1).
+func parseLeaseID(id string) (store.Lease, string) {
+	const want = "a lease id is the base64url (no padding) of the JSON array [policy, key, holder, token] that POST /v1/leases answered"
 	raw, err := base64.RawURLEncoding.DecodeString(id)
 	if err != nil {
-		return store.Lease{}, false
+		return store.Lease{}, "is not base64url without padding; " + want
 	}
 	var parts []json.RawMessage
-	if json.Unmarshal(raw, &parts) != nil || len(parts) != 4 {
-		return store.Lease{}, false
+	if !json.Valid(raw) || json.Unmarshal(raw, &parts) != nil || len(parts) != 4 {
+		return store.Lease{}, "does not decode to a JSON array of 4 values; " + want
+	}
+	if p := textProblem(raw, nil); p != nil {
+		return store.Lease{}, "holds a string that is not text; " + want
 	}
 	var l store.Lease
 	if json.Unmarshal(parts[0], &l.Name) != nil || json.Unmarshal(parts[1], &l.Key) != nil ||
-		json.Unmarshal(parts[2], &l.Holder) != nil || json.Unmarshal(parts[3], &l.Token) != nil ||
-		!leaseIDText(raw, l) {
-		return store.Lease{}, false
+		json.Unmarshal(parts[2], &l.Holder) != nil || json.Unmarshal(parts[3], &l.Token) != nil {
+		return store.Lease{}, "does not hold three strings and an integer token; " + want
 	}
-	return l, true
+	var ie *store.InvalidIDError
+	switch err := store.CheckLeaseKey(l.Name, l.Key); {
+	case errors.As(err, &ie):
+		field := ie.Field
+		if field == "name" {
+			field = "policy"
+		}
+		return store.Lease{}, "names a " + field + " that " + ie.Reason
+	case err != nil:
+		return store.Lease{}, "names a policy and key the lease store refuses: " + err.Error()
+	}
+	if err := store.CheckHolder(l.Holder); errors.As(err, &ie) {
+		return store.Lease{}, "names a holder that " + ie.Reason
+	} else if err != nil {
+		return store.Lease{}, "names a holder the lease store refuses: " + err.Error()
+	}
+	if l.Token < 1 {
+		return store.Lease{}, fmt.Sprintf("holds token %d; tokens start at 1", l.Token)
+	}
+	return l, ""
 }
 
 // listedLeaseJSON is a lease in GET /v1/leases answers: no id and no
@@ -325,23 +351,34 @@ func (s *Server) checkLeasePolicy(lv *live, errs *fieldErrs, policy string, path
 	return false
 }
 
+// leaseFromPath reads the lease id of a renew or release. An id that is
+// not one leaseID could have made is the caller's mistake, a 422 naming
+// what is wrong with it, and touches no store; a well-formed id of a
+// policy this server holds no concurrency policy by (one removed since, or
+// another server's) names no lease held here, a 404 (policy-removed for
+// one a reload removed).
 func (s *Server) leaseFromPath(lv *live, w http.ResponseWriter, r *http.Request, op string) (store.Lease, bool) {
-	l, ok := parseLeaseID(r.PathValue("id"))
-	if ok && s.checkLeasePolicy(lv, new(fieldErrs), l.Name) {
+	l, why := parseLeaseID(r.PathValue("id"))
+	if why != "" {
+		s.countLease(lv, "", op, leaseInvalid)
+		writeProblem(w, invalid([]fieldError{{Pointer: "#/path/id", kind: TypeInvalidRequest, Detail: "path parameter id " + why}}))
+		return store.Lease{}, false
+	}
+	if s.checkLeasePolicy(lv, new(fieldErrs), l.Name) {
 		if !s.holderOf(w, r, l) { // auth.go
 			s.countLease(lv, l.Name, op, leaseInvalid)
 			return store.Lease{}, false
 		}
 		return l, true
 	}
-	if ok && lv.policies[l.Name] == nil && lv.removed[l.Name] {
+	if lv.policies[l.Name] == nil && lv.removed[l.Name] {
 		s.countLease(lv, l.Name, op, leaseNotHeld)
 		writePolicyRemoved(w, l.Name)
 		return store.Lease{}, false
 	}
 	s.countLease(lv, l.Name, op, leaseNotHeld)
 	writeProblem(w, &problem{Type: TypeLeaseNotHeld, Title: "Lease not held", Status: http.StatusNotFound,
-		Detail: "no such lease: the id is not one this API issued"})
+		Detail: fmt.Sprintf("no such lease: the id names policy %q, which is not a concurrency policy of this server", truncate(l.Name, 64))})
 	return store.Lease{}, false
 }
 

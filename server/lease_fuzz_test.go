@@ -16,7 +16,8 @@ import (
 // as lease ids for renew and release: the server must never panic nor
 // answer 5xx (the store is in memory and healthy); a granted lease is 201
 // with an id and a token, whose renew and release then succeed; everything
-// else is a well-formed problem. The seed corpus is in
+// else is a well-formed problem, and an arbitrary id is a 422 at #/path/id
+// or a 404. The seed corpus is in
 // testdata/fuzz/FuzzLeaseRequest.
 func FuzzLeaseRequest(f *testing.F) {
 	lim, err := limiter.New(limiter.Config{Policies: leasePolicies})
@@ -76,7 +77,22 @@ func FuzzLeaseRequest(f *testing.F) {
 		if id == "" || id == "." || id == ".." {
 			return // not a path segment: the mux redirects to the cleaned path
 		}
-		do(t, http.MethodPost, "/v1/leases/"+id+"/renew", nil)
-		do(t, http.MethodDelete, "/v1/leases/"+id, nil)
+		// Nothing is held: an id is either not one the API issues (422,
+		// at #/path/id) or names a lease not held (404).
+		for _, op := range []struct{ method, target string }{
+			{http.MethodPost, "/v1/leases/" + id + "/renew"}, {http.MethodDelete, "/v1/leases/" + id},
+		} {
+			rec, out := do(t, op.method, op.target, nil)
+			switch rec.Code {
+			case http.StatusNotFound:
+			case http.StatusUnprocessableEntity:
+				errs, _ := out["errors"].([]any)
+				if len(errs) != 1 || errs[0].(map[string]any)["pointer"] != "#/path/id" {
+					t.Fatalf("%s %s: 422 not at #/path/id: %s", op.method, op.target, rec.Body)
+				}
+			default:
+				t.Fatalf("%s %s: status %d, want 404 or 422: %s", op.method, op.target, rec.Code, rec.Body)
+			}
+		}
 	})
 }

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
@@ -147,6 +148,9 @@ func TestLeaseAPIMixed(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code, "w still holds its lease")
 }
 
+// b64 is a lease id's encoding of raw.
+func b64(raw string) string { return base64.RawURLEncoding.EncodeToString([]byte(raw)) }
+
 func TestLeaseAPIErrors(t *testing.T) {
 	t.Parallel()
 	b := leaseSetup(t)
@@ -166,8 +170,19 @@ func TestLeaseAPIErrors(t *testing.T) {
 		{"trailing", "POST", "/v1/leases", `{"policy":"bulk","key":"k"} {}`, 400, server.TypeMalformedRequest, "after the JSON object"},
 		{"shadow item", "POST", "/v1/leases", `{"policy":"bulk","key":"k","items":[{"policy":"trial","key":"k"}]}`, 422, server.TypeInvalidRequest, "shadow"},
 		{"lease item", "POST", "/v1/leases", `{"policy":"bulk","key":"k","items":[{"policy":"jobs","key":"k"}]}`, 422, server.TypeInvalidRequest, "concurrency policy"},
-		{"bad id", "DELETE", "/v1/leases/not-an-id", "", 404, server.TypeLeaseNotHeld, "not one this API issued"},
-		{"bad renew id", "POST", "/v1/leases/WyJ4Il0/renew", "", 404, server.TypeLeaseNotHeld, ""},
+		{"bad id", "DELETE", "/v1/leases/not-an-id", "", 422, server.TypeInvalidRequest, "path parameter id is not base64url"},
+		{"bad renew id", "POST", "/v1/leases/WyJ4Il0/renew", "", 422, server.TypeInvalidRequest, "JSON array of 4 values"},
+		{"not an array", "DELETE", "/v1/leases/" + b64(`{"a":1}`), "", 422, server.TypeInvalidRequest, "JSON array of 4 values"},
+		{"token not an integer", "DELETE", "/v1/leases/" + b64(`["bulk","k","h","1"]`), "", 422, server.TypeInvalidRequest, "integer token"},
+		{"token 0", "DELETE", "/v1/leases/" + b64(`["bulk","k","h",0]`), "", 422, server.TypeInvalidRequest, "token 0; tokens start at 1"},
+		{"NUL in key", "DELETE", "/v1/leases/" + b64(`["bulk","a\u0000b","h",1]`), "", 422, server.TypeInvalidRequest, "key that contains control character U+0000"},
+		{"invalid UTF-8 holder", "DELETE", "/v1/leases/" + b64("[\"bulk\",\"k\",\"\xff\",1]"), "", 422, server.TypeInvalidRequest, "not text"},
+		{"lone surrogate", "DELETE", "/v1/leases/" + b64(`["bulk","k","\ud800",1]`), "", 422, server.TypeInvalidRequest, "not text"},
+		{"empty policy", "DELETE", "/v1/leases/" + b64(`["","k","h",1]`), "", 422, server.TypeInvalidRequest, "policy that is empty"},
+		{"long holder id", "DELETE", "/v1/leases/" + b64(`["bulk","k","`+strings.Repeat("h", 300)+`",1]`), "", 422, server.TypeInvalidRequest, "holder that is 300 bytes"},
+		{"unknown policy id", "DELETE", "/v1/leases/" + b64(`["nope","k","h",1]`), "", 404, server.TypeLeaseNotHeld, `policy "nope"`},
+		{"rate policy id", "POST", "/v1/leases/" + b64(`["api","k","h",1]`) + "/renew", "", 404, server.TypeLeaseNotHeld, "not a concurrency policy"},
+		{"unheld id", "DELETE", "/v1/leases/" + b64(`["bulk","k","h",1]`), "", 404, server.TypeLeaseNotHeld, "not held"},
 		{"list without key", "GET", "/v1/leases?policy=bulk", "", 422, server.TypeInvalidRequest, "key is required"},
 		{"list without policy", "GET", "/v1/leases?key=k", "", 422, server.TypeInvalidRequest, "2 concurrency policies"},
 		{"list rate policy", "GET", "/v1/leases?key=k&policy=api", "", 422, server.TypeInvalidRequest, "not concurrency"},

@@ -130,15 +130,57 @@ func (c *memCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(s.Refused))
 }
 
-// registerMemMetrics registers memCollector when the limiter's rate store
-// is an in-memory one.
-func (s *Server) registerMemMetrics(lim *limiter.Limiter) error {
-	st, ok := lim.Store().(memStats)
-	if !ok {
-		return nil
+// memSlotStats is what an in-memory slot store reports of its size and
+// bound (*memstore.Slots has it).
+type memSlotStats interface{ SlotStats() memstore.SlotStats }
+
+// memSlotCollector exports a memSlotStats store's bookings, bytes, bound
+// and refusals, reading SlotStats once per scrape.
+type memSlotCollector struct {
+	st                              memSlotStats
+	slots, bytes, maxBytes, refused *prometheus.Desc
+}
+
+func newMemSlotCollector(st memSlotStats) *memSlotCollector {
+	return &memSlotCollector{
+		st:       st,
+		slots:    prometheus.NewDesc("sluice_memstore_slot_bookings", "Slots the in-memory slot store holds (it never forgets one).", nil, nil),
+		bytes:    prometheus.NewDesc("sluice_memstore_slot_bytes", "Bytes the in-memory slot store's byte bound counts for its slots, window counters and config versions.", nil, nil),
+		maxBytes: prometheus.NewDesc("sluice_memstore_slot_max_bytes", "The in-memory slot store's byte bound.", nil, nil),
+		refused:  prometheus.NewDesc("sluice_memstore_slot_refused_total", "Bookings and config versions the in-memory slot store refused at its byte bound (answered 503).", nil, nil),
 	}
-	if err := s.reg.Register(newMemCollector(st)); err != nil {
-		return fmt.Errorf("server: register metrics: %w", err)
+}
+
+func (c *memSlotCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.slots, c.bytes, c.maxBytes, c.refused} {
+		ch <- d
+	}
+}
+
+func (c *memSlotCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.st.SlotStats()
+	ch <- prometheus.MustNewConstMetric(c.slots, prometheus.GaugeValue, float64(s.Slots))
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(s.Bytes))
+	ch <- prometheus.MustNewConstMetric(c.maxBytes, prometheus.GaugeValue, float64(s.MaxBytes))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(s.Refused))
+}
+
+// registerMemMetrics registers memCollector when the limiter's rate store
+// is an in-memory one, and memSlotCollector when the slot store is.
+func (s *Server) registerMemMetrics(lim *limiter.Limiter) error {
+	var cs []prometheus.Collector
+	if st, ok := lim.Store().(memStats); ok {
+		cs = append(cs, newMemCollector(st))
+	}
+	if s.slots != nil {
+		if st, ok := s.slots.Store().(memSlotStats); ok {
+			cs = append(cs, newMemSlotCollector(st))
+		}
+	}
+	for _, c := range cs {
+		if err := s.reg.Register(c); err != nil {
+			return fmt.Errorf("server: register metrics: %w", err)
+		}
 	}
 	return nil
 }

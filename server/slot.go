@@ -444,6 +444,13 @@ func (s *Server) slotError(w http.ResponseWriter, err error, config string) {
 	case errors.Is(err, store.ErrInvalidEvent), errors.Is(err, store.ErrInvalidSlotConfig), errors.Is(err, slot.ErrBatchTooLarge):
 		writeProblem(w, &problem{Type: TypeInvalidRequest, Title: "Invalid request", Status: http.StatusUnprocessableEntity,
 			Detail: strings.TrimPrefix(err.Error(), "store: ")})
+	case errors.Is(err, store.ErrTooManyKeys):
+		// An in-memory slot store at its byte bound: it never forgets a
+		// booking to make room.
+		s.log.Warn("server: slot store full", "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, &problem{Type: TypeStoreUnavailable, Title: "Slot store unavailable",
+			Status: http.StatusServiceUnavailable, Detail: "the slot store is full of bookings it must keep; no new event can be booked"})
 	default:
 		if errors.Is(err, context.Canceled) {
 			s.log.Debug("server: slot request cancelled by the client")

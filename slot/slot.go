@@ -46,8 +46,8 @@ type Event struct {
 // Config configures a Scheduler. Zero fields take the documented defaults.
 type Config struct {
 	// Store keeps configs, counters and slots. Nil means an in-memory
-	// store (store/memstore.Slots): one process, nothing kept across a
-	// restart.
+	// store (store/memstore.Slots) with its default byte bound: one
+	// process, nothing kept across a restart.
 	Store store.SlotStore
 	// Clock times the config cache. Nil means the real clock.
 	Clock clock.Clock
@@ -105,6 +105,10 @@ func New(cfg Config) (*Scheduler, error) {
 
 // MaxBatch is the most events one AssignBatch takes.
 func (s *Scheduler) MaxBatch() int { return s.maxBatch }
+
+// Store returns the slot store the scheduler books in (Config.Store, or
+// the in-memory one New made).
+func (s *Scheduler) Store() store.SlotStore { return s.st }
 
 // PutConfig stores cfg as the next version of its name, makes it active,
 // and caches it.

@@ -307,18 +307,35 @@ func FreshAt(l Limit, s State) int64 {
 // PostgreSQL may keep the row, zeroed), so that a key read under another
 // algorithm of the same name after a policy reload reads alike on all.
 //
-// What it does not cover: a state that becomes fresh later, with no write.
-// Redis expires such a key at that instant; memstore, SQLite and
-// PostgreSQL keep the state until a sweep or Cleanup. Read under the same
-// limit both are a fresh key; read under another algorithm they may differ
-// (a fixed window's count just after its end is, to a sliding window of
-// the same name, the previous window's).
+// A state that becomes fresh later, with no write, is absent from then on
+// (Live): Redis may expire it at that instant, memstore, SQLite and
+// PostgreSQL keep it until a sweep or Cleanup, and every backend reads it
+// as nothing either way.
 func Kept(l Limit, s State, now int64) (State, int64) {
 	fa := FreshAt(l, s)
 	if fa <= now {
 		return State{}, 0
 	}
 	return s, fa
+}
+
+// Live returns the state a backend reads at now for a stored state s whose
+// writer fixed its fresh time at fa (FreshAt under the limit that wrote
+// it, as Kept returns it): s while fa is after now, and the zero State, a
+// fresh key, from fa on. Every backend reads stored state through it and
+// so keeps fa beside the state (memstore's cells, the fresh_at columns of
+// SQLite and PostgreSQL, the fourth number of a Redis window value). The
+// check matters only across algorithms of one name (a policy reload):
+// under its writer's limit, a state whose fresh time has passed already
+// reads as a fresh key; under another it need not (a fixed window's count
+// just after its end is, to a sliding window, the previous window's, and
+// the counts a GCRA take keeps beside its TAT would outlive the window
+// that counted them).
+func Live(s State, fa, now int64) State {
+	if fa <= now {
+		return State{}
+	}
+	return s
 }
 
 // NowMicros returns a params' Now as Unix microseconds, or 0 when it is

@@ -104,8 +104,9 @@ slot API (POST /api/v1/slots, /api/v1/slots/batch, GET /api/v1/slots/{eventId},
 Without --config, serve enforces one built-in policy, "default": GCRA,
 100 per second, bursts of 100. Rate state lives in memory unless --state
 names a shared store (Redis, PostgreSQL) or a SQLite file. With a shared
-store every decision waits at most --store-timeout (default 1s); a call
-that times out is denied, and the store is held down, with each policy's
+store each call's deadline follows the store's latency (4 x its p99),
+from --store-timeout (default 1s) up to 10 times it; a call that times out
+is denied, and the store is held down, with each policy's
 on_store_outage mode deciding, only on connection errors or on timeouts
 sustained across a window (3 within 5s, at least half the calls). Outage
 answers carry a Sluice-Outage header and an "outage" body field. Records (used by slots and jobs) go
@@ -166,7 +167,7 @@ command line wins.`,
 	fs.StringVar(&f.db, "db", DefaultDB,
 		"records database `URL` (env SLUICE_DB): sqlite:PATH or postgres://...")
 	fs.DurationVar(&f.storeTimeout, "store-timeout", guard.DefaultTimeout,
-		"longest a decision waits for a shared store (env SLUICE_STORE_TIMEOUT); a call past it is denied, and the store is held down (outage modes decide) only on connection errors or timeouts sustained across a window")
+		"shortest deadline of a call to a shared store (env SLUICE_STORE_TIMEOUT); the deadline follows the store's latency (4 x p99) up to 10 times this; a call past it is denied, and the store is held down (outage modes decide) only on connection errors or timeouts sustained across a window")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error (env SLUICE_LOG_LEVEL)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json (env SLUICE_LOG_FORMAT)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second,

@@ -2,10 +2,25 @@
 // or down, and tells a store that is down from one that was slow once.
 //
 // A guard.Store wraps a shared store.RateStore (Redis, PostgreSQL) and gives
-// every call a deadline (Config.Timeout, default 1s: generous, because a
-// call that times out is denied). The guard waits for the store no longer
-// than that deadline, even if the backend takes longer to give the call up.
+// every call a deadline. The guard waits for the store no longer than that
+// deadline, even if the backend takes longer to give the call up.
 //
+// # The deadline adapts
+//
+// A call that times out is denied, so the deadline must hold for a slow but
+// healthy store: it follows the latency the store shows. It is
+// Config.TimeoutFactor (4) times the 99th percentile latency of the last
+// 1024 calls the store answered, never below Config.Timeout (the floor,
+// default 1s) nor above Config.MaxTimeout (default 10 times the floor). It
+// rises as soon as it is recomputed (every 64 answers) and comes down by
+// at most half each time. So a store that grows slower keeps answering
+// within its deadline and is never declared down while its latency grows
+// no faster than the deadline follows; one whose calls all take longer
+// than the deadline it earned is, as a dead one is. Timeouts do not
+// lengthen the deadline, so a store that goes silent is found out within
+// it, and a probe of a store held down gets the floor. MaxTimeout equal to
+// Timeout fixes the deadline.
+
 // # Health, not latency
 //
 // The store is declared down
@@ -18,7 +33,7 @@
 //
 // One slow call never declares it down. A call that times out while the
 // store is not down is answered with store.FallbackTimeout: denied, in
-// every outage mode, with RetryAfter one Timeout. The store may still apply
+// every outage mode, with RetryAfter one deadline. The store may still apply
 // such a call, so admitting it (fail_open, or local on top of the shared
 // grants) could exceed the limit while the store is up.
 //
@@ -90,13 +105,25 @@ const (
 	// DefaultMinTimeouts is how many calls must have timed out since the
 	// last answer.
 	DefaultMinTimeouts = 3
+	// DefaultTimeoutFactor multiplies the 99th percentile latency into the
+	// deadline.
+	DefaultTimeoutFactor = 4
+	// DefaultMaxTimeoutRatio is the default MaxTimeout over Timeout.
+	DefaultMaxTimeoutRatio = 10
 )
 
 // Config configures a Store. Zero fields take the documented defaults.
 type Config struct {
-	// Timeout bounds every call to the shared store. Zero means
-	// DefaultTimeout (1s).
+	// Timeout is the floor of every call's deadline (see "The deadline
+	// adapts"). Zero means DefaultTimeout (1s).
 	Timeout time.Duration
+	// MaxTimeout is the ceiling of the deadline: the longest a decision
+	// waits for the store. Zero means DefaultMaxTimeoutRatio (10) times
+	// Timeout; equal to Timeout, the deadline is fixed.
+	MaxTimeout time.Duration
+	// TimeoutFactor multiplies the 99th percentile latency of recent
+	// answers into the deadline. Zero means DefaultTimeoutFactor (4).
+	TimeoutFactor int
 	// Window and MinTimeouts say when timeouts declare the store down: when
 	// no call has been answered for Window and at least MinTimeouts calls
 	// have timed out since the last answer. So a stall shorter than Window
@@ -134,8 +161,6 @@ const (
 	MaxBackoff = 250 * time.Millisecond
 )
 
-const ()
-
 // outcome is what one store call says about the store's health.
 type outcome uint8
 
@@ -152,7 +177,7 @@ const (
 type Store struct {
 	primary     store.RateStore
 	local       store.RateStore
-	timeout     time.Duration
+	dl          *deadline // deadline.go
 	window      time.Duration
 	minTimeouts int
 	def         store.Outage
@@ -186,6 +211,12 @@ func New(primary store.RateStore, cfg Config) (*Store, error) {
 	if cfg.Window < 0 {
 		return nil, fmt.Errorf("guard: window must be >= 0, got %s", cfg.Window)
 	}
+	if cfg.MaxTimeout < 0 || cfg.MaxTimeout > 0 && cfg.MaxTimeout < cmpOr(cfg.Timeout, DefaultTimeout) {
+		return nil, fmt.Errorf("guard: max timeout must be 0 or at least the timeout (%s), got %s", cmpOr(cfg.Timeout, DefaultTimeout), cfg.MaxTimeout)
+	}
+	if cfg.TimeoutFactor < 0 {
+		return nil, fmt.Errorf("guard: timeout factor must be >= 0, got %d", cfg.TimeoutFactor)
+	}
 	if cfg.MinTimeouts < 0 {
 		return nil, fmt.Errorf("guard: min timeouts must be >= 0, got %d", cfg.MinTimeouts)
 	}
@@ -197,10 +228,11 @@ func New(primary store.RateStore, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("guard: limit %q: %w", name, err)
 		}
 	}
+	floor := cmpOr(cfg.Timeout, DefaultTimeout)
 	s := &Store{
 		primary:     primary,
 		local:       cfg.Local,
-		timeout:     cmpOr(cfg.Timeout, DefaultTimeout),
+		dl:          newDeadline(floor, cmpOr(cfg.MaxTimeout, DefaultMaxTimeoutRatio*floor), cmpOr(cfg.TimeoutFactor, DefaultTimeoutFactor)),
 		window:      cmpOr(cfg.Window, DefaultWindow),
 		minTimeouts: cmpOr(cfg.MinTimeouts, DefaultMinTimeouts),
 		def:         cfg.Default,
@@ -233,8 +265,9 @@ func cmpOr[T comparable](v, def T) T {
 // down, or has answered since.
 func (s *Store) Healthy() bool { return !s.down.Load() }
 
-// Timeout is the deadline of each call to the store.
-func (s *Store) Timeout() time.Duration { return s.timeout }
+// Timeout is the deadline of the next call to the store (it adapts: see
+// the package doc).
+func (s *Store) Timeout() time.Duration { return s.dl.get() }
 
 func (s *Store) outage(name string) store.Outage {
 	if o, ok := s.limits[name]; ok {
@@ -355,7 +388,12 @@ func call[T any](s *Store, ctx context.Context, f func(ctx context.Context) (T, 
 	if !s.usable() {
 		return zero, verdict{reason: store.FallbackStoreDown}
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	d := s.dl.get()
+	if s.down.Load() {
+		d = time.Duration(s.dl.floor) // a probe: the floor
+	}
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	type answer struct {
 		r   T
@@ -374,7 +412,11 @@ func call[T any](s *Store, ctx context.Context, f func(ctx context.Context) (T, 
 		// request, a dead socket); its answer no longer matters.
 		a.err = cctx.Err()
 	}
-	return a.r, s.judge(ctx, cctx, a.err)
+	v := s.judge(ctx, cctx, a.err)
+	if v.ok && v.err == nil || v.ok && requestError(v.err) {
+		s.dl.observe(time.Since(start))
+	}
+	return a.r, v
 }
 
 // judge turns a store call's error into a verdict and updates the health
@@ -447,7 +489,7 @@ func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, err
 		return store.Result{}, err
 	}
 	if v.reason == store.FallbackTimeout {
-		return denied(p.Limit, s.timeout, v, o.Mode), nil
+		return denied(p.Limit, s.dl.get(), v, o.Mode), nil
 	}
 	switch o.Mode {
 	case store.FailOpen:
@@ -511,7 +553,7 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 		switch {
 		case v.reason == store.FallbackTimeout:
 			closed = true
-			out.Results[i] = denied(it.Limit, s.timeout, v, o.Mode)
+			out.Results[i] = denied(it.Limit, s.dl.get(), v, o.Mode)
 		case o.Mode == store.FailOpen:
 			out.Results[i] = store.Result{Allowed: true, Limit: it.Limit.Max(), Fallback: v.reason, FallbackMode: o.Mode}
 		case o.Mode == store.FailLocal:

@@ -234,6 +234,10 @@ func TestNewValidates(t *testing.T) {
 	require.Error(t, err)
 	_, err = guard.New(memstore.New(memstore.Config{}), guard.Config{Timeout: -1})
 	require.ErrorContains(t, err, "timeout")
+	_, err = guard.New(memstore.New(memstore.Config{}), guard.Config{Timeout: time.Second, MaxTimeout: time.Millisecond})
+	require.ErrorContains(t, err, "max timeout")
+	_, err = guard.New(memstore.New(memstore.Config{}), guard.Config{TimeoutFactor: -1})
+	require.ErrorContains(t, err, "timeout factor")
 	_, err = guard.New(memstore.New(memstore.Config{}), guard.Config{Limits: map[string]store.Outage{"x": {Mode: store.FailLocal, Share: 2}}})
 	require.ErrorContains(t, err, `limit "x"`)
 }

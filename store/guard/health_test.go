@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,4 +206,84 @@ func TestFallbacksAreLoggedRateLimited(t *testing.T) {
 	require.Contains(t, out, "reason=store_down")
 	require.Equal(t, 1, strings.Count(out, "answers again"), out)
 	require.NotContains(t, out, "secret-key", "keys are never logged")
+}
+
+// slow answers every Take after its latency (0 until set), unless its
+// context ends first.
+type slow struct {
+	store.RateStore
+	latency atomic.Int64 // ns
+}
+
+func (s *slow) Take(ctx context.Context, p store.TakeParams) (store.Result, error) {
+	if d := time.Duration(s.latency.Load()); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+		// Too late, whichever came first. (ctx.Err may lag behind the
+		// deadline on a loaded machine: the deadline itself says.)
+		if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && !time.Now().Before(dl) {
+			return store.Result{}, context.DeadlineExceeded
+		}
+	}
+	return s.RateStore.Take(ctx, p)
+}
+
+// TestSlowButHealthyStoreIsNeverDown: a store whose latency grows from
+// three quarters of the deadline's floor to one and a half times it,
+// answering every call, keeps a deadline above its latency (4 x p99: at
+// least three floors) and is never declared down, though the guard's
+// clock (which times the health window) moves a tenth of a second per
+// call; with the deadline fixed at the floor, the same store is.
+func TestSlowButHealthyStoreIsNeverDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const floor = 4 * time.Millisecond
+	for _, fixed := range []bool{false, true} {
+		st := &slow{RateStore: memstore.New(memstore.Config{})}
+		clk := clocktest.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+		cfg := guard.Config{Timeout: floor, MaxTimeout: 10 * time.Second, Clock: clk,
+			Default: store.Outage{Mode: store.FailOpen}}
+		if fixed {
+			cfg.MaxTimeout = cfg.Timeout
+		}
+		g, err := guard.New(st, cfg)
+		require.NoError(t, err)
+		l := store.Limit{Name: "x", Rate: 1000, Period: time.Second}
+		// One quick answer, then 128 at three quarters of the floor: the
+		// deadline learns the latency (4 x p99, at least three floors;
+		// with the fixed deadline, one). The guard's clock stands still,
+		// so no timeout a loaded machine may cause here adds up to an
+		// outage.
+		_, err = g.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
+		require.NoError(t, err)
+		st.latency.Store(int64(floor * 3 / 4))
+		for i := range 128 {
+			r, err := g.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
+			require.NoError(t, err)
+			require.NotEqual(t, store.FallbackStoreDown, r.Fallback, "call %d at half the floor", i)
+		}
+		st.latency.Store(int64(floor * 3 / 2)) // above the floor
+		answered := 0
+		for i := range 60 { // 6s on the guard's clock: three windows
+			clk.Advance(100 * time.Millisecond)
+			r, err := g.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
+			require.NoError(t, err)
+			if r.Fallback == store.NoFallback {
+				answered++
+			}
+			if !fixed {
+				require.NotEqual(t, store.FallbackStoreDown, r.Fallback, "call %d: a slow store answering is not down (deadline %s)", i, g.Timeout())
+			}
+		}
+		if fixed {
+			require.Zero(t, answered, "every call times out at the fixed floor")
+			require.False(t, g.Healthy(), "a fixed deadline declares the slow store down")
+			continue
+		}
+		require.True(t, g.Healthy())
+		require.Positive(t, answered)
+		require.GreaterOrEqual(t, g.Timeout(), 3*floor, "the deadline follows the latency")
+	}
 }

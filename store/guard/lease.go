@@ -147,12 +147,12 @@ func (l *Leases) TakeAllAcquire(ctx context.Context, p store.TakeAllAcquireParam
 }
 
 // WatchLease implements store.LeaseWatcher. Setting up the watch is bounded
-// by the guard's timeout; the watch itself lives until stop.
+// by the guard's deadline; the watch itself lives until stop.
 func (l *Leases) WatchLease(ctx context.Context, name, key string) (ch <-chan struct{}, stop func(), err error) {
 	if !l.g.usable() {
 		return nil, nil, fmt.Errorf("%w: waiting %s before trying it again", ErrUnavailable, l.g.retryIn())
 	}
-	cctx, cancel := context.WithTimeout(ctx, l.g.timeout)
+	cctx, cancel := context.WithTimeout(ctx, l.g.dl.get())
 	defer cancel()
 	ch, stop, err = l.w.WatchLease(cctx, name, key)
 	switch {

@@ -119,17 +119,35 @@ func TestAlgorithmChangeReplacesCell(t *testing.T) {
 	require.Equal(t, int64(dead), old.time.Load(), "the replaced cell is dead")
 	require.Equal(t, 1, s.Len())
 
-	// Back to GCRA: the decision moves only the time and keeps the
-	// window's count (store.Eval, as every backend), so the key stays in
-	// a locked cell ...
+	// Back to GCRA while the window is live (it ends at base+1h): the
+	// decision moves only the time and keeps the window's count
+	// (store.Eval, as every backend), so the key stays in a locked cell ...
+	g3 := store.Limit{Name: "n", Rate: 1, Period: time.Hour, Burst: 3}
+	res, err = s.Take(ctx, store.TakeParams{Key: "k", Limit: g3, Cost: 1, Now: base.Add(30 * time.Minute)})
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	require.Equal(t, int64(3), res.Limit)
+	require.False(t, s.shard(h).get(h, "n", "k").gcra(), "the window's count rides along")
+	require.Equal(t, 1, s.Len())
+
+	// ... until the state is fresh under the GCRA take that wrote it (its
+	// TAT, base+2h, has passed): it reads as nothing (store.Live), and the
+	// next GCRA decision stores a bare TAT in a lock-free cell again.
 	res, err = s.Take(ctx, store.TakeParams{Key: "k", Limit: g, Cost: 1, Now: base.Add(3 * time.Hour)})
 	require.NoError(t, err)
 	require.True(t, res.Allowed)
 	require.Equal(t, int64(1), res.Limit)
-	require.False(t, s.shard(h).get(h, "n", "k").gcra(), "the window's count rides along")
+	require.True(t, s.shard(h).get(h, "n", "k").gcra(), "nothing carried once the state was fresh")
 	require.Equal(t, 1, s.Len())
 
-	// ... until nothing is carried: after a reset, lock-free takes resume.
+	// Back to the window, and back to GCRA while it is live: a locked cell.
+	_, err = s.Take(ctx, store.TakeParams{Key: "k", Limit: w, Cost: 1, Now: base.Add(3 * time.Hour)})
+	require.NoError(t, err)
+	_, err = s.Take(ctx, store.TakeParams{Key: "k", Limit: g3, Cost: 1, Now: base.Add(3 * time.Hour)})
+	require.NoError(t, err)
+	require.False(t, s.shard(h).get(h, "n", "k").gcra())
+
+	// A reset carries nothing either, lock-free takes resume.
 	require.NoError(t, s.Reset(ctx, store.ResetParams{Key: "k", Limit: g}))
 	res, err = s.Take(ctx, store.TakeParams{Key: "k", Limit: g, Cost: 1, Now: base.Add(4 * time.Hour)})
 	require.NoError(t, err)

@@ -13,7 +13,9 @@
 //
 // Time is the process clock: the real one is read as wall time at New plus
 // monotonic time since, which never runs backwards; any other clock is
-// clamped per shard so that it never does either. A key is dropped only once its state equals a fresh key's (a
+// clamped per shard so that it never does either. A key's state reads as
+// nothing once it is fresh under the limit that wrote it (store.Live), swept
+// yet or not. A key is dropped only once its state equals a fresh key's (a
 // GCRA key whose TAT has passed, a window key whose windows have ended), so
 // eviction never hands out budget. Under a flood of unique keys the store
 // sweeps such keys away as it grows; if MaxKeys keys, or keys of MaxBytes
@@ -210,6 +212,17 @@ func (sh *shard) decideNow(override, t int64) int64 {
 
 func (sh *shard) get(h uint64, name, key string) *cell { return sh.t.find(h, name, key) }
 
+// read freezes c (nil for none) in a locked shard and returns its state
+// twice: as stored, to unfreeze it with, and as the caller's working copy,
+// which it turns into what the key reads at the decision's instant
+// (store.Live) once it knows that instant.
+func (sh *shard) read(c *cell) (stored, st store.State) {
+	if c != nil {
+		stored = c.freeze()
+	}
+	return stored, stored
+}
+
 // lockedNow returns the time a locked shard decides at on the key whose
 // cell c (nil for none) it has just frozen; t is the clock read before the
 // lock. A lock-free decision reads the real clock before it swaps its TAT
@@ -257,17 +270,17 @@ func (s *Store) Take(_ context.Context, p store.TakeParams) (store.Result, error
 	}
 	sh.mu.Lock()
 	c := sh.get(h, p.Limit.Name, p.Key)
-	var st store.State
-	if c != nil {
-		st = c.freeze()
-	}
+	stored, st := sh.read(c)
 	now := s.lockedNow(sh, c, override, t)
+	if c != nil {
+		st = store.Live(stored, c.freshOf(stored), now)
+	}
 	before := st
 	err := store.Eval(&p.Limit, &st, now, p.Cost, p.MaxDelay, &res)
 	if err == nil && st != before {
 		err = sh.put(h, c, &p.Limit, p.Key, st, now, &s.lim)
 	} else if c != nil {
-		c.unfreeze(before)
+		c.unfreeze(stored)
 	}
 	sh.mu.Unlock()
 	if err != nil {
@@ -327,17 +340,17 @@ func (s *Store) DecidePrepared(key string, l *store.Prepared, cost int64) (res s
 	}
 	sh.mu.Lock()
 	c := sh.get(h, name, key)
-	var st store.State
-	if c != nil {
-		st = c.freeze()
-	}
+	stored, st := sh.read(c)
 	now := s.lockedNow(sh, c, 0, t)
+	if c != nil {
+		st = store.Live(stored, c.freshOf(stored), now)
+	}
 	before := st
 	err = l.Eval(&st, now, cost, 0, &res)
 	if err == nil && st != before {
 		err = sh.putFresh(h, c, name, key, gcra, st, l.FreshAt(&st), now, &s.lim)
 	} else if c != nil {
-		c.unfreeze(before)
+		c.unfreeze(stored)
 	}
 	sh.mu.Unlock()
 	if err != nil {
@@ -549,7 +562,8 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 	// see each other's charges.
 	type held struct {
 		c      *cell
-		before store.State
+		stored store.State // as frozen, to unfreeze with
+		before store.State // as read at now (store.Live)
 		st     store.State
 		by     *store.Limit // the limit of the last item that changed st
 	}
@@ -557,7 +571,7 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 	thawAll := func() {
 		for _, hc := range cells {
 			if hc.c != nil {
-				hc.c.unfreeze(hc.before)
+				hc.c.unfreeze(hc.stored)
 			}
 		}
 	}
@@ -569,10 +583,9 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 		}
 		hc := &held{c: s.shard(hs[i]).get(hs[i], it.Limit.Name, it.Key)}
 		if hc.c != nil {
-			hc.before = hc.c.freeze()
+			hc.stored = hc.c.freeze()
 			refresh = refresh || hc.c.gcra()
 		}
-		hc.st = hc.before
 		cells[r] = hc
 	}
 	if refresh && override == 0 && s.real {
@@ -580,6 +593,12 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 		for _, i := range order {
 			s.shards[i].last = now
 		}
+	}
+	for _, hc := range cells {
+		if hc.c != nil {
+			hc.before = store.Live(hc.stored, hc.c.freshOf(hc.stored), now)
+		}
+		hc.st = hc.before
 	}
 	out := store.AllResult{Allowed: true, Results: make([]store.Result, len(p.Items))}
 	for i, it := range p.Items {
@@ -625,7 +644,7 @@ func (s *Store) TakeAll(_ context.Context, p store.TakeAllParams) (store.AllResu
 			done[r] = true
 			if hc.st == hc.before {
 				if hc.c != nil {
-					hc.c.unfreeze(hc.before)
+					hc.c.unfreeze(hc.stored)
 				}
 				continue
 			}
@@ -654,11 +673,11 @@ func (s *Store) update(key string, l store.Limit, override int64, f func(cur sto
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	c := sh.get(h, l.Name, key)
-	var cur store.State
-	if c != nil {
-		cur = c.freeze()
-	}
+	stored, cur := sh.read(c)
 	now := s.lockedNow(sh, c, override, t)
+	if c != nil {
+		cur = store.Live(stored, c.freshOf(stored), now)
+	}
 	ns, err := f(cur, now)
 	put := err == nil && ns != cur
 	if put {
@@ -667,7 +686,7 @@ func (s *Store) update(key string, l store.Limit, override int64, f func(cur sto
 		err = sh.put(h, c, &l, key, ns, now, &s.lim)
 	}
 	if (!put || err != nil) && c != nil {
-		c.unfreeze(cur)
+		c.unfreeze(stored)
 	}
 	if err != nil {
 		return store.Result{}, err

@@ -98,6 +98,15 @@ func (c *cell) unfreeze(st store.State) {
 	c.thaw(st, fa)
 }
 
+// freshOf returns the fresh time of st, the state freeze returned for this
+// cell: a window cell's own, a GCRA cell's TAT.
+func (c *cell) freshOf(st store.State) int64 {
+	if w := c.win; w != nil {
+		return w.freshAt
+	}
+	return st.Time
+}
+
 // freshTime returns, under the lock, when the cell equals a fresh key and
 // so may be dropped (a GCRA cell only by kill, which checks it is still so).
 func (c *cell) freshTime() int64 {

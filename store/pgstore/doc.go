@@ -30,7 +30,11 @@
 // move fresh_at a minute beyond the true time, and only when the true time
 // passes it, so that most decisions update the row in place (a HOT update,
 // no index writes). A write that leaves a state fresh already stores zeros
-// (store.Kept, migration 0005), as Redis and memstore drop the key.
+// (store.Kept, migration 0005), as Redis and memstore drop the key. The
+// column exact_fresh_at (migration 0008, not indexed) holds the exact time,
+// under the limit that wrote the state, from which the row reads as
+// nothing (store.Live), deleted yet or not; a row written before 0008 has
+// none and reads through fresh_at.
 //
 // Build the pool with ConfigurePool, so that a call whose context ends (a
 // store timeout) is cancelled on the server with a cancel request and its

@@ -337,3 +337,36 @@ func FuzzDifferential(f *testing.F) {
 	storetest.FuzzDifferential(f, func(*testing.T) store.RateStore { return b.store },
 		func() store.RateStore { return memstore.New(memstore.Config{}) })
 }
+
+// TestRowsOfOlderVersions reads rows written before migration 0008, which
+// have no exact_fresh_at: as they are until their fresh_at (an upper bound),
+// and as nothing from then on, as Cleanup may delete them.
+func TestRowsOfOlderVersions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	// A fixed window of [0, 50ms) counted 4; the old code set fresh_at a
+	// minute past its end.
+	end := t0.Add(50 * time.Millisecond).UnixMicro()
+	_, err := b.pool.Exec(ctx, `INSERT INTO sluice_rate_state (name, key, t, count, prev, fresh_at)
+VALUES ('old', 'k', $1, 4, 0, $2)`, end, end+60_000_000)
+	require.NoError(t, err)
+	sliding := store.Limit{Name: "old", Algorithm: store.SlidingWindow, Rate: 4, Period: 50 * time.Millisecond}
+	// At 60ms a sliding window reads the count as its previous window's.
+	res, err := b.store.Take(ctx, store.TakeParams{Key: "k", Limit: sliding, Now: t0.Add(60 * time.Millisecond)})
+	require.NoError(t, err)
+	require.Zero(t, res.Remaining, "read as it is before fresh_at")
+	// Once fresh_at has passed, the row is nothing.
+	fixed := store.Limit{Name: "old", Algorithm: store.FixedWindow, Rate: 4, Period: 50 * time.Millisecond}
+	gcra := store.Limit{Name: "old", Algorithm: store.GCRA, Rate: 1, Period: time.Minute, Burst: 1}
+	at := time.UnixMicro(end + 60_000_000)
+	res, err = b.store.Take(ctx, store.TakeParams{Key: "k", Limit: gcra, Cost: 1, Now: at})
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	res, err = b.store.Take(ctx, store.TakeParams{Key: "k", Limit: fixed, Cost: 4, Now: at})
+	require.NoError(t, err)
+	require.True(t, res.Allowed, "the old count is gone with its fresh_at: %+v", res)
+	var exact int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT exact_fresh_at FROM sluice_rate_state WHERE name = 'old' AND key = 'k'").Scan(&exact))
+	require.Equal(t, res.At+res.ResetAfter.Microseconds(), exact, "a write sets the exact fresh time")
+}

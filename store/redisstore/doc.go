@@ -30,7 +30,12 @@
 //
 //	<prefix>rate:{K}:N            for example  sluice:rate:{acct42}:binance-weight
 //
-// holding "T" or "T C P" (store.State's Time, Count and Prev, in decimal).
+// holding "T" (a TAT with no counts) or "T C P F" (store.State's Time,
+// Count and Prev, and F the state's fresh time under the limit that wrote
+// it, store.FreshAt), in decimal. From F on the state reads as nothing
+// (store.Live), as on every backend, whether or not Redis has expired the
+// key yet. A "T C P" that an older version wrote reads as it is until it
+// expires.
 // The prefix is Config.Prefix ("sluice:" by default). In K, the bytes
 // '%', '{' and '}' are percent-encoded (%25, %7B, %7D); in N, '%' and ':'
 // are, so that no two (name, key) pairs share a Redis key.

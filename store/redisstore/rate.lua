@@ -44,9 +44,13 @@
 -- nothing is written then. In a 'b' reply a failed take's item is {code,
 -- 0, 0, 0, 0} and the other takes stand.
 --
--- State is stored as a string: "t" or "t c p" (store.State's Time, Count,
--- Prev). A key whose state is fresh is deleted; otherwise it expires when
--- its state would become fresh (store.FreshAt).
+-- State is stored as a string: "t" (a TAT with no counts, fresh at t) or
+-- "t c p f" (store.State's Time, Count and Prev, and f the FreshAt under the
+-- limit that wrote it). A key whose state is fresh is deleted; otherwise it
+-- expires when its state would become fresh (store.FreshAt), rounded up to
+-- a millisecond, and reads as nothing from f on (store.Live), expired yet
+-- or not. A value "t c p" that an older version wrote has no f: it reads
+-- as it is until Redis expires it.
 
 local op = ARGV[1]
 
@@ -173,7 +177,7 @@ local function put(k, fa, t, c, p, now, override)
 	if c == 0 and p == 0 then
 		v = t -- a number, which Redis writes exactly below 2^53
 	else
-		v = string.format('%.0f %.0f %.0f', t, c, p)
+		v = string.format('%.0f %.0f %.0f %.0f', t, c, p, fa)
 	end
 	if override then
 		local ms = fdiv(fa - now + 999, 1000)
@@ -389,16 +393,31 @@ local function decide(alg, x, y, t, c, p, now, cost, md)
 	return 1, lim - est - cost, 0, reset, 0, e, ncur, prev
 end
 
-local function load(k)
+-- load returns the state of k as it reads at now (store.Live: nothing
+-- once its fresh time has passed) and that fresh time (0 for nothing;
+-- EXACT for a value of an older version, which carries none).
+local function load(k, now)
 	local v = redis.call('GET', k)
 	if not v then
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	end
+	local t, c, p, fa
 	if not string.find(v, ' ', 1, true) then
-		return tonumber(v), 0, 0
+		t, c, p = tonumber(v), 0, 0
+		fa = t
+	else
+		t, c, p, fa = string.match(v, '^(%-?%d+) (%d+) (%d+) (%-?%d+)$')
+		if t then
+			t, c, p, fa = tonumber(t), tonumber(c), tonumber(p), tonumber(fa)
+		else
+			t, c, p = string.match(v, '^(%-?%d+) (%d+) (%d+)$')
+			t, c, p, fa = tonumber(t), tonumber(c), tonumber(p), EXACT
+		end
 	end
-	local t, c, p = string.match(v, '^(%-?%d+) (%d+) (%d+)$')
-	return tonumber(t), tonumber(c), tonumber(p)
+	if fa <= now then
+		return 0, 0, 0, 0
+	end
+	return t, c, p, fa
 end
 
 -- fresh returns store.FreshAt of a state, and whether the state can be
@@ -436,7 +455,7 @@ if op == 'g' or (op == 't' and #KEYS == 1) then
 	else
 		alg, x, y, cost, md = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[3])
 	end
-	local t, c, p = load(k)
+	local t, c, p = load(k, now)
 	local ok, rem, retry, reset, delay, nt, nc, np = decide(alg, x, y, t, c, p, now, cost, md)
 	if ok == -2 then
 		return { now, -2 }
@@ -457,7 +476,7 @@ end
 if op == 's' or op == 'y' then
 	local k = KEYS[1]
 	local alg, x, y = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-	local t, c, p = load(k)
+	local t, c, p = load(k, now)
 	local nt, nc, np = t, c, p
 	if op == 's' then
 		local d, rend = tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -546,23 +565,29 @@ end
 
 -- Several keys ('t' all or nothing, or 'b'): each key's state is loaded
 -- once and kept in st[k] = {t, c, p, changed, fa, now, override, t0, c0,
--- p0}: fa is FreshAt under the limit of the last take that changed it (it
--- decides the expiry, as in memstore), now and override that take's
--- instant, and t0, c0, p0 the state as loaded.
+-- p0}: fa is its FreshAt, as loaded or under the limit of the last take
+-- that changed it (it decides the expiry, as in memstore), now and
+-- override that take's instant, and t0, c0, p0 the state as loaded (at
+-- the first take's instant: a 't' call has one).
 local st = {}
 
--- take decides one item against the state of its key and, when allowed and
--- in range, applies it. It returns an item: allowed (or -2), remaining,
--- reset after, retry after, delay.
+-- take decides one item against the state of its key, as it reads at now
+-- (store.Live: a 'b' call's later takes may come after its fresh time),
+-- and, when allowed and in range, applies it. It returns an item: allowed
+-- (or -2), remaining, reset after, retry after, delay.
 local function take(k, alg, x, y, cost, now, override, md)
 	local s = st[k]
 	if not s then
-		local t, c, p = load(k)
-		s = { t, c, p, false, 0, 0, false, t, c, p }
+		local t, c, p, fa = load(k, now)
+		s = { t, c, p, false, fa, 0, false, t, c, p }
 		st[k] = s
 	end
-	local ok, rem, retry, reset, delay, nt, nc, np = decide(alg, x, y, s[1], s[2], s[3], now, cost, md)
-	if nt ~= s[1] or nc ~= s[2] or np ~= s[3] then
+	local t, c, p = s[1], s[2], s[3]
+	if s[5] <= now then
+		t, c, p = 0, 0, 0
+	end
+	local ok, rem, retry, reset, delay, nt, nc, np = decide(alg, x, y, t, c, p, now, cost, md)
+	if nt ~= t or nc ~= c or np ~= p then
 		local fa, fits = fresh(alg, x, nt, nc, np)
 		if not fits then
 			return -2, 0, 0, 0, 0

@@ -284,16 +284,17 @@ func TestKeyExpiry(t *testing.T) {
 		exp, err := c.PExpireTime(ctx, key).Result()
 		require.NoError(t, err, "PEXPIRETIME needs Redis 7")
 		require.Equal(t, (freshAt+999)/1000, exp.Milliseconds(), l.Algorithm.String())
-		// The stored state, as memstore would hold it.
+		// The stored state, as memstore would hold it, with its fresh
+		// time beside a window's counts.
 		v, err := c.Get(ctx, key).Result()
 		require.NoError(t, err)
 		switch l.Algorithm {
 		case store.GCRA:
 			require.Equal(t, fmt.Sprint(freshAt), v)
 		case store.FixedWindow:
-			require.Equal(t, fmt.Sprintf("%d 5 0", freshAt), v)
+			require.Equal(t, fmt.Sprintf("%d 5 0 %d", freshAt, freshAt), v)
 		case store.SlidingWindow:
-			require.Equal(t, fmt.Sprintf("%d 5 0", freshAt-l.Period.Microseconds()), v)
+			require.Equal(t, fmt.Sprintf("%d 5 0 %d", freshAt-l.Period.Microseconds(), freshAt), v)
 		}
 	}
 

@@ -174,10 +174,72 @@ func TestGCRATakeOnWindowState(t *testing.T) {
 	key, _ := rateKey(s.Prefix(), k, "n")
 	v, err := c.Get(ctx, key).Result()
 	require.NoError(t, err)
-	require.Len(t, strings.Fields(v), 3, "window state kept beside the TAT: %q", v)
+	require.Len(t, strings.Fields(v), 4, "window state kept beside the TAT, with its fresh time: %q", v)
 	ttl, err := c.PTTL(ctx, key).Result()
 	require.NoError(t, err)
 	require.Positive(t, ttl)
+}
+
+// TestStoredLayouts reads the two layouts of a window state: "t c p f",
+// absent from its fresh time f on (store.Live), and the "t c p" of older
+// versions, which carries no fresh time and reads as it is until Redis
+// expires it.
+func TestStoredLayouts(t *testing.T) {
+	t.Parallel()
+	c := single(t)
+	s := newStore(t, c, Config{})
+	ctx := context.Background()
+	// A fixed window of [0, 50ms) from 2030 counted 4 and ended at 50ms;
+	// at 60ms a sliding window of the same name reads it.
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	end := base.Add(50 * time.Millisecond).UnixMicro()
+	sliding := store.Limit{Name: "layout", Algorithm: store.SlidingWindow, Rate: 4, Period: 50 * time.Millisecond}
+	for _, tc := range []struct {
+		key, value string
+		remaining  int64
+	}{
+		{"current", fmt.Sprintf("%d 4 0 %d", end, end), 4},
+		{"older", fmt.Sprintf("%d 4 0", end), 0},
+	} {
+		k, _ := rateKey(s.Prefix(), tc.key, sliding.Name)
+		require.NoError(t, c.Set(ctx, k, tc.value, time.Hour).Err())
+		res, err := s.Take(ctx, store.TakeParams{Key: tc.key, Limit: sliding, Now: base.Add(60 * time.Millisecond)})
+		require.NoError(t, err, tc.key)
+		require.Equal(t, tc.remaining, res.Remaining, "%s: %q", tc.key, tc.value)
+	}
+}
+
+// TestBatchReadsLiveState: in one 'b' call, a take after the fresh time of
+// the state an earlier take of the call wrote reads nothing (store.Live),
+// as the same takes made one by one do on memstore.
+func TestBatchReadsLiveState(t *testing.T) {
+	t.Parallel()
+	c := single(t)
+	s := newStore(t, c, Config{})
+	ms := memstore.New(memstore.Config{})
+	ctx := context.Background()
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	fixed := store.Limit{Name: "live", Algorithm: store.FixedWindow, Rate: 4, Period: 50 * time.Millisecond}
+	gcra := store.Limit{Name: "live", Algorithm: store.GCRA, Rate: 1, Period: 50 * time.Millisecond, Burst: 1}
+	ps := []store.TakeParams{
+		{Key: "k", Limit: fixed, Cost: 2, Now: base.Add(10 * time.Millisecond)},
+		{Key: "k", Limit: gcra, Cost: 1, Now: base.Add(70 * time.Millisecond)},
+		{Key: "k", Limit: fixed, Cost: 3, Now: base.Add(70 * time.Millisecond)},
+	}
+	batch := make([]*call, len(ps))
+	for i := range ps {
+		batch[i] = takeCall(t, s, ctx, &ps[i])
+	}
+	s.flush(batch)
+	for i := range ps {
+		got, err := batch[i].takeResult(&ps[i].Limit)
+		require.NoError(t, err, "take %d", i)
+		want, err := ms.Take(ctx, ps[i])
+		require.NoError(t, err, "take %d", i)
+		require.Equal(t, want, got, "take %d", i)
+	}
+	require.EqualValues(t, 1, s.pipelines.Load(), "one pipeline")
+	require.EqualValues(t, 3, s.batched.Load(), "of the three takes")
 }
 
 // TestGCRATakeOutOfRange checks that a take whose TAT would pass 2^53 us

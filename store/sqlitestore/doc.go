@@ -8,7 +8,9 @@
 // same Go arithmetic as memstore (store.Eval, store.EvalSettle,
 // store.EvalSync) on the state it read, writes, and commits before it
 // answers. An acknowledged decision is therefore on disk: neither kill -9 nor
-// a power cut loses it. Denials and peeks write nothing.
+// a power cut loses it. Denials and peeks write nothing. A row's fresh_at
+// is exact: from it on the row reads as nothing (store.Live), whether or not
+// Cleanup has deleted it.
 //
 // The store clock is the process clock (Config.Clock), clamped never to run
 // backwards, and never below a high-water mark kept in the file: the latest

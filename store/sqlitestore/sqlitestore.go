@@ -126,7 +126,7 @@ func (s *Store) open(ctx context.Context, cfg Config) error {
 	prep(&st.rollback, "ROLLBACK")
 	prep(&st.clockGet, "SELECT at FROM sluice_clock WHERE id = 1")
 	prep(&st.clockSet, "UPDATE sluice_clock SET at = ? WHERE id = 1 AND at < ?")
-	prep(&st.get, "SELECT t, count, prev FROM sluice_rate_state WHERE name = ? AND key = ?")
+	prep(&st.get, "SELECT t, count, prev, fresh_at FROM sluice_rate_state WHERE name = ? AND key = ?")
 	prep(&st.insert, "INSERT INTO sluice_rate_state (name, key, t, count, prev, fresh_at) VALUES (?, ?, ?, ?, ?, ?)")
 	prep(&st.update, "UPDATE sluice_rate_state SET t = ?, count = ?, prev = ?, fresh_at = ? WHERE name = ? AND key = ?")
 	prep(&st.del, "DELETE FROM sluice_rate_state WHERE name = ? AND key = ?")
@@ -357,17 +357,19 @@ func (tx *txn) start() error {
 	return nil
 }
 
-// get reads the state of (name, key); found is false for a key without a
-// row (a fresh key).
+// get reads the state of (name, key) at tx.now: nothing once its row's
+// fresh_at, exact in this dialect, has passed (store.Live). found is false
+// for a key without a row (a fresh key).
 func (tx *txn) get(name, key string) (st store.State, found bool, err error) {
-	err = tx.s.stmts.get.QueryRowContext(tx.ctx, name, key).Scan(&st.Time, &st.Count, &st.Prev)
+	var fa int64
+	err = tx.s.stmts.get.QueryRowContext(tx.ctx, name, key).Scan(&st.Time, &st.Count, &st.Prev, &fa)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.State{}, false, nil
 	}
 	if err != nil {
 		return st, false, wrap(err)
 	}
-	return st, true, nil
+	return store.Live(st, fa, tx.now), true, nil
 }
 
 // put writes ns, which a write under l left, for (l.Name, key) as memstore

@@ -58,6 +58,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.RateStore) {
 		{"MaxDelay", testMaxDelay},
 		{"NamesDoNotShareState", testNamesDoNotShareState},
 		{"BackwardsClockMintsNothing", testBackwardsClock},
+		{"StateFreshUnderItsWriterIsAbsent", testStaleStateAbsent},
 		{"Settle", testSettle},
 		{"Sync", testSync},
 		{"TakeAll", testTakeAll},
@@ -493,6 +494,65 @@ func testBackwardsClock(b *bundle) {
 		}
 		require.Equal(b.t, int64(4), b.drain(key2, l, T), l.Algorithm.String())
 	}
+}
+
+// testStaleStateAbsent checks that a key's state is absent once it is
+// fresh under the limit that wrote it (store.Live): read under another
+// algorithm of the same name (a policy reload), it is a fresh key on every
+// backend, whether or not a sweep, Cleanup or Redis expiry removed it yet.
+func testStaleStateAbsent(b *bundle) {
+	t := b.t
+	ms := time.Millisecond
+	// 4 per 50ms window, and, under the same name, GCRA one per 50ms.
+	fixed := b.limit("reloaded", store.FixedWindow, 4, 50*ms, 0)
+	sliding := b.limit("reloaded", store.SlidingWindow, 4, 50*ms, 0)
+	gcra := b.limit("reloaded", store.GCRA, 1, 50*ms, 1)
+
+	// The window of [0, 50ms) counts 2. At 70ms it has ended: the state
+	// is fresh under the fixed window that wrote it. A GCRA take then
+	// writes a TAT of 120ms, past the end of the window holding 70ms
+	// (100ms), which a fixed window reads as a window ending at 120ms:
+	// its count must be the GCRA's (none), not the stale 2.
+	key := b.key("fixed-gcra-fixed")
+	require.True(t, b.take(key, fixed, 2, at(10*ms)).Allowed)
+	require.True(t, b.take(key, gcra, 1, at(70*ms)).Allowed)
+	res := b.take(key, fixed, 3, at(70*ms))
+	require.True(t, res.Allowed, "fixed cost 3 after the window counting 2 ended and a GCRA take: %+v", res)
+	require.Equal(t, int64(1), res.Remaining)
+
+	// The same through TakeAll.
+	key = b.key("fixed-gcra-takeall")
+	require.True(t, b.take(key, fixed, 2, at(10*ms)).Allowed)
+	require.True(t, b.take(key, gcra, 1, at(70*ms)).Allowed)
+	all, err := b.s.TakeAll(b.ctx, store.TakeAllParams{Items: []store.Item{{Key: key, Limit: fixed, Cost: 3}}, Now: at(70 * ms)})
+	require.NoError(t, err)
+	require.True(t, all.Allowed, "take all: %+v", all)
+	require.Equal(t, int64(1), all.Results[0].Remaining)
+
+	// A fixed window that counted 4 has ended at 50ms; a sliding window of
+	// the same name reading it at 60ms must not weigh it as its previous
+	// window's count.
+	key = b.key("fixed-sliding")
+	require.True(t, b.take(key, fixed, 4, at(10*ms)).Allowed)
+	res = b.take(key, sliding, 1, at(60*ms))
+	require.True(t, res.Allowed, "sliding after the fixed window ended: %+v", res)
+	require.Equal(t, int64(3), res.Remaining)
+
+	// And a Settle charging the sliding window there.
+	key = b.key("fixed-sliding-settle")
+	require.True(t, b.take(key, fixed, 4, at(10*ms)).Allowed)
+	res, err = b.s.Settle(b.ctx, store.SettleParams{Key: key, Limit: sliding, Reserved: 0, Actual: 1,
+		ReservedAt: at(60 * ms).UnixMicro(), Now: at(60 * ms)})
+	require.NoError(t, err)
+	require.Equal(t, int64(3), res.Remaining, "settle on the sliding window after the fixed window ended")
+
+	// Before its writer's fresh time the state is there: one microsecond
+	// before the end of the window that counted 4, a sliding window reads
+	// it as its own current window.
+	key = b.key("fixed-sliding-live")
+	require.True(t, b.take(key, fixed, 4, at(10*ms)).Allowed)
+	res = b.take(key, sliding, 1, at(50*ms-us))
+	require.False(t, res.Allowed, "the window counting 4 is still live: %+v", res)
 }
 
 func testSettle(b *bundle) {
