@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -39,6 +40,8 @@ type openAPIChecker struct {
 	router routers.Router
 	doc    *openapi3.T
 	seen   map[string][]int // operationId -> statuses
+	// reloadErr is what the server's Config.Reload answers.
+	reloadErr error
 }
 
 func newOpenAPIChecker(t *testing.T) *openAPIChecker {
@@ -53,10 +56,11 @@ func newOpenAPIChecker(t *testing.T) *openAPIChecker {
 	require.NoError(t, err)
 	oc, err := outbound.New(outbound.Config{Clock: clk, Store: memstore.New(memstore.Config{Clock: clk})})
 	require.NoError(t, err)
+	c := &openAPIChecker{t: t, seen: map[string][]int{}}
 	srv, err := server.New(server.Config{Limiter: lim, Slots: sch, Jobs: memstore.NewJobStore(memstore.JobConfig{}),
-		Outbound: oc, Profiles: fakeProfiles{}})
+		Outbound: oc, Profiles: fakeProfiles{}, Reload: func(context.Context) error { return c.reloadErr }})
 	require.NoError(t, err)
-	c := &openAPIChecker{t: t, h: srv.Handler(), seen: map[string][]int{}}
+	c.h = srv.Handler()
 
 	// The document the server serves, not the file.
 	rec := httptest.NewRecorder()
@@ -100,7 +104,7 @@ func (c *openAPIChecker) do(method, path, body string) *httptest.ResponseRecorde
 	}
 	require.NoError(t, err, "%s %s is in no path of the document", method, path)
 	in := &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route,
-		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true}}
+		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true, AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
 	if rec.Code < 300 {
 		require.NoError(t, openapi3filter.ValidateRequest(context.Background(), in),
 			"%s %s %s: the server accepted a request the document refuses", method, path, body)
@@ -209,6 +213,10 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 	c.want(422, "POST", "/api/v1/slots/batch", `{"configName":"default","events":[]}`)
 	c.want(200, "GET", "/api/v1/slots/e1", "")
 	c.want(404, "GET", "/api/v1/slots/nope", "")
+	c.want(200, "POST", "/v1/admin/reload", "")
+	c.reloadErr = errors.New("policies.yaml:3:7: policies[0].rate: must be > 0")
+	c.want(422, "POST", "/v1/admin/reload", "")
+	c.want(405, "GET", "/v1/admin/reload", "")
 	c.want(200, "POST", "/admin/rate-limit/cache/flush", "")
 	c.want(405, "GET", "/admin/rate-limit/cache/flush", "")
 	c.want(200, "POST", "/admin/rate-limit/config/default/deactivate", "")
