@@ -287,16 +287,27 @@ func (rt *Runtime) sync(ctx context.Context, it item, rep *signal.Report, resp s
 	if err != nil {
 		return err
 	}
+	if lim.Algorithm == store.GCRA {
+		// Compare the levels, not the whole units remaining: the local
+		// level between two units (39.7 used of 40 reads as 0 remaining)
+		// may be below the provider's count (40 used), whose bucket started
+		// leaking later (it counts a call when the call arrives, the local
+		// bucket when it was reserved, and calls arrive after uneven
+		// delays). Whole units would keep such a level, and the next call
+		// reserved would reach a provider short of room for it (a 429 at
+		// the boundary). Charge the difference rather than set the level:
+		// a reservation taken between the peek and now is not forgotten
+		// (it is charged again at worst, which only errs on the safe side).
+		g := lim.GCRA()
+		want := (g.Burst - remaining) * g.Interval() // the provider's count, in microseconds of the bucket
+		if have := peek.ResetAfter.Microseconds(); want > have {
+			_, err = rt.store.Take(ctx, store.TakeParams{Key: it.store.Key, Limit: microLimit(lim), Cost: want - have,
+				MaxDelay: time.Duration(math.MaxInt64), Now: now})
+		}
+		return err
+	}
 	if remaining >= peek.Remaining {
 		return nil // the local count is the higher: keep it
-	}
-	if lim.Algorithm == store.GCRA {
-		// Charge the difference rather than set the level: a reservation
-		// taken between the peek and now is not forgotten (it is charged
-		// again at worst, which only errs on the safe side).
-		_, err = rt.store.Take(ctx, store.TakeParams{Key: it.store.Key, Limit: lim, Cost: peek.Remaining - remaining,
-			MaxDelay: time.Duration(math.MaxInt64), Now: now})
-		return err
 	}
 	var reset time.Duration
 	if remaining == 0 && pol.Known&signal.FieldResetAfter != 0 {
@@ -304,4 +315,13 @@ func (rt *Runtime) sync(ctx context.Context, it item, rep *signal.Report, resp s
 	}
 	_, err = rt.store.Sync(ctx, store.SyncParams{Key: it.store.Key, Limit: lim, Remaining: remaining, ResetAfter: reset, Now: now})
 	return err
+}
+
+// microLimit is the GCRA limit l measured in microseconds: the same name,
+// so the same state (a TAT), and the same tolerance, with an interval of
+// one microsecond, so that a Take charges its cost in microseconds of the
+// bucket, a fraction of one of l's units.
+func microLimit(l store.Limit) store.Limit {
+	g := l.GCRA()
+	return store.Limit{Name: l.Name, Algorithm: store.GCRA, Rate: 1, Period: time.Microsecond, Burst: g.Burst * g.Interval()}
 }

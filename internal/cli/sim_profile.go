@@ -93,8 +93,13 @@ func runSimProfile(cmd *cobra.Command, opts *Options, f *simFlags) error {
 		return err
 	}
 	s := sim.Summarize(res)
-	fmt.Fprintf(opts.Stdout, "profile %s: goodput/limit %.3f, throttled %.2f%%, bans %d, ops %d, retries %d\n",
-		prof.Name, s.GoodputRatio, 100*s.ThrottleRatio, s.Bans, s.Ops, s.Retries)
+	// The ratios count the steady seconds only: none in a run no longer
+	// than the settling allowance, where Summarize gives -1.
+	ratios := fmt.Sprintf("goodput/limit %.3f, throttled %.2f%%", s.GoodputRatio, 100*s.ThrottleRatio)
+	if s.GoodputRatio < 0 {
+		ratios = fmt.Sprintf("goodput/limit n/a, throttled n/a (no steady second: the first %d s settle; run longer)", sim.SettleAllowance)
+	}
+	fmt.Fprintf(opts.Stdout, "profile %s: %s, bans %d, ops %d, retries %d\n", prof.Name, ratios, s.Bans, s.Ops, s.Retries)
 	if sp != nil {
 		ps := sp.Stats()
 		fmt.Fprintf(opts.Stdout, "provider: %d requests, %d admitted, %d throttled, %d banned, %d MAX_COST_EXCEEDED\n",
