@@ -57,6 +57,10 @@ type Config struct {
 	// /v1/jobs..., /v1/runs, /v1/gaps, /v1/breaker-transitions; see
 	// job.go). Nil leaves those routes out.
 	Jobs store.JobStore
+	// Observer, when set, sees every decision, lease acquire and slot
+	// config the server handles (observer.go): the dashboard's live feed.
+	// Nil observes nothing.
+	Observer Observer
 }
 
 // Server is the HTTP JSON API over a Limiter. It registers on servers the
@@ -77,6 +81,7 @@ type Server struct {
 	// slotMetrics is set when slots is (slot.go).
 	slotMetrics *slotMetrics
 	jobs        store.JobStore // job.go
+	obs         Observer       // observer.go; nil: none
 }
 
 // policyInfo is what the server precomputes for one policy.
@@ -106,6 +111,7 @@ func New(cfg Config) (*Server, error) {
 		policies: map[string]*policyInfo{},
 		slots:    cfg.Slots,
 		jobs:     cfg.Jobs,
+		obs:      cfg.Observer,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/server"
+	"github.com/sluicerl/sluice/server/dashboard"
 	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/guard"
@@ -263,10 +264,18 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg, Slots: slots, Jobs: jobs, MaxBodyBytes: int64(f.maxBody)})
+	rec := dashboard.NewRecorder(nil) // the dashboard's feed of decisions
+	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg, Slots: slots, Jobs: jobs, MaxBodyBytes: int64(f.maxBody),
+		Observer: rec})
 	if err != nil {
 		return err
 	}
+	dash, err := dashboard.New(dashboard.Config{Limiter: lim, Recorder: rec, API: srv.Handler(), Jobs: jobs, Slots: slots,
+		StoreName: strings.SplitN(f.state, ":", 2)[0], Logger: log})
+	if err != nil {
+		return err
+	}
+	routes := dashboard.Mount(srv.Handler(), dash) // /ui/ is the dashboard, the rest the API
 
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", f.addr)
@@ -274,7 +283,7 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		return fmt.Errorf("listen on %s: %w", f.addr, err)
 	}
 	hs := &http.Server{
-		Handler:           srv.Handler(),
+		Handler:           routes,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
