@@ -3,13 +3,19 @@
 "use strict";
 (function () {
   var live = document.getElementById("live");
-  var status = document.getElementById("status");
-  var updated = document.getElementById("updated");
+  var status = document.getElementById("status"); // answers to actions
+  var updated = document.getElementById("updated"); // when the live part was refreshed
   var dialog = document.getElementById("confirm");
   var busy = false;
 
   function say(text) {
-    if (status) status.textContent = text;
+    if (!status) return;
+    status.hidden = false;
+    status.textContent = text;
+  }
+
+  function stamp(text) {
+    if (updated) updated.textContent = text;
   }
 
   function fragmentURL() {
@@ -32,11 +38,11 @@
         live.innerHTML = html;
         if (focusKey) restoreFocus(focusKey);
         var now = new Date();
-        say("Updated " + now.toISOString().replace("T", " ").slice(0, 19) + "Z; refreshes every " + live.dataset.refresh + " ms.");
+        stamp("Updated " + now.toISOString().replace("T", " ").slice(0, 19) + "Z; refreshes every " + live.dataset.refresh + " ms.");
         countdown();
       })
       .catch(function (e) {
-        say("Could not refresh (" + e.message + "); retrying.");
+        stamp("Could not refresh (" + e.message + "); retrying.");
       })
       .finally(function () {
         busy = false;
@@ -72,6 +78,10 @@
     if (!form.matches || !form.matches("form[data-confirm]")) return;
     ev.preventDefault();
     if (!dialog || typeof dialog.showModal !== "function") return;
+    if (status) {
+      status.hidden = true;
+      status.textContent = "";
+    }
     document.getElementById("confirm-text").textContent = form.getAttribute("data-confirm");
     dialog.returnValue = "";
     dialog.onclose = function () {
