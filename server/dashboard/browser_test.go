@@ -307,6 +307,7 @@ func (b *browser) confirm(t *testing.T, clickSel string) {
 // nothing overflows the narrow one, then restores 1280.
 func (b *browser) screenshots(t *testing.T, name string) {
 	t.Helper()
+	b.do(t, chromedp.Evaluate[chromedp.Void](`document.activeElement && document.activeElement.blur()`))
 	for _, w := range []int64{1280, 390} {
 		b.do(t, chromedp.EmulateViewport(w, 900))
 		b.waitFor(t, "the layout at "+strconv.FormatInt(w, 10)+" px", fmt.Sprintf("window.innerWidth === %d", w))
@@ -479,7 +480,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.open(t, f.url+"/ui/outbound")
 	require.Equal(t, 1, eval[int](t, b, `document.querySelectorAll(".card[data-key]").length`))
 	require.Equal(t, "open", b.text(t, ".card[data-key] .breaker-open"))
-	b.waitFor(t, "a learned-rate chart", `document.querySelector(".card[data-key] polyline[data-series='learned rate']") !== null`)
+	// The page samples the learned rate as it refreshes: a line of points.
+	b.waitFor(t, "a learned-rate chart", `Number(document.querySelector(".card[data-key] polyline[data-series='learned rate']")?.dataset.points) >= 2`)
 	b.accessibility(t, "outbound")
 	b.screenshots(t, "outbound")
 
@@ -504,7 +506,9 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// --- Slots: the heatmap holds the assigned events; full windows are CLOSED.
 	require.Equal(t, http.StatusCreated, f.call(t, "POST", "/admin/rate-limit/config", `{"configName":"payouts","maxPerWindow":2,"windowSize":"PT1M"}`, nil))
-	now := time.Now().UTC().Format(time.RFC3339Nano)
+	// Five minutes ahead: the page's 48 windows from the current one hold
+	// them all, even if a minute turns while the test runs.
+	now := time.Now().Add(5 * time.Minute).UTC().Format(time.RFC3339Nano)
 	var batch struct{ Assigned, Exhausted int }
 	events := make([]string, 7)
 	for i := range events {

@@ -29,17 +29,20 @@ type chartLine struct {
 	Class  string // colour class: a, d, s (allowed, denied, shadow), r, h (rate, hint)
 	Points string // SVG polyline points
 	N      int    // how many points
-	Total  string
+	Total  string // the sum of the points, or the last point (see newChart)
+	Suffix string // " now" after a last point
 }
 
 type chartTick struct {
-	Pos   float64
-	Label string
+	Pos    float64
+	Label  string
+	Anchor string // SVG text-anchor: start, middle, end
 }
 
 // newChart scales the series (same length each, values at times ts) into
-// one chart. format formats y values for the axis.
-func newChart(label string, ts []time.Time, names, classes []string, series [][]float64, format func(float64) string) chart {
+// one chart. format formats y values for the axis. A line's Total is the
+// sum of its points when sum is set (counts), else its last point (rates).
+func newChart(label string, ts []time.Time, names, classes []string, series [][]float64, format func(float64) string, sum bool) chart {
 	c := chart{Label: label, W: chartW, H: chartH, Empty: true}
 	ymax := 0.0
 	for _, s := range series {
@@ -72,18 +75,26 @@ func newChart(label string, ts []time.Time, names, classes []string, series [][]
 			b.WriteString(strconv.FormatFloat(y(v), 'f', 1, 64))
 			total += v
 		}
-		c.Lines = append(c.Lines, chartLine{Name: names[i], Class: classes[i], Points: b.String(), N: len(s), Total: format(total)})
+		suffix := ""
+		if !sum && len(s) > 0 {
+			total, suffix = s[len(s)-1], " now"
+		}
+		c.Lines = append(c.Lines, chartLine{Name: names[i], Class: classes[i], Points: b.String(), N: len(s), Total: format(total), Suffix: suffix})
 	}
 	for _, f := range []float64{0, 0.5, 1} {
 		l := format(top * f)
 		if f == 0.5 && (l == format(0) || l == format(top)) {
 			continue // a count axis up to 1 has no middle
 		}
-		c.YTicks = append(c.YTicks, chartTick{Pos: y(top * f), Label: l})
+		c.YTicks = append(c.YTicks, chartTick{Pos: y(top * f), Label: l, Anchor: "end"})
 	}
 	if n := len(ts); n > 0 {
-		for _, i := range []int{0, n / 2, n - 1} {
-			c.XTicks = append(c.XTicks, chartTick{Pos: x(i), Label: ts[i].UTC().Format("15:04")})
+		c.XTicks = append(c.XTicks, chartTick{Pos: x(0), Label: ts[0].UTC().Format("15:04"), Anchor: "start"})
+		if n >= 3 {
+			c.XTicks = append(c.XTicks, chartTick{Pos: x(n / 2), Label: ts[n/2].UTC().Format("15:04"), Anchor: "middle"})
+		}
+		if n >= 2 {
+			c.XTicks = append(c.XTicks, chartTick{Pos: x(n - 1), Label: ts[n-1].UTC().Format("15:04"), Anchor: "end"})
 		}
 	}
 	return c

@@ -103,7 +103,7 @@ func (d *Dashboard) overview(ctx context.Context) (*overviewData, error) {
 		}
 		po.Chart = newChart(fmt.Sprintf("Decisions per minute for policy %s over the last hour: %d allowed, %d denied, %d shadow-denied",
 			p.Name, po.Allowed, po.Denied, po.Shadowed), ts,
-			[]string{"allowed", "denied", "shadow-denied"}, []string{"a", "d", "s"}, [][]float64{a, de, s}, formatCount)
+			[]string{"allowed", "denied", "shadow-denied"}, []string{"a", "d", "s"}, [][]float64{a, de, s}, formatCount, true)
 		out.Policies = append(out.Policies, po)
 		near = append(near, d.cfg.Recorder.Nearest(p.Name, nearShown, 10*time.Minute)...)
 	}
@@ -239,7 +239,7 @@ func (d *Dashboard) outboundPage() *outboundData {
 				ts[i], rate[i], hint[i] = s.at, s.rate, s.hint
 			}
 			ok.Chart = newChart(fmt.Sprintf("Learned rate of %s over time, requests per second: now %s", k.Key, formatRate(k.Rate)),
-				ts, []string{"learned rate", "provider's stated rate"}, []string{"r", "h"}, [][]float64{rate, hint}, formatRate)
+				ts, []string{"learned rate", "provider's stated rate"}, []string{"r", "h"}, [][]float64{rate, hint}, formatRate, false)
 		}
 		out.Keys = append(out.Keys, ok)
 	}
