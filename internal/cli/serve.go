@@ -90,7 +90,8 @@ func newServeCmd(opts *Options) *cobra.Command {
 		Long: `Run the HTTP API: POST /v1/take, POST|GET /v1/leases, POST /v1/leases/{id}/renew,
 DELETE /v1/leases/{id}, GET /v1/policies, GET /healthz, GET /metrics, and the
 slot API (POST /api/v1/slots, /api/v1/slots/batch, GET /api/v1/slots/{eventId},
-/admin/rate-limit/config...) over the records database.
+/admin/rate-limit/config...) over the records database, and the dashboard
+at /ui/ (policies, keys, leases, slots, jobs; live).
 
 Without --config, serve enforces one built-in policy, "default": GCRA,
 100 per second, bursts of 100. Rate state lives in memory unless --state
