@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/sluicerl/sluice/limiter"
@@ -25,7 +24,6 @@ const (
 	slotWindows    = 48
 	outboundKeys   = 32
 	outboundPoints = 360
-	maxTailPages   = 20
 )
 
 func (d *Dashboard) gather(ctx context.Context, page string, q url.Values) (any, error) {
@@ -323,14 +321,14 @@ func (d *Dashboard) breakersPage(ctx context.Context) (*breakersData, error) {
 	if !out.HasJobs {
 		return out, nil
 	}
-	ts, err := tail(ctx, d.cfg.Jobs.ListBreakerTransitions, func(t store.BreakerTransition) string { return strconv.FormatInt(t.ID, 10) }, 0)
+	// Newest first: the first row of each connector and key is its state.
+	ts, err := d.cfg.Jobs.ListBreakerTransitions(ctx, store.ListParams{Limit: store.MaxListLimit})
 	if err != nil {
 		out.Err = "the job store did not answer: " + err.Error()
 		return out, err
 	}
 	seen := map[[2]string]bool{}
-	for i := len(ts) - 1; i >= 0; i-- {
-		t := ts[i]
+	for _, t := range ts {
 		if k := [2]string{t.ConnectorID, t.Key}; !seen[k] && len(out.States) < transShown {
 			seen[k] = true
 			out.States = append(out.States, t)
@@ -340,34 +338,6 @@ func (d *Dashboard) breakersPage(ctx context.Context) (*breakersData, error) {
 		}
 	}
 	return out, nil
-}
-
-// tail pages through a list (ordered by id) and returns its last rows, at
-// most maxTailPages pages of MaxListLimit rows read; keep 0 keeps every row
-// of the last page read.
-func tail[T any](ctx context.Context, f func(context.Context, store.ListParams) ([]T, error), key func(T) string, keep int) ([]T, error) {
-	var last []T
-	p := store.ListParams{Limit: store.MaxListLimit}
-	for range maxTailPages {
-		rows, err := f(ctx, p)
-		if err != nil {
-			return nil, err
-		}
-		if len(rows) > 0 {
-			last = append(last, rows...)
-			if len(last) > store.MaxListLimit {
-				last = last[len(last)-store.MaxListLimit:]
-			}
-		}
-		if len(rows) < p.Limit {
-			break
-		}
-		p.After = key(rows[len(rows)-1])
-	}
-	if keep > 0 && len(last) > keep {
-		last = last[len(last)-keep:]
-	}
-	return last, nil
 }
 
 type leasesData struct {
@@ -553,13 +523,12 @@ func (d *Dashboard) jobsPage(ctx context.Context) (*jobsData, error) {
 			out.Parked = append(out.Parked, j)
 		}
 	}
-	if out.Runs, err = tail(ctx, d.cfg.Jobs.ListRuns, func(r store.RunRecord) string { return strconv.FormatInt(r.ID, 10) }, tailShown); err != nil {
+	// Runs and gaps are listed newest first.
+	if out.Runs, err = d.cfg.Jobs.ListRuns(ctx, store.ListParams{Limit: tailShown}); err != nil {
 		return fail(err)
 	}
-	slices.Reverse(out.Runs)
-	if out.Gaps, err = tail(ctx, d.cfg.Jobs.ListGaps, func(g store.GapRecord) string { return strconv.FormatInt(g.ID, 10) }, tailShown); err != nil {
+	if out.Gaps, err = d.cfg.Jobs.ListGaps(ctx, store.ListParams{Limit: tailShown}); err != nil {
 		return fail(err)
 	}
-	slices.Reverse(out.Gaps)
 	return out, nil
 }
