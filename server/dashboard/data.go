@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -126,18 +127,19 @@ func (d *Dashboard) overview(ctx context.Context) (*overviewData, error) {
 		}
 		out.Near = append(out.Near, row)
 	}
-	slices.SortStableFunc(out.Near, func(a, b nearRow) int { return compareInt(a.Remaining*b.Limit, b.Remaining*a.Limit) })
+	slices.SortStableFunc(out.Near, func(a, b nearRow) int {
+		return cmp.Compare(fraction(a.Remaining, a.Limit), fraction(b.Remaining, b.Limit))
+	})
 	return out, errors.Join(errs...)
 }
 
-func compareInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
+// fraction is remaining over limit (1 without a limit), in floating point
+// so that limits up to 2^53 never overflow a product.
+func fraction(remaining, limit int64) float64 {
+	if limit <= 0 {
 		return 1
 	}
-	return 0
+	return float64(remaining) / float64(limit)
 }
 
 type policiesData struct {

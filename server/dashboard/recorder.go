@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 	"time"
@@ -318,13 +319,8 @@ func (r *Recorder) Nearest(policy string, n int, maxAge time.Duration) []NearKey
 
 func sortNear(ks []NearKey) {
 	slices.SortFunc(ks, func(a, b NearKey) int {
-		// a.Remaining/a.Limit vs b.Remaining/b.Limit without division.
-		l, r := a.Remaining*b.Limit, b.Remaining*a.Limit
-		switch {
-		case l < r:
-			return -1
-		case l > r:
-			return 1
+		if c := cmp.Compare(fraction(a.Remaining, a.Limit), fraction(b.Remaining, b.Limit)); c != 0 {
+			return c
 		}
 		if c := b.At.Compare(a.At); c != 0 {
 			return c

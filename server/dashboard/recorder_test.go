@@ -122,6 +122,11 @@ func TestRecorderNearest(t *testing.T) {
 	r.ObserveDecision("nearest", dec("p", true, false, 1, 100), true)
 	got = r.Nearest("p", 1, time.Minute)
 	require.Equal(t, "nearest", got[0].Key)
+	// Limits up to 2^53 compare without overflowing.
+	r2 := NewRecorder(clk)
+	r2.ObserveDecision("big", dec("q", true, false, 1<<51, 1<<53), true) // a quarter left
+	r2.ObserveDecision("small", dec("q", true, false, 1, 10), true)      // a tenth left
+	require.Equal(t, []string{"small", "big"}, keysOf(r2.Nearest("q", 10, time.Minute)))
 }
 
 func keysOf(ks []NearKey) []string {
