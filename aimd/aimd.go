@@ -272,9 +272,17 @@ type Sample struct {
 	// RetryAfter, in microseconds, pauses the key until now + RetryAfter
 	// and counts as a throttle signal (once per episode).
 	RetryAfter int64
+	// NoLatency says Latency does not measure the provider (the caller
+	// was starved of CPU, so it includes its own scheduling delay): a
+	// Success then counts as fast and neither moves the latency target
+	// nor feeds the p95 or the queue signal; only throttles, overloads
+	// and Retry-After decrease the rate.
+	NoLatency bool
 	// Hint is a sustainable rate the provider reported (a quota over its
-	// window, a bucket's restore rate), 0 when none. It caps the rate; it
-	// never raises it.
+	// window, a bucket's restore rate), 0 when none. It caps the rate. A
+	// first hint, or one higher than the last, on a Success also raises
+	// the rate to it at once, unless a decrease came within the last 2 s:
+	// a stated rate needs no slow start.
 	Hint float64
 }
 
@@ -517,10 +525,12 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	}
 	latency := max(in.Latency, 0)
 	sent := now - latency
+	prevPause := s.pausedUntil
 	if in.RetryAfter > 0 {
 		s.pausedUntil = max(s.pausedUntil, addSat(now, in.RetryAfter))
 	}
 	if in.Hint > 0 && !math.IsInf(in.Hint, 0) {
+		rose := in.Hint > s.hint
 		if s.hint == 0 || in.Hint < s.hint {
 			// A lower stated rate explains the trouble of the
 			// current episode, even when the decrease came before
@@ -528,6 +538,17 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			s.hintAt, s.stated = now, true
 		}
 		s.hint = in.Hint
+		if rose && s.rate < in.Hint && in.Outcome == Success && in.RetryAfter == 0 &&
+			(s.lastDecrease == 0 || now-s.lastDecrease > chainWindow) {
+			// The provider stated its rate, or raised it, and no
+			// trouble says otherwise: pace to it at once, with no
+			// slow start towards a rate already known (issue 18).
+			s.rate = c.ceilingFor(s)
+			s.peak = max(s.peak, s.rate)
+			s.probing = false
+			s.lastIncrease = now
+			d.Change = Increased
+		}
 	}
 	if ceil := c.ceilingFor(s); s.rate > ceil {
 		s.rate = ceil
@@ -543,7 +564,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		reason = ReasonOverloaded
 	case in.RetryAfter > 0:
 		reason = ReasonRetryAfter
-	case in.Outcome == Success:
+	case in.Outcome == Success && !in.NoLatency:
 		reason = c.success(s, now, latency)
 	}
 	if reason != ReasonNone {
@@ -565,6 +586,22 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// Far over the target, cut deeper (down to half at
 				// once), so that a queue built up drains quickly.
 				f = min(f, max(0.5, c.factor*s.target/float64(s.P95())))
+			}
+			if in.RetryAfter > 0 && c.plateau > 0 && (reason == ReasonThrottled || reason == ReasonRetryAfter) {
+				if prevPause > 0 && sent-prevPause <= chainWindow {
+					// Refused again soon after the last pause ended:
+					// the limit fell well below the rate cut to last
+					// time. Cut twice as deep, so that a provider
+					// that bans after a few refusals sees few.
+					f = c.decrease * c.decrease
+				} else if !s.probing {
+					// The pause itself shed the load: resume at the
+					// plateau under the rate refused, near the last
+					// good rate, not from a deep cut (issue 18). Not
+					// at the end of slow start, whose last rate may
+					// be far above anything the key ever sent.
+					f = c.plateau
+				}
 			}
 			from := s.rate
 			c.cut(s, now, f)
@@ -588,7 +625,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		// Time spent in trouble does not count towards an increase.
 		s.lastIncrease = now
 	} else if in.Outcome == Success {
-		if !c.fast(s, latency) {
+		if !in.NoLatency && !c.fast(s, latency) {
 			s.lastIncrease = now // slow time does not count either
 		} else if c.grow(s, now) {
 			d.Change = Increased

@@ -180,12 +180,22 @@ func TestSteps(t *testing.T) {
 			},
 		},
 		{
-			name: "a provider-reported rate caps but never raises",
+			// Issue 18: a rate the provider states is paced at once, with
+			// no slow start towards it; a lower one caps the rate; a
+			// raised one is paced at once again, unless trouble came
+			// with it or just before it.
+			name: "a provider-reported rate caps, and a first or raised one is paced at once",
 			cfg:  Config{Start: 10, SlowStart: -1, Increase: 10, UsageMultiple: -1},
 			steps: []step{
-				{at: 0, in: Sample{Outcome: Success, Latency: lat, Hint: 100}, rate: 10},
-				{at: s1, in: Sample{Outcome: Success, Latency: lat, Hint: 12}, change: Increased, rate: 12},
+				{at: 0, in: Sample{Outcome: Success, Latency: lat, Hint: 100}, change: Increased, rate: 100},
+				{at: s1, in: Sample{Outcome: Success, Latency: lat, Hint: 12}, change: Decreased, reason: ReasonHint, rate: 12},
 				{at: 2 * s1, in: Sample{Outcome: Success, Latency: lat, Hint: 4}, change: Decreased, reason: ReasonHint, rate: 4},
+				{at: 3 * s1, in: Sample{Outcome: Success, Latency: lat, Hint: 8}, change: Increased, rate: 8},
+				{at: 4 * s1, in: Sample{Outcome: Throttled, Latency: lat, Hint: 8}, change: Decreased, reason: ReasonThrottled, rate: 7.2},
+				{at: 4*s1 + s1/2, in: Sample{Hint: 20}, rate: 7.2},
+				// Raised within 2 s of the decrease: only the usual growth.
+				{at: 5 * s1, in: Sample{Outcome: Success, Latency: lat, Hint: 40}, change: Increased, rate: 14.4},
+				{at: 7 * s1, in: Sample{Outcome: Success, Latency: lat, Hint: 50}, change: Increased, rate: 50},
 			},
 		},
 	} {
@@ -720,4 +730,34 @@ func TestLatencyStatisticsOfNoSamples(t *testing.T) {
 	require.Zero(t, percentile(&s, 95))
 	require.Zero(t, median(&s))
 	require.False(t, draining(&s))
+}
+
+// Issue 18: with a plateau, a Retry-After's pause sheds the load by
+// itself: the key resumes after it at the plateau under the rate refused,
+// near the last good rate, not from a deep cut. A refusal again soon
+// after the pause ended says the limit fell far: the cut is twice as
+// deep, so that a provider that bans after a few refusals sees few.
+func TestRetryAfterResumesNearTheLastGoodRate(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, UsageMultiple: -1})
+	s := c.Init()
+	at := t0
+	d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+	require.Equal(t, Decreased, d.Change)
+	require.InDelta(t, 90.0, d.Rate, 1e-9, "the plateau under 100, not 0.8 x 100")
+	require.Equal(t, at+s1, d.PausedUntil)
+	// Refused by the first call sent 100 ms after the pause ended.
+	at += s1 + 110*ms
+	d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: s1})
+	require.Equal(t, Decreased, d.Change)
+	require.InDelta(t, 90*0.8*0.8, d.Rate, 1e-9, "twice as deep")
+	// Much later, a lone refusal resumes at the plateau again.
+	at += 30 * s1
+	d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: s1})
+	require.InDelta(t, 90*0.8*0.8*0.9, d.Rate, 1e-9)
+	// Without a plateau, the ordinary decrease.
+	c = mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8})
+	s = c.Init()
+	d = c.Observe(&s, t0, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+	require.InDelta(t, 80.0, d.Rate, 1e-9)
 }

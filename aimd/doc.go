@@ -32,7 +32,12 @@
 // when the probe failed within 1 %), and the next probe waits twice as
 // long, up to 8 x Hold, so that a key at a limit that does not move pays
 // for a probe ever more rarely; trouble at the plateau itself is an
-// ordinary decrease.
+// ordinary decrease. With a plateau, a throttle that pauses the key (a
+// Retry-After) after slow start cuts only to the plateau under the rate
+// refused, since the pause itself sheds the load and the key should
+// resume near its last good rate; one refused again within 2 s of the
+// pause's end cuts by Decrease twice, since the limit fell well below (so
+// that a provider that bans after a few refusals sees few).
 //
 // With Config.Queue set, the latency gradient (as in TCP Vegas) reads a
 // provider that queues calls before it is slow: when the median of the
@@ -50,7 +55,9 @@
 // Errors never raise the rate (a one-way ratchet: Failed and every
 // non-success leave it or lower it); the rate stays within
 // [Config.Floor, Config.Ceiling] and under a provider-reported rate
-// (Sample.Hint). A Retry-After pauses the key until then: Paused reports
+// (Sample.Hint); a first or raised Hint that no trouble contradicts sets
+// the rate to it at once, since a rate the provider states needs no slow
+// start. A Retry-After pauses the key until then: Paused reports
 // it, and the caller sends nothing until it is over.
 //
 // A caller maps package signal's Report onto a Sample: Throttled when

@@ -8,6 +8,10 @@ import (
 	"github.com/sluicerl/sluice/signal"
 )
 
+// statedMargin is the share of a stated quota per window that a key is
+// paced at (see hint).
+const statedMargin = 0.98
+
 // The latency target never exceeds targetOverMin times the fastest success
 // of the last minLatencyWindow.
 const (
@@ -171,11 +175,31 @@ func (a *adaptive) hint(rep *signal.Report) float64 {
 	if h := a.weight.observe(rep); h > 0 {
 		return h
 	}
+	// Every policy the provider states bounds the rate: the tightest
+	// wins. A quota over a known window is a rate; a policy without a
+	// window (X-RateLimit-Limit/-Remaining/-Reset) is paced so that what
+	// remains lasts until the reset.
+	best := 0.0
 	const both = signal.FieldLimit | signal.FieldWindow
-	if rep.Known&both == both && rep.Window > 0 && rep.Limit > 0 {
-		return float64(rep.Limit) / (float64(rep.Window) / 1e6)
+	const left = signal.FieldRemaining | signal.FieldResetAfter
+	for i := range rep.Policies[:min(rep.NPolicies, len(rep.Policies))] {
+		p := &rep.Policies[i]
+		r := 0.0
+		switch {
+		case p.Known&both == both && p.Window > 0 && p.Limit > 0:
+			// A quota per window, paced a little under it: at exactly
+			// the quota, a window whose edges the client cannot see
+			// now and then gets one call too many, or runs out and
+			// stops the key until its reset.
+			r = statedMargin * float64(p.Limit) / (float64(p.Window) / 1e6)
+		case p.Known&signal.FieldWindow == 0 && p.Known&left == left && p.ResetAfter > 0 && p.Remaining > 0:
+			r = float64(p.Remaining) / (float64(p.ResetAfter) / 1e6)
+		}
+		if r > 0 && (best == 0 || r < best) {
+			best = r
+		}
 	}
-	return 0
+	return best
 }
 
 // view is the controller's part of a KeySnapshot.

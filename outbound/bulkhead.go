@@ -31,6 +31,19 @@ func (b *bulkhead) enter(ctx context.Context) error {
 	return nil
 }
 
+// tryEnter takes a place if one is free now.
+func (b *bulkhead) tryEnter() bool {
+	if b.sem != nil {
+		select {
+		case b.sem <- struct{}{}:
+		default:
+			return false
+		}
+	}
+	b.inFlight.Add(1)
+	return true
+}
+
 func (b *bulkhead) leave() {
 	b.inFlight.Add(-1)
 	if b.sem != nil {

@@ -14,6 +14,10 @@ import (
 type attemptResult struct {
 	resp *http.Response // RoundTrip only
 	in   signal.Response
+	// wait is how long the provider took to answer, when the attempt
+	// measured it (HTTP: from the request written to the first response
+	// byte); 0 means the attempt's whole duration stands for it.
+	wait time.Duration
 }
 
 // call runs the layers for one call under key, in the order of the
@@ -51,7 +55,13 @@ func (c *Client) call(ctx context.Context, key, label string, idempotent, replay
 		end := c.clk.Now()
 		c.parser.ParseTo(&rep, end.UnixMicro(), res.in)
 		done(end.UnixMicro(), &rep)
-		c.observe(ctx, ks, &rep, end.Sub(begin), end.UnixMicro())
+		latency := end.Sub(begin)
+		if res.wait > 0 && res.wait < latency {
+			// The provider's time, without the connection's set-up
+			// or the wait for one, which are the client's.
+			latency = res.wait
+		}
+		c.observe(ctx, ks, &rep, latency, end.UnixMicro())
 		if last.resp != nil {
 			_ = last.resp.Body.Close()
 		}

@@ -140,6 +140,10 @@ type Client struct {
 	keys *registry
 
 	requests, throttles, retries, rejected atomic.Int64
+	// lag is an EWMA (µs) of how late this process's pacing timers fire:
+	// its own scheduling delay, which an attempt's latency must not be
+	// mistaken for the provider's (see sampleLatency).
+	lag atomic.Int64
 }
 
 // New validates cfg and returns a Client.

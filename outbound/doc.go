@@ -45,6 +45,26 @@
 // Config.SharedRate also keeps the adapted rate itself in the store, so
 // that a fleet adapts as one.
 //
+// A rate the provider states (IETF RateLimit-Policy's quota per window,
+// paced at 98 % of it, X-RateLimit-* as what remains over the time to the
+// reset, a cost bucket's restore rate, a
+// learned weight budget) is paced at once from the first answer, with no
+// slow start towards it. Latency means the provider's time: for HTTP, from
+// the request written to the first response byte; and a process whose own
+// pacing timers fire late (a starved machine, its scheduling delay a
+// eighth of the latency or more) does not judge the provider by latency
+// at all, only by throttles, so that it does not slow itself down with
+// no throttle in sight.
+//
+// Acquire and Permit.Report are the same layers in two steps (permit.go),
+// for callers that make the request themselves, such as workers in other
+// languages behind the server's /v1/outbound endpoints: Acquire runs the
+// bulkhead, the rate limiter and the breaker, and answers a *WaitError
+// (how long to wait) rather than wait past AcquireOpts.MaxWait, or an
+// *OpenError while the breaker is open; Report reads the attempt's status,
+// headers and body like a response, feeds the same controller, breaker,
+// retry budget and fleet-wide pause, and advises whether to retry.
+//
 // Keys are per host (HostKey: lowercased, default ports dropped), or per
 // provider profile (Config.Profiles maps hosts to a profile name). Each
 // key's state lives in one of 64 independently locked shards, and each

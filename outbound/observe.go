@@ -39,6 +39,7 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 		return
 	}
 	s := sample(rep, latency)
+	s.NoLatency = c.starved(s.Latency)
 	shared := 0.0
 	if c.shared {
 		// Read the fleet's rate just before adapting it, so that this

@@ -38,7 +38,11 @@ func sleep(ctx context.Context, clk clock.Clock, d time.Duration) error {
 
 // wait is the rate limiter: it blocks until the key's pacing and the
 // fleet's pause let one attempt through.
-func (c *Client) wait(ctx context.Context, ks *keyState) error {
+func (c *Client) wait(ctx context.Context, ks *keyState) error { return c.waitUntil(ctx, ks, 0) }
+
+// waitUntil is wait that gives up, with a *WaitError saying how long the
+// caller should wait, rather than sleep past limit (Unix µs; 0: no limit).
+func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error {
 	start := c.clk.Now()
 	defer func() {
 		if c.metrics != nil {
@@ -63,6 +67,9 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 			paceKey = ks.names.fleet
 		}
 		if tn.paused {
+			if limit > 0 && tn.until > limit {
+				return &WaitError{Key: ks.key, RetryAfter: time.Duration(tn.until-now) * time.Microsecond, Paused: true}
+			}
 			if err := sleep(ctx, c.clk, time.Duration(tn.until-now)*time.Microsecond); err != nil {
 				return err
 			}
@@ -71,6 +78,9 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 		maxDelay := c.maxReserve
 		if dl, ok := ctx.Deadline(); ok {
 			maxDelay = min(maxDelay, max(dl.Sub(c.clk.Now()), 0))
+		}
+		if limit > 0 {
+			maxDelay = min(maxDelay, max(time.Duration(limit-now)*time.Microsecond, 0))
 		}
 		lim := c.pacing(tn.rate)
 		items := [2]store.Item{
@@ -86,6 +96,7 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 		}
 		if all.Allowed {
 			delay := max(all.Results[0].Delay, all.Results[1].Delay)
+			slept := c.clk.Now()
 			if err := sleep(ctx, c.clk, delay); err != nil {
 				_, _ = c.store.Settle(context.WithoutCancel(ctx), store.SettleParams{
 					Key: paceKey, Limit: lim, Reserved: 1, Actual: 0, ReservedAt: all.Results[0].At,
@@ -93,6 +104,7 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 				return err
 			}
 			if delay > 0 {
+				c.noteLag(c.clk.Now().Sub(slept) - delay)
 				// A pause may have begun, here or in another process,
 				// while this turn was booked: a turn booked before a
 				// Retry-After must not be spent during it.
@@ -116,8 +128,12 @@ func (c *Client) wait(ctx context.Context, ks *keyState) error {
 				wait = max(wait, r.RetryAfter)
 			}
 		}
-		if p := all.Results[1]; !p.Allowed && p.RetryAfter > 0 {
+		p := all.Results[1]
+		if !p.Allowed && p.RetryAfter > 0 {
 			c.notePause(ctx, ks, p.RetryAfter)
+		}
+		if limit > 0 && now+wait.Microseconds() > limit {
+			return &WaitError{Key: ks.key, RetryAfter: wait, Paused: !p.Allowed}
 		}
 		if err := sleep(ctx, c.clk, min(wait, max(c.maxReserve, time.Millisecond))); err != nil {
 			return err
@@ -137,4 +153,36 @@ func (c *Client) notePause(ctx context.Context, ks *keyState, d time.Duration) {
 		// budget from it: take it up.
 		c.readBudget(ctx, ks, window)
 	}
+}
+
+// noteLag records how late a pacing timer fired: the process's own
+// scheduling delay on a starved machine (0 on a fake clock).
+func (c *Client) noteLag(late time.Duration) {
+	us := max(late.Microseconds(), 0)
+	for {
+		old := c.lag.Load()
+		v := us
+		if old > 0 {
+			v = old + (us-old)/8
+		}
+		if c.lag.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// lagShare: an attempt's latency stops meaning the provider's when the
+// process's timers fire late by 1/lagShare of it or more. An attempt
+// passes several scheduling points (the request's goroutine, the
+// transport's, the provider's), each as late as a timer on a starved
+// machine, so its latency inflates by several times the lag.
+const lagShare = 8
+
+// starved reports whether latency (µs) is not the provider's to judge: the
+// process's timers fire so late that its own scheduling delay is an eighth
+// of the latency or more (issue 18: a starved client must not slow itself
+// down without any throttle).
+func (c *Client) starved(latency int64) bool {
+	lag := c.lag.Load()
+	return lag > 0 && lagShare*lag >= latency
 }

@@ -7,6 +7,11 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"time"
+
+	"github.com/sluicerl/sluice/clock"
 
 	"github.com/sluicerl/sluice/signal"
 	"github.com/sluicerl/sluice/store"
@@ -38,11 +43,13 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 			r.Body = b
 		}
 		first = false
+		var t ttfb
+		r = r.WithContext(httptrace.WithClientTrace(r.Context(), t.trace(c.clk)))
 		resp, err := c.base.RoundTrip(r)
 		if err != nil {
 			return attemptResult{in: signal.Response{Err: err}}
 		}
-		return attemptResult{resp: resp, in: signal.Response{Status: resp.StatusCode, Header: resp.Header, Body: peekJSON(resp)}}
+		return attemptResult{resp: resp, in: signal.Response{Status: resp.StatusCode, Header: resp.Header, Body: peekJSON(resp)}, wait: t.wait()}
 	})
 	if err == nil && res.resp == nil && res.in.Err != nil {
 		err = res.in.Err
@@ -92,4 +99,38 @@ func peekJSON(resp *http.Response) []byte {
 		return nil
 	}
 	return b
+}
+
+// ttfb measures the provider's part of an attempt: from the request
+// written to the first byte of the response (issue 18: the time spent
+// waiting for a connection, dialing and handshaking is the client's).
+type ttfb struct {
+	mu          sync.Mutex
+	wrote, read time.Time
+}
+
+func (t *ttfb) trace(clk clock.Clock) *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) {
+			t.mu.Lock()
+			t.wrote = clk.Now()
+			t.mu.Unlock()
+		},
+		GotFirstResponseByte: func() {
+			t.mu.Lock()
+			t.read = clk.Now()
+			t.mu.Unlock()
+		},
+	}
+}
+
+// wait returns the time to first byte, 0 when the transport did not
+// report both ends (a transport that is not net/http's).
+func (t *ttfb) wait() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.wrote.IsZero() || t.read.IsZero() || t.read.Before(t.wrote) {
+		return 0
+	}
+	return max(t.read.Sub(t.wrote), time.Microsecond)
 }

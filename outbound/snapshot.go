@@ -60,17 +60,7 @@ func (c *Client) Snapshot(max int) Snapshot {
 	s := Snapshot{At: time.UnixMicro(now), Requests: c.requests.Load(), Throttles: c.throttles.Load(),
 		Retries: c.retries.Load(), Rejected: c.rejected.Load()}
 	for _, ks := range states {
-		v := ks.adapt.view(now)
-		k := KeySnapshot{
-			Key: ks.key, Label: ks.label, InFlight: ks.bulk.inFlight.Load(),
-			Rate: v.rate, Hint: v.hint, Probing: v.probing, PausedFor: v.pausedFor,
-			AvgLatency: v.avgLatency, P95Latency: v.p95Latency,
-			Requests: ks.counts.requests.Load(), Successes: ks.counts.successes.Load(),
-			Throttles: ks.counts.throttles.Load(), Errors: ks.counts.errors.Load(),
-			Retries: ks.counts.retries.Load(), Rejected: ks.counts.rejected.Load(),
-			LastActive: time.UnixMicro(ks.lastActive.Load()),
-		}
-		k.Breaker = ks.policy.snapshot(now)
+		k := c.keySnapshot(ks, now)
 		switch k.Breaker.State {
 		case breaker.Open.String():
 			s.OpenBreakers++
@@ -84,4 +74,20 @@ func (c *Client) Snapshot(max int) Snapshot {
 		s.Keys = s.Keys[:max]
 	}
 	return s
+}
+
+// keySnapshot is one key's part of a Snapshot at now.
+func (c *Client) keySnapshot(ks *keyState, now int64) KeySnapshot {
+	v := ks.adapt.view(now)
+	k := KeySnapshot{
+		Key: ks.key, Label: ks.label, InFlight: ks.bulk.inFlight.Load(),
+		Rate: v.rate, Hint: v.hint, Probing: v.probing, PausedFor: v.pausedFor,
+		AvgLatency: v.avgLatency, P95Latency: v.p95Latency,
+		Requests: ks.counts.requests.Load(), Successes: ks.counts.successes.Load(),
+		Throttles: ks.counts.throttles.Load(), Errors: ks.counts.errors.Load(),
+		Retries: ks.counts.retries.Load(), Rejected: ks.counts.rejected.Load(),
+		LastActive: time.UnixMicro(ks.lastActive.Load()),
+	}
+	k.Breaker = ks.policy.snapshot(now)
+	return k
 }

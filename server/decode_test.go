@@ -142,7 +142,7 @@ func TestNotFoundListsEveryEndpoint(t *testing.T) {
 		require.NotContains(t, rec.Body.String(), "no such endpoint", m[0])
 	}
 	require.ElementsMatch(t, []string{
-		"POST /v1/take", "GET /v1/policies", "GET /healthz", "GET /metrics",
+		"POST /v1/take", "GET /v1/policies", "GET /healthz", "GET /metrics", "GET /openapi.json",
 		"POST /v1/leases", "GET /v1/leases", "POST /v1/leases/{id}/renew", "DELETE /v1/leases/{id}",
 		"POST /api/v1/slots", "POST /api/v1/slots/batch", "GET /api/v1/slots/{eventId...}",
 		"POST /admin/rate-limit/config", "GET /admin/rate-limit/config/{name}",

@@ -13,6 +13,9 @@
 //	GET  /v1/policies   list the policies
 //	GET  /healthz       {"status":"ok"}
 //	GET  /metrics       Prometheus metrics
+//	GET  /openapi.json  the OpenAPI 3.1 document of every endpoint (openapi.yaml, also OpenAPI())
+//	POST /v1/outbound/acquire, POST /v1/outbound/report, GET /v1/outbound/{key}
+//	                    adaptive calls (with Config.Outbound; see below)
 //
 // With Config.Slots, also the slot API of seed 003 (see slot.go): POST
 // /api/v1/slots, POST /api/v1/slots/batch, GET /api/v1/slots/{eventId},
@@ -93,6 +96,37 @@
 // nothing is taken. Renewing or releasing a lease that is not held (expired,
 // released, superseded) is 404 TypeLeaseNotHeld; a stale release never
 // frees a successor's permit.
+//
+// # Adaptive calls (outbound.go)
+//
+// With Config.Outbound, workers in any language pace, adapt and break their
+// calls to an upstream with package outbound's per-key state, shared
+// through the store with every server and Go client of the fleet:
+//
+//	POST /v1/outbound/acquire  {"key":"api.example.com","waitMs":500,"idempotent":true,"profile":"..."}
+//	POST /v1/outbound/report   {"permit":"...","status":429,"headers":{"Retry-After":"2"},
+//	                            "latencyMs":12.5,"body":"<JSON excerpt>","attempt":1}
+//	GET  /v1/outbound/{key}    the key's state: rate, pause, latency, counters, breaker
+//
+// acquire answers 200 {"permit","key","grantedAt","expiresAt","waitedMs"}
+// once the key's turn has come (waiting at most waitMs, 0 by default, up
+// to MaxOutboundWait), 429 TypeOutboundWait with retryAfterMs, paused
+// (a Retry-After, a ban or an exhausted quota pauses the key fleet-wide)
+// and busy, or 503 TypeBreakerOpen while the key's breaker is open. The
+// worker calls the upstream only with a permit, then reports its answer:
+// the status (or "error": timeout, connect, network, canceled, other), the
+// headers the signal parsers read (Retry-After, RateLimit*,
+// X-RateLimit-*, X-MBX-*, X-Shopify-*; others are ignored), the latency,
+// and optionally a JSON body excerpt for GraphQL throttleStatus and
+// THROTTLED errors. The answer says how the response was read and whether
+// to retry: {"class","throttled","banned","unknown","retry","retryAfterMs",
+// "stop","rate","pausedForMs","permitKnown"}. A permit is reported once
+// (again: 409 TypePermitDone) within Config.PermitTTL (1 min), after which
+// its attempt is taken as never made. Permits live in the server that
+// granted them; a report of a permit this server does not hold (another
+// server's, or expired) still feeds the key's rate and the fleet's pause
+// (permitKnown false) but not the breaker or retry budget. "profile" names
+// a provider profile through Config.Profiles (422 TypeUnknownProfile).
 //
 // # Errors
 //

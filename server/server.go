@@ -10,12 +10,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicerl/sluice/limiter"
+	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store"
 )
@@ -57,6 +59,19 @@ type Config struct {
 	// /v1/jobs..., /v1/runs, /v1/gaps, /v1/breaker-transitions; see
 	// job.go). Nil leaves those routes out.
 	Jobs store.JobStore
+	// Outbound serves the adaptive calls of workers in any language
+	// (/v1/outbound/acquire, /v1/outbound/report, /v1/outbound/{key}; see
+	// outbound.go). Nil leaves those routes out.
+	Outbound *outbound.Client
+	// Profiles resolves the "profile" field of outbound requests. Nil
+	// refuses any profile with 422.
+	Profiles OutboundProfiles
+	// PermitTTL is how long an outbound permit waits for its report
+	// before it is taken as never used. Zero means DefaultPermitTTL.
+	PermitTTL time.Duration
+	// MaxPermits bounds the unreported outbound permits held. Zero means
+	// DefaultMaxPermits.
+	MaxPermits int
 	// Observer, when set, sees every decision, lease acquire and slot
 	// config the server handles (observer.go): the dashboard's live feed.
 	// Nil observes nothing.
@@ -80,8 +95,12 @@ type Server struct {
 	leaseOps *prometheus.CounterVec // lease.go
 	// slotMetrics is set when slots is (slot.go).
 	slotMetrics *slotMetrics
-	jobs        store.JobStore // job.go
-	obs         Observer       // observer.go; nil: none
+	jobs        store.JobStore   // job.go
+	obs         Observer         // observer.go; nil: none
+	outbound    *outbound.Client // outbound.go
+	profiles    OutboundProfiles
+	outPermits  *permitTable
+	openapiDoc  []byte // GET /openapi.json
 }
 
 // policyInfo is what the server precomputes for one policy.
@@ -99,6 +118,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("server: config: MaxBodyBytes must be >= 0, got %d", cfg.MaxBodyBytes)
 	}
+	if cfg.PermitTTL < 0 || cfg.MaxPermits < 0 {
+		return nil, fmt.Errorf("server: config: PermitTTL and MaxPermits must be >= 0, got %v and %d", cfg.PermitTTL, cfg.MaxPermits)
+	}
 	if cfg.MaxItems < 0 {
 		return nil, fmt.Errorf("server: config: MaxItems must be >= 0, got %d", cfg.MaxItems)
 	}
@@ -112,6 +134,18 @@ func New(cfg Config) (*Server, error) {
 		slots:    cfg.Slots,
 		jobs:     cfg.Jobs,
 		obs:      cfg.Observer,
+		outbound: cfg.Outbound,
+		profiles: cfg.Profiles,
+	}
+	if s.outbound != nil {
+		ttl, maxPermits := cfg.PermitTTL, cfg.MaxPermits
+		if ttl == 0 {
+			ttl = DefaultPermitTTL
+		}
+		if maxPermits == 0 {
+			maxPermits = DefaultMaxPermits
+		}
+		s.outPermits = newPermitTable(ttl, maxPermits)
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -164,6 +198,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	if s.openapiDoc, err = OpenAPI(); err != nil {
+		return nil, err
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -200,10 +237,12 @@ func (s *Server) endpoints() []route {
 		{http.MethodGet, routePolicies, s.listPolicies},
 		{http.MethodGet, routeHealth, s.health},
 		{http.MethodGet, routeMetrics, metricsHandler.ServeHTTP},
+		{http.MethodGet, routeOpenAPI, s.openAPI}, // openapi.go
 	}
-	rts = append(rts, s.leaseRoutes()...) // lease.go
-	rts = append(rts, s.jobRoutes()...)   // job.go
-	return append(rts, s.slotRoutes()...) // slot.go
+	rts = append(rts, s.leaseRoutes()...)    // lease.go
+	rts = append(rts, s.jobRoutes()...)      // job.go
+	rts = append(rts, s.outboundRoutes()...) // outbound.go
+	return append(rts, s.slotRoutes()...)    // slot.go
 }
 
 // methods405 are the methods a path answers 405 to when it does not serve

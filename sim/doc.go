@@ -9,7 +9,11 @@
 // silent slowdown whose latency grows with load, a ban that escalates after
 // repeated violations (418), a Shopify-like GraphQL cost bucket that answers
 // THROTTLED inside an HTTP 200 and refunds the unused cost, and an
-// exchange-like weighted fixed window that reports X-MBX-USED-WEIGHT.
+// exchange-like weighted fixed window aligned to the clock that reports
+// X-MBX-USED-WEIGHT, and a provider that states its policy in the IETF
+// RateLimit and RateLimit-Policy fields. ProviderConfig.BanOnRefusals
+// makes a banning provider count every refusal, not only those of a
+// client that did not back off.
 //
 // Run drives N workers split over M processes (each with its own client
 // built by Config.NewClient, sharing only what that client shares, such as

@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -38,6 +39,11 @@ type Config struct {
 	Duration time.Duration
 	// URL is the URL every worker requests. Empty means http://sim.test/.
 	URL string
+	// Request, if set, builds each request instead of a GET of URL: for
+	// worker w's seq-th operation (from 0). Its body must be replayable
+	// (http.NewRequest sets GetBody for a bytes or strings reader) so
+	// that the client may retry it. Nil means a GET of URL.
+	Request func(ctx context.Context, worker int, seq int64) (*http.Request, error)
 	// Base reaches the provider: a HandlerTransport for a simulator, or an
 	// http.Transport for a real endpoint.
 	Base http.RoundTripper
@@ -168,11 +174,12 @@ type Outcome uint8
 const (
 	// OutcomeOK is a 2xx without a throttle error in its body.
 	OutcomeOK Outcome = iota
-	// OutcomeThrottle is a 429, a 503, or a 200 carrying THROTTLED.
+	// OutcomeThrottle is a 429, a 503, or a 2xx carrying THROTTLED.
 	OutcomeThrottle
 	// OutcomeBan is a 418.
 	OutcomeBan
-	// OutcomeError is any other response.
+	// OutcomeError is any other response, a 2xx whose JSON body carries
+	// GraphQL errors among them: a provider's error is never goodput.
 	OutcomeError
 )
 
@@ -189,9 +196,25 @@ func Classify(status int, body []byte) Outcome {
 		if bytes.Contains(body, throttledCode) {
 			return OutcomeThrottle
 		}
+		if graphQLErrors(body) {
+			return OutcomeError
+		}
 		return OutcomeOK
 	}
 	return OutcomeError
+}
+
+// graphQLErrors reports whether body is a JSON object with a non-empty
+// top-level "errors" list (a GraphQL response that failed, in part or
+// whole, although its status is 200).
+func graphQLErrors(body []byte) bool {
+	if !bytes.Contains(body, []byte(`"errors"`)) {
+		return false
+	}
+	var v struct {
+		Errors []json.RawMessage `json:"errors"`
+	}
+	return json.Unmarshal(body, &v) == nil && len(v.Errors) > 0
 }
 
 // Run runs cfg.Workers workers over cfg.Processes clients for
@@ -250,7 +273,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	var wg sync.WaitGroup
 	for w := range cfg.Workers {
 		c := clients[w%cfg.Processes]
-		wg.Go(func() { worker(ctx, clk, cfg.URL, c.Transport, rec) })
+		newReq := cfg.Request
+		if newReq == nil {
+			newReq = func(ctx context.Context, _ int, _ int64) (*http.Request, error) {
+				return http.NewRequestWithContext(ctx, http.MethodGet, cfg.URL, nil)
+			}
+		}
+		wg.Go(func() { worker(ctx, clk, w, newReq, c.Transport, rec) })
 	}
 	reported := 0
 	wg.Go(func() { reported = sampleRates(ctx, clk, clients, rec, cfg.Limit, cfg.OnSecond) })
@@ -290,11 +319,14 @@ func (r *recorder) second(i int, limit func(time.Duration) float64) Second {
 	return s
 }
 
-func worker(ctx context.Context, clk clock.Clock, url string, rt http.RoundTripper, rec *recorder) {
-	for ctx.Err() == nil {
+func worker(ctx context.Context, clk clock.Clock, w int, newReq func(context.Context, int, int64) (*http.Request, error), rt http.RoundTripper, rec *recorder) {
+	for seq := int64(0); ctx.Err() == nil; seq++ {
 		var attempts atomic.Int32
-		req, _ := http.NewRequestWithContext(context.WithValue(ctx, attemptsKey{}, &attempts), http.MethodGet, url, nil)
-		resp, err := rt.RoundTrip(req)
+		req, err := newReq(context.WithValue(ctx, attemptsKey{}, &attempts), w, seq)
+		var resp *http.Response
+		if err == nil {
+			resp, err = rt.RoundTrip(req)
+		}
 		ok := false
 		if err == nil {
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

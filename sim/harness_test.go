@@ -177,6 +177,10 @@ func TestClassify(t *testing.T) {
 	}{
 		{200, `{"ok":true}`, OutcomeOK},
 		{200, `{"errors":[{"extensions":{"code":"THROTTLED"}}]}`, OutcomeThrottle},
+		// Issue 18: a 200 carrying GraphQL errors is an error, never goodput.
+		{200, `{"data":null,"errors":[{"message":"Field 'shop' doesn't exist"}]}`, OutcomeError},
+		{200, `{"data":{"x":1},"errors":[]}`, OutcomeOK},
+		{200, `{"data":{"note":"\"errors\" in a string"}}`, OutcomeOK},
 		{429, ``, OutcomeThrottle},
 		{503, ``, OutcomeThrottle},
 		{418, ``, OutcomeBan},

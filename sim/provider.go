@@ -43,11 +43,20 @@ const (
 	// body carries errors[].extensions.code THROTTLED; extensions.cost
 	// reports the bucket's throttleStatus.
 	CostBucket
-	// WeightWindow is an exchange-like fixed window of weight: every request
+	// WeightWindow is an exchange-like fixed window of weight, aligned to
+	// the clock (a minute's window resets on the minute): every request
 	// weighs Weight, X-MBX-USED-WEIGHT-<window> reports the weight used in
 	// the current window, a request over the window's budget gets 429 with
 	// Retry-After, and repeated violations escalate to 418 bans as in Ban.
 	WeightWindow
+	// IETF states its policy on every answer, as the IETF draft
+	// (draft-ietf-httpapi-ratelimit-headers) describes: a fixed window of
+	// Window (aligned to the clock) holding the limit x Window requests,
+	// RateLimit-Policy: "default";q=<quota>;w=<window seconds> and
+	// RateLimit: "default";r=<remaining>;t=<seconds to the reset>; a
+	// request over the quota gets 429 with Retry-After (whole seconds,
+	// rounded up) and r=0.
+	IETF
 )
 
 var dialectNames = [...]string{
@@ -59,6 +68,7 @@ var dialectNames = [...]string{
 	Ban:               "ban",
 	CostBucket:        "cost-bucket",
 	WeightWindow:      "weight-window",
+	IETF:              "ietf",
 }
 
 // Dialects lists every dialect in declaration order.
@@ -134,6 +144,11 @@ type ProviderConfig struct {
 	BanAfter int `json:"ban_after,omitempty" yaml:"ban_after"`
 	// BanWindow: zero means 10 s.
 	BanWindow time.Duration `json:"ban_window,omitempty" yaml:"ban_window"`
+	// BanOnRefusals counts every refusal towards BanAfter, not only those
+	// of a client that came back before the latest Retry-After had passed:
+	// a provider that bans after N throttles in BanWindow, whatever the
+	// client did.
+	BanOnRefusals bool `json:"ban_on_refusals,omitempty" yaml:"ban_on_refusals"`
 	// BanFor is the first ban's length; every later ban doubles it. Zero
 	// means 2 s.
 	BanFor time.Duration `json:"ban_for,omitempty" yaml:"ban_for"`
@@ -311,6 +326,10 @@ type outcome struct {
 	banned     bool
 	cost       *costReport
 	usedWeight int
+	// IETF: the window's quota (0: not IETF), what remains, and the time
+	// to its reset.
+	quota, remaining int
+	reset            time.Duration
 }
 
 type costReport struct {
@@ -339,6 +358,8 @@ func (p *Provider) decide(now time.Time) outcome {
 		return p.decideCost(now, limit)
 	case WeightWindow:
 		return p.decideWeight(now, limit)
+	case IETF:
+		return p.decideIETF(now, limit)
 	}
 	// Token bucket at the hidden limit.
 	b := p.burst(limit)
@@ -369,7 +390,7 @@ func (p *Provider) decide(now time.Time) outcome {
 // client failed to back off); BanAfter violations within BanWindow earn a
 // ban: 418 with Retry-After.
 func (p *Provider) violate(now time.Time, wait time.Duration) outcome {
-	if now.Before(p.backoffTill) {
+	if p.cfg.BanOnRefusals || now.Before(p.backoffTill) {
 		cut := now.Add(-p.cfg.BanWindow)
 		i := 0
 		for i < len(p.violations) && !p.violations[i].After(cut) {
@@ -414,10 +435,7 @@ func (p *Provider) decideCost(now time.Time, limit float64) outcome {
 
 func (p *Provider) decideWeight(now time.Time, limit float64) outcome {
 	win := p.cfg.Window
-	if now.Sub(p.winStart) >= win {
-		p.winStart = p.start.Add(now.Sub(p.start).Truncate(win))
-		p.used = 0
-	}
+	p.align(now)
 	budget := int(math.Round(limit * win.Seconds() * float64(p.cfg.Weight)))
 	if p.used+p.cfg.Weight > budget {
 		o := p.violate(now, p.winStart.Add(win).Sub(now))
@@ -426,6 +444,29 @@ func (p *Provider) decideWeight(now time.Time, limit float64) outcome {
 	}
 	p.used += p.cfg.Weight
 	return outcome{status: http.StatusOK, usedWeight: p.used}
+}
+
+// align moves the fixed window (WeightWindow, IETF) to the one now falls
+// in. Windows are aligned to the clock, as an exchange's minute is a
+// minute of the wall clock, not of the client's start.
+func (p *Provider) align(now time.Time) {
+	if ws := now.Truncate(p.cfg.Window); !ws.Equal(p.winStart) {
+		p.winStart, p.used = ws, 0
+	}
+}
+
+func (p *Provider) decideIETF(now time.Time, limit float64) outcome {
+	p.align(now)
+	quota := max(1, int(math.Round(limit*p.cfg.Window.Seconds())))
+	o := outcome{status: http.StatusOK, quota: quota}
+	reset := p.winStart.Add(p.cfg.Window).Sub(now)
+	if p.used >= quota {
+		o.status, o.throttled, o.retryAfter = http.StatusTooManyRequests, true, reset
+	} else {
+		p.used++
+	}
+	o.remaining, o.reset = quota-p.used, reset
+	return o
 }
 
 // weightHeader is the X-MBX-USED-WEIGHT header name for the window length.
@@ -477,6 +518,12 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if p.cfg.Dialect == WeightWindow {
 		h.Set(weightHeader(p.cfg.Window), strconv.Itoa(o.usedWeight))
+	}
+	if o.quota > 0 {
+		// The draft's delta-seconds are whole: t rounds up, so that a
+		// client never comes back before the reset.
+		h.Set("RateLimit-Policy", fmt.Sprintf(`"default";q=%d;w=%d`, o.quota, max(1, int64(math.Ceil(p.cfg.Window.Seconds())))))
+		h.Set("RateLimit", fmt.Sprintf(`"default";r=%d;t=%d`, o.remaining, int64(math.Ceil(o.reset.Seconds()))))
 	}
 	h.Set("Content-Type", "application/json")
 	if o.cost != nil {

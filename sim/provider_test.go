@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -227,4 +228,62 @@ func TestParseDialect(t *testing.T) {
 	}
 	_, err := ParseDialect("nope")
 	require.ErrorContains(t, err, `unknown dialect "nope"`)
+}
+
+// The IETF dialect states its policy and what remains on every answer
+// (draft-ietf-httpapi-ratelimit-headers), in windows aligned to the clock.
+func TestIETFStatesItsPolicy(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0.Add(700 * time.Millisecond)) // 300 ms before a second ends
+	p, err := NewProvider(ProviderConfig{Dialect: IETF, Limit: 3, Clock: clk})
+	require.NoError(t, err)
+	for i := range 3 {
+		r := serve(p)
+		require.Equal(t, http.StatusOK, r.StatusCode)
+		require.Equal(t, `"default";q=3;w=1`, r.Header.Get("RateLimit-Policy"))
+		require.Equal(t, fmt.Sprintf(`"default";r=%d;t=1`, 2-i), r.Header.Get("RateLimit"))
+	}
+	r := serve(p)
+	require.Equal(t, http.StatusTooManyRequests, r.StatusCode)
+	require.Equal(t, `"default";r=0;t=1`, r.Header.Get("RateLimit"))
+	require.Equal(t, "1", r.Header.Get("Retry-After"))
+	clk.Advance(300 * time.Millisecond) // the clock's next second: a new window
+	require.Equal(t, http.StatusOK, serve(p).StatusCode)
+}
+
+// A weight window resets on the clock's boundary, not a window after the
+// provider started.
+func TestWeightWindowIsAlignedToTheClock(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0.Add(30 * time.Second)) // half way through a minute
+	p, err := NewProvider(ProviderConfig{Dialect: WeightWindow, Limit: 1, Window: time.Minute, Weight: 1, Clock: clk})
+	require.NoError(t, err)
+	n := 0
+	for serve(p).StatusCode == http.StatusOK {
+		n++
+	}
+	require.Equal(t, 60, n, "the minute's budget")
+	clk.Advance(30 * time.Second) // on the minute
+	r := serve(p)
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	require.Equal(t, "1", r.Header.Get("X-MBX-USED-WEIGHT-1M"))
+}
+
+// With BanOnRefusals every refusal counts towards the ban, even from a
+// client that honoured every Retry-After.
+func TestBanOnRefusals(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	p, err := NewProvider(ProviderConfig{Dialect: Ban, Limit: 10, BanAfter: 3, BanOnRefusals: true, Clock: clk})
+	require.NoError(t, err)
+	var codes []int
+	for range 3 {
+		serve(p) // the burst's one token, then refusals
+		r := serve(p)
+		codes = append(codes, r.StatusCode)
+		ra, err := strconv.Atoi(r.Header.Get("Retry-After"))
+		require.NoError(t, err)
+		clk.Advance(time.Duration(ra) * time.Second)
+	}
+	require.Equal(t, []int{429, 429, 418}, codes)
 }

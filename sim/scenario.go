@@ -169,13 +169,13 @@ func RunTable(ctx context.Context, scenarios []Scenario, contenders []Contender,
 // WriteTable writes rows as a Markdown table.
 func WriteTable(w io.Writer, rows []Row) error {
 	var b strings.Builder
-	b.WriteString("| dialect | client | goodput/limit | throttles | bans | converge s | settle s | retries/ops | mean goodput/s |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| dialect | client | goodput/limit | throttles | bans | converge s | settle s | reconverge s | retries/ops | mean goodput/s |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		s := r.Summary
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %s | %s | %.3f | %.1f |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %s | %s | %s | %.3f | %.1f |\n",
 			r.Scenario, r.Contender, ratio(s.GoodputRatio, "%.3f"), pct(s.ThrottleRatio), s.Bans,
-			seconds(s.ConvergeS), seconds(s.SettleS), s.RetryRatio, s.MeanGoodput)
+			seconds(s.ConvergeS), seconds(s.SettleS), seconds(s.ReconvergeS), s.RetryRatio, s.MeanGoodput)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

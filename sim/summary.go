@@ -28,6 +28,11 @@ type Summary struct {
 	// SettleS is, for the first limit change, how many seconds after it the
 	// throttle share over the rest of that segment falls under 1%.
 	SettleS int `json:"settle_s"`
+	// ReconvergeS is, for the first limit change, how many seconds after
+	// it the client is back: the first second from which goodput over two
+	// seconds is at least 0.95 of the (new) limit and the throttle share
+	// over the rest of that segment is under 1%.
+	ReconvergeS int `json:"reconverge_s"`
 	// Bans counts 418 responses over the whole run.
 	Bans int64 `json:"bans"`
 	// Ops, Offered, Throttles and Retries are whole-run totals; RetryRatio
@@ -44,7 +49,7 @@ type Summary struct {
 // Summarize computes the figures of a run. Figures relative to the limit
 // are -1 when the seconds carry no limit.
 func Summarize(r *Result) Summary {
-	s := Summary{ConvergeS: -1, GoodputRatio: -1, ThrottleRatio: -1, SettleS: -1}
+	s := Summary{ConvergeS: -1, GoodputRatio: -1, ThrottleRatio: -1, SettleS: -1, ReconvergeS: -1}
 	secs := r.Seconds
 	n := len(secs)
 	for _, x := range secs {
@@ -111,6 +116,12 @@ func Summarize(r *Result) Summary {
 			}
 			if off == 0 || float64(thr) < 0.01*float64(off) {
 				s.SettleS = k - c
+				break
+			}
+		}
+		for k := max(c, c+s.SettleS); s.SettleS >= 0 && k+1 < end; k++ {
+			if float64(secs[k].Goodput+secs[k+1].Goodput) >= 0.95*(secs[k].Limit+secs[k+1].Limit) {
+				s.ReconvergeS = k - c
 				break
 			}
 		}

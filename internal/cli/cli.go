@@ -124,6 +124,7 @@ that shares a credential. 'sluice serve' runs its HTTP API.`,
 	root.AddCommand(newSlotsCmd(opts))
 	root.AddCommand(newSimCmd(opts))
 	root.AddCommand(newConnectorsCmd(opts), newJobsCmd(opts), newRunsCmd(opts), newGapsCmd(opts), newWorkerCmd(opts)) // jobs.go
+	root.AddCommand(newTakeCmd(opts), newAcquireCmd(opts), newReportCmd(opts), newLeasesCmd(opts))                    // client.go
 	return root
 }
 

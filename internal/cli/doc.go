@@ -7,7 +7,11 @@
 //
 //	sluice serve [--addr host:port] [--config FILE] [--log-level L] [--log-format text|json] [--shutdown-timeout D] [--max-body SIZE]
 //	sluice policies check FILE
-//	sluice lease acquire|renew|release|list ... [--server URL]
+//	sluice lease acquire|renew|release|list ... [--server URL] [--token T]
+//	sluice take POLICY KEY [--cost N]                 (client.go: these four, and slots assign
+//	sluice acquire KEY [--wait D] [--profile P]        --server, take --server URL, --token T
+//	sluice report PERMIT --status N [--header H]...    (env SLUICE_SERVER, SLUICE_TOKEN, sent as
+//	sluice leases POLICY KEY                           a bearer token) and --output json|table)
 //	sluice version
 //
 // serve runs the HTTP API of package server until its context ends (the

@@ -23,6 +23,7 @@ const DefaultServer = "http://" + DefaultAddr
 
 type leaseFlags struct {
 	server  string
+	token   string
 	timeout time.Duration
 	holder  string
 	wait    time.Duration
@@ -43,8 +44,9 @@ to guard writes with.`,
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&f.server, "server", DefaultServer, "server base `URL` (env SLUICE_SERVER)")
 	pf.DurationVar(&f.timeout, "timeout", 10*time.Second, "longest one request may take")
+	pf.StringVar(&f.token, "token", "", "bearer `token` sent as Authorization (env SLUICE_TOKEN)")
 	pre := func(cmd *cobra.Command, _ []string) error {
-		source, err := applyEnv(cmd.Flags(), opts.Getenv, []envFlag{{"server", "SLUICE_SERVER"}})
+		source, err := applyEnv(cmd.Flags(), opts.Getenv, []envFlag{{"server", "SLUICE_SERVER"}, {"token", "SLUICE_TOKEN"}})
 		if err != nil {
 			return err
 		}
@@ -171,6 +173,9 @@ func (f *leaseFlags) call(ctx context.Context, method, path string, body []byte)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if f.token != "" {
+		req.Header.Set("Authorization", "Bearer "+f.token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

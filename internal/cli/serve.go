@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicerl/sluice/limiter"
+	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/server"
 	"github.com/sluicerl/sluice/server/dashboard"
 	"github.com/sluicerl/sluice/slot"
@@ -88,7 +89,10 @@ func newServeCmd(opts *Options) *cobra.Command {
 		Use:   "serve",
 		Short: "Run the HTTP API",
 		Long: `Run the HTTP API: POST /v1/take, POST|GET /v1/leases, POST /v1/leases/{id}/renew,
-DELETE /v1/leases/{id}, GET /v1/policies, GET /healthz, GET /metrics, and the
+DELETE /v1/leases/{id}, GET /v1/policies, GET /healthz, GET /metrics, the
+adaptive calls of workers in any language (POST /v1/outbound/acquire,
+/v1/outbound/report, GET /v1/outbound/{key}), GET /openapi.json (the OpenAPI
+document of every endpoint), and the
 slot API (POST /api/v1/slots, /api/v1/slots/batch, GET /api/v1/slots/{eventId},
 /admin/rate-limit/config...) over the records database, and the dashboard
 at /ui/ (policies, keys, leases, slots, jobs; live).
@@ -266,13 +270,20 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		return err
 	}
 	rec := dashboard.NewRecorder(nil) // the dashboard's feed of decisions
+	// The adaptive calls of workers in any language (/v1/outbound/...):
+	// pauses, learned budgets and the adapted rate are shared through the
+	// rate store with every server of the fleet.
+	ob, err := outbound.New(outbound.Config{Store: st.store, SharedRate: true, Metrics: reg})
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg, Slots: slots, Jobs: jobs, MaxBodyBytes: int64(f.maxBody),
-		Observer: rec})
+		Outbound: ob, Observer: rec})
 	if err != nil {
 		return err
 	}
 	dash, err := dashboard.New(dashboard.Config{Limiter: lim, Recorder: rec, API: srv.Handler(), Jobs: jobs, Slots: slots,
-		StoreName: strings.SplitN(f.state, ":", 2)[0], Logger: log})
+		Outbound: ob, StoreName: strings.SplitN(f.state, ":", 2)[0], Logger: log})
 	if err != nil {
 		return err
 	}
@@ -295,12 +306,16 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	cctx, stopCleanups := context.WithCancel(ctx)
-	cleaned := make(chan struct{})
+	cleaned, sampled := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(cleaned)
 		runCleanups(cctx, log, st.cleanups, f.cleanupInterval)
 	}()
-	defer func() { stopCleanups(); <-cleaned }() // before the store closes
+	go func() { // the dashboard's learned-rate history of the outbound keys
+		defer close(sampled)
+		dash.Run(cctx, 0)
+	}()
+	defer func() { stopCleanups(); <-cleaned; <-sampled }() // before the store closes
 
 	log.Info("sluice listening", "addr", ln.Addr().String(), "policies", len(policies), "config", from,
 		"state", redactURL(f.state), "db", redactURL(f.db))

@@ -43,6 +43,7 @@ type simFlags struct {
 	prefix     string
 	timeout    time.Duration
 	serve      string
+	req        targetFlags
 }
 
 // simClients are the --client names.
@@ -66,8 +67,11 @@ from a YAML scenario file (--scenario; flags given explicitly override it).
 Dialects: ` + strings.Join(dialectNames(), ", ") + `.
 
 --target URL drives the same workers through the client against any HTTP
-endpoint instead (GET URL); --limit then states the endpoint's true limit,
-if known, for the figures.
+endpoint instead (GET URL, or --method with --body, --header and a
+per-request --cost put where --cost-in says, to drive a GraphQL or weighted
+API); --limit then states the endpoint's true limit, if known, for the
+figures. A 200 whose JSON carries GraphQL errors counts as an error (as a
+throttle when THROTTLED), never as goodput; the summary names the target.
 
 --serve ADDR serves the simulated provider over HTTP instead, so that
 separate sluice sim --target processes can share it, and a store:
@@ -85,6 +89,8 @@ its rows.`,
 		Example: `  sluice sim --dialect bare-429 --limit 50 --change 15s=25 --duration 30s
   sluice sim --scenario scenario.yaml --out run.svg
   sluice sim --target http://127.0.0.1:9000/api --limit 20 --duration 20s
+  sluice sim --target http://127.0.0.1:9000/graphql --method POST \
+      --body '{"query":"{ shop { name } }"}' --cost 10 --cost-in header:X-Query-Cost
   sluice sim --report --duration 30s`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -111,6 +117,7 @@ its rows.`,
 	fs.DurationVar(&f.timeout, "store-timeout", 0,
 		"longest a sluice client's call waits for a shared --state store before it fails closed (0: serve's --store-timeout default)")
 	fs.StringVar(&f.serve, "serve", "", "serve the simulated provider over HTTP on this address for --duration, for other processes' --target")
+	f.req.register(fs)
 	fs.StringVar(&f.state, "state", "memory:", "store the sluice clients' processes share: memory:, redis://..., postgres://..., sqlite:PATH (as serve --state)")
 	return cmd
 }
@@ -303,8 +310,12 @@ func runSim(cmd *cobra.Command, opts *Options, f *simFlags) error {
 			base, changes := sc.Provider.Limit, sc.Provider.Changes
 			limit = func(d time.Duration) float64 { return sim.LimitAt(base, changes, d) }
 		}
+		request, err := f.req.requester(f.target)
+		if err != nil {
+			return err
+		}
 		res, err = sim.Run(cmd.Context(), sim.Config{
-			Workers: sc.Workers, Processes: sc.Processes, Duration: sc.Duration, URL: f.target,
+			Workers: sc.Workers, Processes: sc.Processes, Duration: sc.Duration, URL: f.target, Request: request,
 			Base: http.DefaultTransport, NewClient: newClient, Limit: limit, SlowAfter: sc.SlowAfter, OnSecond: onSecond,
 		})
 		if err != nil {
@@ -320,6 +331,7 @@ func runSim(cmd *cobra.Command, opts *Options, f *simFlags) error {
 	name := sc.Name
 	if f.target != "" {
 		name = f.target // not the simulated dialect, which did not run
+		sc.Name = f.target
 	}
 	fmt.Fprintf(opts.Stdout, "\n%s, %s: %s\n", name, c.Name, describe(sum))
 	if f.out == "" {
@@ -355,8 +367,8 @@ func describe(s sim.Summary) string {
 		}
 		return fmt.Sprintf("%ds", v)
 	}
-	return fmt.Sprintf("goodput/limit %s, throttles %s, bans %d, converged at %s, settled %s after the change, retries %d of %d calls (%.1f%%)",
-		r(s.GoodputRatio, "%.3f"), r(100*s.ThrottleRatio, "%.2f%%"), s.Bans, sec(s.ConvergeS), sec(s.SettleS),
+	return fmt.Sprintf("goodput/limit %s, throttles %s, bans %d, converged at %s, settled %s and re-converged %s after the change, retries %d of %d calls (%.1f%%)",
+		r(s.GoodputRatio, "%.3f"), r(100*s.ThrottleRatio, "%.2f%%"), s.Bans, sec(s.ConvergeS), sec(s.SettleS), sec(s.ReconvergeS),
 		s.Retries, s.Ops, 100*s.RetryRatio)
 }
 

@@ -96,14 +96,14 @@ func TestSimReport(t *testing.T) {
 	r := run(t, nil, "sim", "--report", "--duration", "2s", "--out", out)
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	// Header, rule, 8 dialects x 6 clients, "wrote".
-	require.Len(t, lines, 2+8*6+1)
+	// Header, rule, 9 dialects x 6 clients, "wrote".
+	require.Len(t, lines, 2+9*6+1)
 	require.Contains(t, r.stdout, "| weight-window | fixed-2x |")
 	var rows []sim.Row
 	b, err := os.ReadFile(out)
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(b, &rows))
-	require.Len(t, rows, 48)
+	require.Len(t, rows, 54)
 }
 
 func TestSimUsageErrors(t *testing.T) {
@@ -323,4 +323,99 @@ func mustParseURL(t *testing.T, raw string) *url.URL {
 	u, err := url.Parse(raw)
 	require.NoError(t, err)
 	return u
+}
+
+// Issue 18: --target is a real load client. It sends the method, body,
+// headers and per-request cost it is told to, and a 200 carrying GraphQL
+// errors is an error, never goodput.
+func TestSimTargetSendsWhatItIsTold(t *testing.T) {
+	t.Parallel()
+	var hits, right atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		var body struct {
+			Query     string `json:"query"`
+			Variables struct {
+				Cost   int `json:"cost"`
+				Worker int `json:"worker"`
+			} `json:"variables"`
+		}
+		err := json.NewDecoder(r.Body).Decode(&body)
+		if err == nil && r.Method == http.MethodPost && r.Header.Get("X-Api-Key") == "k1" &&
+			r.Header.Get("Content-Type") == "application/json" && body.Query == "{ shop { name } }" && body.Variables.Cost == 7 {
+			right.Add(1)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"data":null,"errors":[{"message":"no such field"}]}`))
+	}))
+	t.Cleanup(srv.Close)
+	out := filepath.Join(t.TempDir(), "run.svg")
+	r := run(t, nil, "sim", "--target", srv.URL+"/graphql", "--duration", "2s", "--workers", "2", "--processes", "1",
+		"--method", "post", "--header", "X-Api-Key: k1",
+		"--body", `{"query":"{ shop { name } }","variables":{"worker":{{.Worker}}}}`, "--cost", "7", "--cost-in", "body:variables.cost",
+		"--out", out)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Positive(t, hits.Load())
+	require.Equal(t, hits.Load(), right.Load(), "every request as told")
+	require.Contains(t, r.stdout, srv.URL+"/graphql, sluice:", "the summary names the target")
+	var res struct {
+		Scenario map[string]any `json:"scenario"`
+		Target   string         `json:"target"`
+		Seconds  []sim.Second   `json:"seconds"`
+	}
+	b, err := os.ReadFile(strings.TrimSuffix(out, ".svg") + ".json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &res))
+	require.Equal(t, srv.URL+"/graphql", res.Scenario["name"], "the report names the target")
+	var good, errs int64
+	for _, s := range res.Seconds {
+		good += s.Goodput
+		errs += s.Errors
+	}
+	require.Zero(t, good, "a 200 carrying GraphQL errors is not goodput")
+	require.Positive(t, errs)
+}
+
+func TestSimTargetCostInHeaderAndQuery(t *testing.T) {
+	t.Parallel()
+	var hits, right atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.Header.Get("X-Weight") == "3" || r.URL.Query().Get("weight") == "3" {
+			right.Add(1)
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	t.Cleanup(srv.Close)
+	for _, in := range []string{"header:X-Weight", "query:weight"} {
+		r := run(t, nil, "sim", "--target", srv.URL+"/api?x=1", "--duration", "1s", "--workers", "1", "--processes", "1",
+			"--cost", "3", "--cost-in", in)
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	}
+	require.Positive(t, hits.Load())
+	require.Equal(t, hits.Load(), right.Load())
+}
+
+func TestSimTargetUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--method", "GE T"}, `--method "GE T": want an HTTP method`},
+		{[]string{"--header", "nocolon"}, `--header "nocolon": want 'Name: value'`},
+		{[]string{"--body", "{{.Nope"}, "--body: template"},
+		{[]string{"--body", "{{.Nope}}"}, "--body: template"},
+		{[]string{"--body", "@/no/such/file"}, "--body @/no/such/file"},
+		{[]string{"--cost", "-1", "--cost-in", "header:X"}, "--cost must be >= 0"},
+		{[]string{"--cost", "2"}, "--cost needs --cost-in"},
+		{[]string{"--cost", "2", "--cost-in", "cookie:x"}, `--cost-in "cookie:x": want header:NAME`},
+		{[]string{"--cost", "2", "--cost-in", "body:cost"}, "needs a JSON --body"},
+		{[]string{"--cost", "2", "--cost-in", "body:cost", "--body", "not json"}, "the body is not a JSON object"},
+		{[]string{"--cost", "2", "--cost-in", "body:a.b", "--body", `{"a":1}`}, `"a" is not an object`},
+	} {
+		r := run(t, nil, append([]string{"sim", "--target", "http://127.0.0.1:1/", "--duration", "1s"}, tt.args...)...)
+		require.Equal(t, cli.ExitUsage, r.code, "%v: %s", tt.args, r.stderr)
+		require.Contains(t, r.stderr, tt.want, "%v", tt.args)
+	}
 }

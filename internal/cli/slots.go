@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,10 +117,6 @@ one 'sluice serve' uses.`,
 		defer closeFn()
 		return f(s)
 	}
-	printJSON := func(v any) {
-		b, _ := json.Marshal(v)
-		fmt.Fprintln(opts.Stdout, string(b))
-	}
 
 	var (
 		maxPer   int64
@@ -158,10 +155,13 @@ one 'sluice serve' uses.`,
 	config.Flags().Int64Var(&headroom, "headroom", 0, fmt.Sprintf("windows searched past the first open one (0 means %d)", store.DefaultSlotHeadroom))
 
 	var cfgName, at string
+	var remote clientFlags // --server: over a running server's HTTP API (client.go)
 	assign := &cobra.Command{
 		Use:   "assign EVENT_ID --config NAME --at TIME",
 		Short: "Assign one event a slot (or print the one it has)",
-		Args:  usageArgs(cobra.ExactArgs(1)),
+		Long: `Assign one event a slot in the records database (--db), or with --server
+through a running 'sluice serve' (POST /api/v1/slots).`,
+		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := requireFlags(c, "at"); err != nil {
 				return err
@@ -176,18 +176,39 @@ one 'sluice serve' uses.`,
 			if err != nil {
 				return usagef("invalid --at %q: want an RFC 3339 time such as 2025-06-01T12:00:00Z", at)
 			}
+			if source, err := applyEnv(c.Flags(), opts.Getenv, []envFlag{{"token", "SLUICE_TOKEN"}}); err != nil {
+				return err
+			} else if remote.server != "" {
+				if err := remote.check(source); err != nil {
+					return err
+				}
+				code, h, out, err := remote.call(c.Context(), http.MethodPost, "/api/v1/slots",
+					map[string]string{"eventId": args[0], "configName": cfgName, "requestedTime": at})
+				if err != nil {
+					return err
+				}
+				if code != http.StatusOK && code != http.StatusCreated {
+					return problemError("slots assign", code, h, out)
+				}
+				return remote.print(opts, out)
+			}
 			return with(c, slot.Config{}, func(s *slot.Scheduler) error {
 				sl, err := s.Assign(c.Context(), args[0], cfgName, t)
 				if err != nil {
 					return err
 				}
-				printJSON(toSlotOut(sl))
-				return nil
+				if remote.output != "json" && remote.output != "table" {
+					return usagef("invalid --output %q: want json or table", remote.output)
+				}
+				b, _ := json.Marshal(toSlotOut(sl))
+				return remote.print(opts, append(b, '\n'))
 			})
 		},
 	}
 	assign.Flags().StringVar(&cfgName, "config", "default", "slot config `name`")
 	assign.Flags().StringVar(&at, "at", "", "requested time, RFC 3339 (required)")
+	remote.bind(assign, opts, false)
+	assign.Flags().StringVar(&remote.server, "server", "", "assign through a running server at this base `URL` instead of --db")
 
 	var (
 		loadCfg, format string

@@ -18,6 +18,10 @@ func scenario() sim.Scenario {
 		Workers: 4, Processes: 2, Duration: 2 * time.Second}
 }
 
+// lastResult is the last result runManual returned (TestFigures, which
+// is not parallel, prints its seconds).
+var lastResult *sim.Result
+
 // runManual runs c through sc on a manual clock and returns its summary.
 // The clock moves on by a millisecond only once every goroutine of the
 // run waits on it: the run's pending timers are then the harness's two
@@ -46,6 +50,7 @@ func runManual(t *testing.T, sc sim.Scenario, c sim.Contender, extra int) sim.Su
 		case r := <-done:
 			require.NoError(t, r.err)
 			require.Len(t, r.rows, 1)
+			lastResult = r.rows[0].Result
 			return r.rows[0].Summary
 		default:
 		}

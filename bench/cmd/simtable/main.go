@@ -180,6 +180,7 @@ func medians(runs [][]sim.Row) []sim.Row {
 			GoodputRatio:  f(func(s sim.Summary) float64 { return s.GoodputRatio }),
 			ThrottleRatio: f(func(s sim.Summary) float64 { return s.ThrottleRatio }),
 			SettleS:       seconds(func(s sim.Summary) int { return s.SettleS }),
+			ReconvergeS:   seconds(func(s sim.Summary) int { return s.ReconvergeS }),
 			Bans:          int64(f(func(s sim.Summary) float64 { return float64(s.Bans) })),
 			Ops:           int64(f(func(s sim.Summary) float64 { return float64(s.Ops) })),
 			Offered:       int64(f(func(s sim.Summary) float64 { return float64(s.Offered) })),

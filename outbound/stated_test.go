@@ -1,0 +1,144 @@
+package outbound_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/aimd"
+	"github.com/sluicerl/sluice/clock/clocktest"
+	"github.com/sluicerl/sluice/outbound"
+	"github.com/sluicerl/sluice/retry"
+	"github.com/sluicerl/sluice/store/memstore"
+)
+
+// Issue 18: a limit the provider states on its first answer is paced at
+// once, from a conservative start of 1/s, with no slow start towards it.
+func TestStatedLimitIsPacedFromTheFirstAnswer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		header []string
+		body   string
+		want   float64
+	}{
+		{"IETF RateLimit-Policy", []string{"RateLimit-Policy", `"default";q=100;w=1`, "RateLimit", `"default";r=99;t=1`}, "", 98},
+		{"X-RateLimit-*", []string{"X-RateLimit-Limit", "600", "X-RateLimit-Remaining", "599", "X-RateLimit-Reset", "60"}, "", 599.0 / 60},
+		{"Shopify throttleStatus", []string{"Content-Type", "application/json"},
+			`{"data":{},"extensions":{"cost":{"requestedQueryCost":10,"actualQueryCost":5,` +
+				`"throttleStatus":{"maximumAvailable":1000,"currentlyAvailable":995,"restoreRate":50}}}}`, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clocktest.New(t0)
+			base := &scripted{resps: []func() *http.Response{response(200, tc.body, tc.header...)}}
+			c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk})})
+			require.NoError(t, err)
+			before, _ := c.Rate("api.test")
+			require.Less(t, before, tc.want)
+			resp := get(t, c, "http://api.test/")
+			require.NoError(t, resp.Body.Close())
+			rate, _ := c.Rate("api.test")
+			require.InDelta(t, tc.want, rate, 1e-9, "the stated rate after the first answer")
+		})
+	}
+}
+
+// lateDrive runs f, moving w on to each timer the code under test waits
+// on, late by late: a starved process whose timers fire late.
+func lateDrive(t *testing.T, w *watched, late time.Duration, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		case when := <-w.waits:
+			w.advanceTo(when.Add(late))
+		case <-time.After(time.Minute):
+			t.Fatal("the call neither returned nor waited on the clock")
+		}
+	}
+}
+
+// clocked answers 200 after the next latency of a script, on a fake clock.
+type clocked struct {
+	clk       *watched
+	latencies []time.Duration
+	n         int
+}
+
+func (a *clocked) RoundTrip(*http.Request) (*http.Response, error) {
+	a.clk.Advance(a.latencies[min(a.n, len(a.latencies)-1)])
+	a.n++
+	return response(200, "ok")(), nil
+}
+
+// Issue 18: latency means the provider only when the process is not
+// starved. The same slow answers decrease the rate of a process whose
+// timers fire on time, and leave alone that of a process whose own
+// timers fire so late that its scheduling delay, not the provider, may be
+// what made them slow.
+func TestStarvedProcessDoesNotReadItsOwnDelayAsLatency(t *testing.T) {
+	t.Parallel()
+	rateAfter := func(late time.Duration) float64 {
+		clk := watch(t0)
+		var lat []time.Duration
+		for range 12 {
+			lat = append(lat, 10*time.Millisecond)
+		}
+		for range 12 {
+			lat = append(lat, 200*time.Millisecond)
+		}
+		base := &clocked{clk: clk, latencies: lat}
+		c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk}),
+			Burst: 1, AIMD: aimd.Config{Start: 50, SlowStart: -1, UsageMultiple: -1}, Retry: retry.Config{MaxAttempts: 1}})
+		require.NoError(t, err)
+		for range len(lat) {
+			lateDrive(t, clk, late, func() {
+				resp := get(t, c, "http://api.test/")
+				_ = resp.Body.Close()
+			})
+		}
+		rate, _ := c.Rate("api.test")
+		return rate
+	}
+	onTime := rateAfter(0)
+	require.Less(t, onTime, 50.0, "slow answers to a process on time decrease the rate")
+	starved := rateAfter(60 * time.Millisecond)
+	require.GreaterOrEqual(t, starved, 50.0, "a starved process does not read its own delay as the provider's")
+	// Timers 10 ms late cannot explain answers 190 ms slower than usual:
+	// those are the provider's.
+	require.Less(t, rateAfter(10*time.Millisecond), 50.0, "a little late, the provider's slowdown still counts")
+}
+
+// Issue 18: a Retry-After is honoured exactly, with sub-second precision,
+// by every process sharing the key: 1.5 s pauses the fleet for 1.5 s, not
+// 2 s. (A regression test: the client already did; the rounded-up second
+// of the issue was the provider's integer Retry-After.)
+func TestRetryAfterIsExactForTheFleet(t *testing.T) {
+	t.Parallel()
+	clk := watch(t0)
+	st := memstore.New(memstore.Config{Clock: clk})
+	a := &scripted{resps: []func() *http.Response{response(429, "", "Retry-After", "1.5"), response(200, "ok")}, clk: clk}
+	b := &scripted{resps: []func() *http.Response{response(200, "ok")}, clk: clk}
+	ca, cb := fleetOf(t, st, clk, a, b)
+	getAdvancing(t, clk, ca, "http://api.test/") // 429: the key pauses 1.5 s
+	getAdvancing(t, clk, cb, "http://api.test/") // B waits for the pause
+	getAdvancing(t, clk, ca, "http://api.test/")
+	sa, sb := a.sentAt(), b.sentAt()
+	require.Len(t, sa, 2)
+	require.Len(t, sb, 1)
+	// Exact to the pause's microsecond GCRA step, far under the second a
+	// rounding would add.
+	for _, d := range []time.Duration{sb[0].Sub(sa[0]), sa[1].Sub(sa[0])} {
+		require.GreaterOrEqual(t, d, 1500*time.Millisecond, "never before the pause ends")
+		require.LessOrEqual(t, d, 1500*time.Millisecond+time.Millisecond, "resumed as the pause ended")
+	}
+}

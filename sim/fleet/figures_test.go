@@ -1,0 +1,79 @@
+package fleet_test
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicerl/sluice/sim"
+	"github.com/sluicerl/sluice/sim/fleet"
+)
+
+// figureScenario is issue 18's scenario for dialect d: 8 workers in 2
+// processes, a hidden limit of 100/s halving to 50/s at half of dur, 20 ms
+// of service latency.
+func figureScenario(d sim.Dialect, dur time.Duration) sim.Scenario {
+	return sim.Scenario{
+		Name: d.String(),
+		Provider: sim.ProviderConfig{Dialect: d, Limit: 100, Latency: 20 * time.Millisecond,
+			Changes: []sim.Change{{At: dur / 2, Limit: 50}}},
+		Workers: 16, Processes: 2, Duration: dur,
+	}
+}
+
+// TestFigures prints issue 18's table on the manual clock (virtual time:
+// the provider sees each request when its client sent it, however loaded
+// the machine): every dialect, Sluice sharing one store next to a fixed
+// pace at 0.9x the starting limit. It runs only with
+// SLUICE_SIM_FIGURES=DURATION (e.g. 60s), optionally SLUICE_SIM_ONLY=name,...
+func TestFigures(t *testing.T) {
+	v := os.Getenv("SLUICE_SIM_FIGURES")
+	if v == "" {
+		t.Skip("set SLUICE_SIM_FIGURES=60s to print issue 18's table")
+	}
+	dur, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("SLUICE_SIM_FIGURES=%q: %v", v, err)
+	}
+	only := os.Getenv("SLUICE_SIM_ONLY")
+	var rows []sim.Row
+	var scs []sim.Scenario
+	for _, d := range sim.Dialects() {
+		scs = append(scs, figureScenario(d, dur))
+		if d == sim.Ban {
+			// A provider that bans after 5 refusals in 10 s, whatever the
+			// client did (issue 18's escalating provider).
+			sc := figureScenario(d, dur)
+			sc.Name, sc.Provider.BanOnRefusals = "ban-on-refusals", true
+			scs = append(scs, sc)
+		}
+	}
+	for _, sc := range scs {
+		if only != "" && !strings.Contains(","+only+",", ","+sc.Name+",") {
+			continue
+		}
+		for _, c := range []struct {
+			c     sim.Contender
+			extra int
+		}{
+			{fleet.Sluice("sluice", true, fleet.FigureOptions()), sc.Processes},
+			{fleet.FixedGCRA("fixed-0.9x", 0.9), 0},
+		} {
+			s := runManual(t, sc, c.c, c.extra)
+			rows = append(rows, sim.Row{Scenario: sc.Name, Contender: c.c.Name, Summary: s})
+			if os.Getenv("SLUICE_SIM_SECONDS") != "" {
+				for _, x := range lastResult.Seconds {
+					fmt.Printf("%s %s t=%d limit=%g offered=%d goodput=%d throttles=%d bans=%d rate=%.1f\n",
+						sc.Name, c.c.Name, x.T, x.Limit, x.Offered, x.Goodput, x.Throttles, x.Bans, x.Rate)
+				}
+			}
+		}
+	}
+	var b strings.Builder
+	if err := sim.WriteTable(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Print(b.String())
+}
