@@ -6,7 +6,9 @@
 #   scripts/test.sh                 # every suite, in this order:
 #   scripts/test.sh gofmt vet       # services gofmt vet staticcheck race bench
 #
-# services: start Redis and PostgreSQL if stopped (scripts/services.sh)
+# services: start Redis and PostgreSQL if stopped (scripts/services.sh), and
+#   install Chromium for the dashboard's browser tests if missing and
+#   allowed (scripts/ensure-chromium.sh)
 # gofmt, vet, staticcheck: both modules (the main one and bench/)
 # race: go test -race of the main module, integration tests included
 # bench: the bench module's tests
@@ -29,7 +31,7 @@ gofmt_check() {
 
 run_suite() {
 	case "$1" in
-	services) ./scripts/services.sh ;;
+	services) ./scripts/services.sh && ./scripts/ensure-chromium.sh ;;
 	gofmt) gofmt_check ;;
 	vet) "$GO" vet ./... && (cd bench && "$GO" vet ./...) ;;
 	staticcheck) "$GO" run "$STATICCHECK" ./... && (cd bench && "$GO" run "$STATICCHECK" ./...) ;;

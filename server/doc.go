@@ -24,6 +24,11 @@
 // /admin/rate-limit/config/{name}/deactivate, POST
 // /admin/rate-limit/cache/flush.
 //
+// Config.Observer, when set, sees every counted decision with its key,
+// every lease acquire and the slot configs served (observer.go): the live
+// feed of the dashboard, package server/dashboard, which `sluice serve`
+// mounts at /ui/ beside these routes.
+//
 // A single take is {"policy":"api","key":"user-42","cost":1}: cost is a
 // whole number from 0 to 2^53, 1 when omitted (or null), and 0 peeks without
 // taking. The answer is

@@ -92,6 +92,10 @@ type Config struct {
 	Idempotency IdempotencyConfig
 	// Clock times Idempotency-Key expiry. Nil means the real clock.
 	Clock clock.Clock
+	// Observer, when set, sees every decision, lease acquire and slot
+	// config the server handles (observer.go): the dashboard's live feed.
+	// Nil observes nothing.
+	Observer Observer
 }
 
 // Server is the HTTP JSON API over a Limiter. It registers on servers the
@@ -116,6 +120,7 @@ type Server struct {
 	// slotMetrics is set when slots is (slot.go).
 	slotMetrics *slotMetrics
 	jobs        store.JobStore   // job.go
+	obs         Observer         // observer.go; nil: none
 	outbound    *outbound.Client // outbound.go
 	profiles    OutboundProfiles
 	outPermits  *permitTable
@@ -160,6 +165,7 @@ func New(cfg Config) (*Server, error) {
 		maxItems: cfg.MaxItems,
 		slots:    cfg.Slots,
 		jobs:     cfg.Jobs,
+		obs:      cfg.Observer,
 		outbound: cfg.Outbound,
 		profiles: cfg.Profiles,
 		auth:     cfg.Auth,

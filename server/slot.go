@@ -214,6 +214,7 @@ func (s *Server) assignSlot(w http.ResponseWriter, r *http.Request) {
 		s.slotError(w, err, body.ConfigName)
 		return
 	}
+	s.observeSlotConfig(body.ConfigName)
 	status := http.StatusOK
 	if sl.Status == store.SlotNew {
 		status = http.StatusCreated
@@ -282,6 +283,7 @@ func (s *Server) assignSlots(w http.ResponseWriter, r *http.Request) {
 		s.slotError(w, err, body.ConfigName)
 		return
 	}
+	s.observeSlotConfig(body.ConfigName)
 	out := batchJSON{ConfigName: body.ConfigName, Results: make([]slotJSON, len(res))}
 	for i, rs := range res {
 		switch {
@@ -371,6 +373,7 @@ func (s *Server) putSlotConfig(w http.ResponseWriter, r *http.Request) {
 		s.slotError(w, err, cfg.Name)
 		return
 	}
+	s.observeSlotConfig(out.Name)
 	writeJSON(w, http.StatusCreated, contentJSON, toSlotConfigJSON(out))
 }
 

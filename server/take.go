@@ -135,7 +135,7 @@ func (s *Server) takeOne(ctx context.Context, lv *live, w http.ResponseWriter, i
 		s.storeError(w, err, "#")
 		return
 	}
-	s.count(d, d.Allowed)
+	s.count(it.req.Key, d, d.Allowed)
 	s.setRateLimitHeaders(lv, w.Header(), []limiter.Decision{d})
 	setOutageHeader(w.Header(), []limiter.Decision{d})
 	status := http.StatusOK
@@ -170,7 +170,7 @@ func (s *Server) takeAll(ctx context.Context, lv *live, w http.ResponseWriter, i
 	}
 	out := multiJSON{Allowed: md.Allowed, RetryAfterMs: ceilMillis(md.RetryAfter), Items: make([]decisionJSON, len(md.Decisions))}
 	for i, d := range md.Decisions {
-		s.count(d, md.Allowed)
+		s.count(items[i].req.Key, d, md.Allowed)
 		out.Items[i] = toJSON(d)
 	}
 	s.setRateLimitHeaders(lv, w.Header(), md.Decisions)
@@ -185,8 +185,12 @@ func (s *Server) takeAll(ctx context.Context, lv *live, w http.ResponseWriter, i
 
 // count records a decision. granted is whether the request as a whole was
 // granted: an item of a refused all-or-nothing request counts as denied
-// (nothing was charged) even if its own policy had room.
-func (s *Server) count(d limiter.Decision, granted bool) {
+// (nothing was charged) even if its own policy had room. The observer, if
+// any, sees it too.
+func (s *Server) count(key string, d limiter.Decision, granted bool) {
+	if s.obs != nil {
+		s.obs.ObserveDecision(key, d, granted)
+	}
 	res := resultAllowed
 	switch {
 	case d.Shadowed:

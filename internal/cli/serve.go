@@ -19,6 +19,7 @@ import (
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/server"
+	"github.com/sluicerl/sluice/server/dashboard"
 	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/guard"
@@ -99,7 +100,8 @@ adaptive calls of workers in any language (POST /v1/outbound/acquire,
 /v1/outbound/report, GET /v1/outbound/{key}), GET /openapi.json (the OpenAPI
 document of every endpoint), and the
 slot API (POST /api/v1/slots, /api/v1/slots/batch, GET /api/v1/slots/{eventId},
-/admin/rate-limit/config...) over the records database.
+/admin/rate-limit/config...) over the records database, and the dashboard
+at /ui/ (policies, keys, leases, slots, jobs; live).
 
 Without --config, serve enforces one built-in policy, "default": GCRA,
 100 per second, bursts of 100. Rate state lives in memory unless --state
@@ -321,6 +323,7 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	if err != nil {
 		return err
 	}
+	rec := dashboard.NewRecorder(nil) // the dashboard's feed of decisions
 	// The adaptive calls of workers in any language (/v1/outbound/...):
 	// pauses, learned budgets and the adapted rate are shared through the
 	// rate store with every server of the fleet.
@@ -333,11 +336,22 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		rl.extra = rules.Policies()
 	}
 	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg, Slots: slots, Jobs: jobs, MaxBodyBytes: int64(f.maxBody),
-		Outbound: ob, Auth: keys, Reload: rl.reload})
+		Outbound: ob, Auth: keys, Reload: rl.reload, Observer: rec})
 	if err != nil {
 		return err
 	}
 	rl.srv = srv
+	dash, err := dashboard.New(dashboard.Config{Limiter: lim, Recorder: rec, API: srv.Handler(), Jobs: jobs, Slots: slots,
+		Outbound: ob, StoreName: strings.SplitN(f.state, ":", 2)[0], Logger: log})
+	if err != nil {
+		return err
+	}
+	// /ui/ is the dashboard, the rest the API. With tokens, a browser
+	// gives one as the password of its login prompt: scope read to look,
+	// admin to act (the actions go through the API with it).
+	routes := http.NewServeMux()
+	routes.Handle(dashboard.Prefix, auth.Browser(keys, "sluice dashboard", dash.Handler()))
+	routes.Handle("/", srv.Handler())
 
 	grpcSrv, err := startRLS(ctx, opts, &f.rls, rules, lim, reg, log, keys)
 	if err != nil {
@@ -350,7 +364,7 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		return fmt.Errorf("listen on %s: %w", f.addr, err)
 	}
 	hs := &http.Server{
-		Handler:           srv.Handler(),
+		Handler:           routes,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -361,7 +375,7 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	cctx, stopCleanups := context.WithCancel(ctx)
-	cleaned := make(chan struct{})
+	cleaned, sampled := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(cleaned)
 		runCleanups(cctx, log, st.cleanups, f.cleanupInterval)
@@ -373,6 +387,11 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		rl.reloadLoop(cctx, hup, f.watch && (f.config != "" || f.tokens != "")) // reload.go
 	}()
 	defer func() { stopCleanups(); <-reloads }()
+	go func() { // the dashboard's learned-rate history of the outbound keys
+		defer close(sampled)
+		dash.Run(cctx, 0)
+	}()
+	defer func() { stopCleanups(); <-sampled }()
 
 	log.Info("sluice listening", "addr", ln.Addr().String(), "policies", len(policies), "config", from, "auth", keys != nil,
 		"state", redactURL(f.state), "db", redactURL(f.db))
