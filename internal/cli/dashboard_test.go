@@ -30,3 +30,32 @@ func TestServeDashboard(t *testing.T) {
 	code, _ = get(t, base+"/healthz")
 	require.Equal(t, http.StatusOK, code)
 }
+
+// TestServeDashboardAuth: with tokens, the dashboard asks the browser for
+// one (a Basic challenge, the token as password): scope read shows the
+// pages, and an action needs admin.
+func TestServeDashboardAuth(t *testing.T) {
+	t.Parallel()
+	reader, readerLine := mint(t, "viewer", "read")
+	tokens := writeFile(t, "tokens", readerLine+"\n")
+	s := startServe(t, nil, "--addr", "127.0.0.1:0", "--tokens", tokens, "--watch=false")
+	base := "http://" + s.addr
+	code, _ := get(t, base+"/ui/")
+	require.Equal(t, http.StatusUnauthorized, code)
+
+	req, err := http.NewRequest(http.MethodGet, base+"/ui/", nil)
+	require.NoError(t, err)
+	req.SetBasicAuth("me", reader)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	req, err = http.NewRequest(http.MethodPost, base+"/ui/actions/flush", strings.NewReader(""))
+	require.NoError(t, err)
+	req.SetBasicAuth("me", reader)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "acting needs scope admin")
+}
