@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -154,6 +155,9 @@ RETURNING xmax = 0`, spec.ID, spec.ConnectorID, spec.Type, spec.NormalParams(), 
 			spec.Group(), now).Scan(&created); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, `INSERT INTO sluice_job_groups (group_key) VALUES ($1) ON CONFLICT DO NOTHING`, spec.Group()); err != nil {
+			return err
+		}
 		var err error
 		out, err = store.ScanJob(tx.QueryRow(ctx, `SELECT `+store.JobColumns+` FROM sluice_jobs WHERE id = $1`, spec.ID).Scan)
 		return err
@@ -209,11 +213,12 @@ WHERE id = $2`, nowArg(now), id)
 const pgDueSQL = `NOT j.disabled AND j.next_run_at <= $1 AND (j.lease_holder = '' OR j.lease_until <= $1)
 AND c.status = 'active' AND c.pressure_until <= $1 AND (cardinality($2::text[]) = 0 OR j.type = ANY($2))`
 
-// claimSlack is how many candidates past its share a group offers, so
-// that rows locked by a concurrent claim leave others to take.
-const claimSlack = 4
-
-// ClaimJobs implements store.JobStore.
+// ClaimJobs implements store.JobStore. Its cost is O(groups) index probes
+// plus the heads it reads, not O(due jobs): the groups table lists the
+// groups, one probe each says whether it has a claimable job and counts its
+// load, and a lateral read locks only the heads of the groups the fair
+// order takes from (FOR UPDATE SKIP LOCKED, so rows other claims hold are
+// passed over before the limit counts them).
 func (s *Store) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]store.Claim, error) {
 	if err := p.Check(); err != nil {
 		return nil, err
@@ -228,8 +233,9 @@ func (s *Store) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]store.Cla
 		if err := s.pool.QueryRow(ctx, `SELECT coalesce($1::bigint, sluice_rate_now())`, nowArg(p.Now)).Scan(&now); err != nil {
 			return nil, wrap("claim", err)
 		}
-		rows, err := s.pool.Query(ctx, `SELECT DISTINCT j.connector_id FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
-WHERE `+pgDueSQL+` ORDER BY 1`, now, types)
+		rows, err := s.pool.Query(ctx, `SELECT c.id FROM sluice_job_connectors c
+WHERE c.status = 'active' AND c.pressure_until <= $1 AND EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.connector_id = c.id AND `+pgDueSQL+`)
+ORDER BY 1`, now, types)
 		if err != nil {
 			return nil, wrap("claim", err)
 		}
@@ -249,55 +255,105 @@ FROM sluice_job_connectors c WHERE c.id = j.connector_id AND j.connector_id = $4
 				return err
 			}
 		}
-		// Lock the best few due jobs of every group, skipping rows other
-		// claims hold, then pick among them.
-		rows, err := tx.Query(ctx, `SELECT j.id, j.connector_id, j.group_key, j.priority, j.next_run_at
-FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
-WHERE j.id IN (
-    SELECT id FROM (
-        SELECT j.id, row_number() OVER (PARTITION BY j.group_key ORDER BY j.priority DESC, j.next_run_at, j.id) AS rn
-        FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
-        WHERE `+pgDueSQL+`) ranked
-    WHERE rn <= $3)
-AND `+pgDueSQL+`
-FOR UPDATE OF j SKIP LOCKED`, now, types, p.Limit+claimSlack)
+		// The groups with a claimable job, and their loads.
+		rows, err := tx.Query(ctx, `SELECT g.group_key, g.weight,
+    (SELECT count(*) FROM sluice_jobs h WHERE h.group_key = g.group_key AND h.lease_holder <> '' AND h.lease_until > $1),
+    coalesce((SELECT m.claim_seq FROM sluice_jobs m WHERE m.group_key = g.group_key ORDER BY m.claim_seq DESC OFFSET g.weight - 1 LIMIT 1), 0)
+FROM sluice_job_groups g
+WHERE EXISTS (SELECT 1 FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id WHERE j.group_key = g.group_key AND `+pgDueSQL+`)`,
+			now, types)
 		if err != nil {
 			return err
-		}
-		cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ClaimCandidate, error) {
-			var c store.ClaimCandidate
-			err := r.Scan(&c.ID, &c.ConnectorID, &c.GroupKey, &c.Priority, &c.NextRunAt)
-			return c, err
-		})
-		if err != nil || len(cands) == 0 {
-			return err
-		}
-		var keys []string
-		seen := map[string]bool{}
-		for _, c := range cands {
-			if !seen[c.GroupKey] {
-				seen[c.GroupKey] = true
-				keys = append(keys, c.GroupKey)
-			}
 		}
 		loads := map[string]store.GroupLoad{}
-		lrows, err := tx.Query(ctx, `SELECT group_key, count(*) FILTER (WHERE lease_holder <> '' AND lease_until > $1), max(claim_seq)
-FROM sluice_jobs WHERE group_key = ANY($2) GROUP BY group_key`, now, keys)
-		if err != nil {
-			return err
-		}
-		for lrows.Next() {
+		var keys []string
+		for rows.Next() {
 			var g string
 			var l store.GroupLoad
-			if err := lrows.Scan(&g, &l.Running, &l.LastClaim); err != nil {
-				lrows.Close()
+			if err := rows.Scan(&g, &l.Weight, &l.Running, &l.LastClaim); err != nil {
+				rows.Close()
 				return err
 			}
 			loads[g] = l
+			keys = append(keys, g)
 		}
-		lrows.Close()
-		if err := lrows.Err(); err != nil {
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return err
+		}
+		store.OrderGroups(keys, loads)
+		// Lock the heads of the groups in fair order, a batch of groups at
+		// a time until there are enough; then, if the rounds could take
+		// more from a group than was read from it, read more from those.
+		var cands []store.ClaimCandidate
+		heads := func(keys []string, limits []int32) (map[string]int, error) {
+			rows, err := tx.Query(ctx, `SELECT h.id, h.connector_id, h.group_key, h.priority, h.next_run_at
+FROM unnest($3::text[], $4::int[]) AS g(key, k)
+CROSS JOIN LATERAL (
+    SELECT j.id, j.connector_id, j.group_key, j.priority, j.next_run_at
+    FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
+    WHERE j.group_key = g.key AND `+pgDueSQL+`
+    ORDER BY j.priority DESC, j.next_run_at, j.id
+    LIMIT g.k
+    FOR UPDATE OF j SKIP LOCKED) h`, now, types, keys, limits)
+			if err != nil {
+				return nil, err
+			}
+			got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ClaimCandidate, error) {
+				var c store.ClaimCandidate
+				err := r.Scan(&c.ID, &c.ConnectorID, &c.GroupKey, &c.Priority, &c.NextRunAt)
+				return c, err
+			})
+			if err != nil {
+				return nil, err
+			}
+			n := map[string]int{}
+			for _, c := range got {
+				n[c.GroupKey]++
+			}
+			cands = append(cands, got...)
+			return n, nil
+		}
+		share := func(k string) int32 { return int32(store.GroupShare(p.Limit, len(keys), loads[k].Weight)) }
+		var full []string
+		first := 0 // what the first round takes from the groups read
+		for i := 0; i < len(keys) && first < p.Limit; {
+			// Each group gives the first round at least one job, if any.
+			batch := keys[i:min(len(keys), i+p.Limit-first)]
+			i += len(batch)
+			limits := make([]int32, len(batch))
+			for b, k := range batch {
+				limits[b] = share(k)
+			}
+			n, err := heads(batch, limits)
+			if err != nil {
+				return err
+			}
+			for b, k := range batch {
+				first += min(n[k], int(max(loads[k].Weight, 1)))
+				if int32(n[k]) == limits[b] && limits[b] < int32(p.Limit) {
+					full = append(full, k)
+				}
+			}
+		}
+		if len(cands) < p.Limit && len(full) > 0 {
+			// Read each full group again up to the limit: its rows this
+			// transaction locked already are read again, not skipped.
+			drop := map[string]bool{}
+			for _, k := range full {
+				drop[k] = true
+			}
+			cands = slices.DeleteFunc(cands, func(c store.ClaimCandidate) bool { return drop[c.GroupKey] })
+			limits := make([]int32, len(full))
+			for b := range full {
+				limits[b] = int32(p.Limit)
+			}
+			if _, err := heads(full, limits); err != nil {
+				return err
+			}
+		}
+		if len(cands) == 0 {
+			return nil
 		}
 		until := now + p.LeaseTTL.Microseconds()
 		conns := map[string]store.Connector{}
@@ -334,6 +390,28 @@ WHERE job_id = $2 AND outcome = 'running' AND token = (SELECT lease_token FROM s
 		return nil, err
 	}
 	return out, nil
+}
+
+// SetGroupWeight implements store.JobStore.
+func (s *Store) SetGroupWeight(ctx context.Context, group string, weight int) error {
+	if err := store.CheckGroupWeight(group, weight); err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO sluice_job_groups (group_key, weight) VALUES ($1, $2)
+ON CONFLICT (group_key) DO UPDATE SET weight = excluded.weight`, group, weight); err != nil {
+		return wrap("set group weight", err)
+	}
+	return nil
+}
+
+// GroupWeight implements store.JobStore.
+func (s *Store) GroupWeight(ctx context.Context, group string) (int, error) {
+	var w int
+	err := s.pool.QueryRow(ctx, `SELECT coalesce((SELECT weight FROM sluice_job_groups WHERE group_key = $1), 1)`, group).Scan(&w)
+	if err != nil {
+		return 0, wrap("group weight", err)
+	}
+	return w, nil
 }
 
 // heldTx locks f's job row and checks that f's token holds it.

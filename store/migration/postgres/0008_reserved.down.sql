@@ -1,0 +1,2 @@
+-- Reserved (see 0008_reserved.up.sql).
+SELECT 1;
