@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,7 @@ var (
 	flagCalls   = flag.Int("calls", 20000, "Run.Call figure: calls per round")
 	flagOnly    = flag.String("only", "", "run only cases whose name matches this regexp")
 	flagTimeout = flag.Duration("timeout", 10*time.Minute, "longest one case may take")
+	flagCPU     = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 )
 
 type benchCase struct {
@@ -95,6 +97,17 @@ func run() error {
 	}
 	res := map[string][]float64{}
 	skipped := map[string]string{}
+	if *flagCPU != "" {
+		f, err := os.Create(*flagCPU)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	load0, _ := os.ReadFile("/proc/loadavg")
 	for round := range *flagRounds {
 		for _, c := range cases {
