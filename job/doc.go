@@ -8,11 +8,14 @@
 // PostgreSQL when they must survive restarts or be shared.
 //
 // A Worker claims due jobs of active connectors in priority order, fairly
-// between groups (rounds of at most one job per group, least recently
-// served first), each under a lease with a fencing token that heartbeats
-// keep alive. Before claiming, the store skips connectors under source
-// pressure and asks Config.Gate about capacity: a connector without it has
-// its due jobs moved to when capacity returns instead of claimed.
+// between groups (rounds of at most one job per group, or the group's
+// weight set by store.JobStore.SetGroupWeight; least recently served
+// first), each under a lease with a fencing token that heartbeats keep
+// alive. Before claiming, the store skips connectors under source pressure
+// and asks Config.Gate about capacity: a connector without it has its due
+// jobs moved to when capacity returns instead of claimed. CapacityGate is
+// such a gate: it peeks at the connector's limiter policies without
+// charging them.
 //
 // The handler gets a *Run:
 //

@@ -464,10 +464,11 @@ type JobStore interface {
 
 	// ClaimJobs claims up to Limit due jobs of active connectors without
 	// pressure, each under a new lease and token, opening a run for each.
-	// Fair between groups: jobs are taken in rounds, at most one per group
-	// per round, groups with fewer running jobs and then the least
-	// recently claimed first; within a group by priority (highest first),
-	// then next_run_at, then id. Never two holders on one job.
+	// Fair between groups: jobs are taken in rounds, at most the group's
+	// weight (default 1) per group per round, groups with fewer running
+	// jobs per unit of weight and then the least recently claimed first;
+	// within a group by priority (highest first), then next_run_at, then
+	// id. Never two holders on one job.
 	ClaimJobs(ctx context.Context, p ClaimParams) ([]Claim, error)
 	// Heartbeat extends a held lease; ErrStaleToken if it is not held by
 	// that token.
@@ -490,6 +491,14 @@ type JobStore interface {
 	DeferJob(ctx context.Context, p EndParams) error
 	// ReleaseJob hands a held job back, due now, without counting anything.
 	ReleaseJob(ctx context.Context, p EndParams) error
+
+	// SetGroupWeight sets a fairness group's weight (1 to MaxGroupWeight;
+	// a group never set weighs 1): per claim round the group may give up
+	// to weight jobs, and groups are ordered by running jobs per unit of
+	// weight. The group need not have jobs yet.
+	SetGroupWeight(ctx context.Context, group string, weight int) error
+	// GroupWeight returns a group's weight (1 for a group never set).
+	GroupWeight(ctx context.Context, group string) (int, error)
 
 	ListRuns(ctx context.Context, p ListParams) ([]RunRecord, error)
 	ListGaps(ctx context.Context, p ListParams) ([]GapRecord, error)
@@ -563,18 +572,52 @@ type ClaimCandidate struct {
 	NextRunAt   int64
 }
 
-// GroupLoad is a group's state for PickClaims: its jobs currently held
-// and the sequence number of its latest claim (0: never).
+// GroupLoad is a group's state for PickClaims: its jobs currently held,
+// its weight (0 means 1) and LastClaim: the claim sequence number of its
+// weight-th most recent claim as its jobs record it (each job keeps its
+// latest), 0 if it has fewer. With weight 1 that is its latest claim, so
+// one-at-a-time claims go round-robin; with weight w a group is served w
+// times per turn of the others.
 type GroupLoad struct {
 	Running   int64
 	LastClaim int64
+	Weight    int64
+}
+
+// MaxGroupWeight bounds a group's weight.
+const MaxGroupWeight = 1000
+
+func (l GroupLoad) weight() int64 { return max(l.Weight, 1) }
+
+// CompareGroups orders groups for a claim: fewer running jobs per unit of
+// weight first, then the least recently claimed, then by key.
+func CompareGroups(a, b string, x, y GroupLoad) int {
+	return cmp.Or(cmp.Compare(x.Running*y.weight(), y.Running*x.weight()), cmp.Compare(x.LastClaim, y.LastClaim), cmp.Compare(a, b))
+}
+
+// OrderGroups sorts keys in claim order (CompareGroups) by their loads.
+func OrderGroups(keys []string, loads map[string]GroupLoad) {
+	slices.SortFunc(keys, func(a, b string) int { return CompareGroups(a, b, loads[a], loads[b]) })
+}
+
+// GroupShare is how many heads a claim of limit jobs may take from each of
+// n groups of at most weight w when every group has enough due jobs: a
+// backend that reads only the heads of each group reads this many (plus
+// slack) first, and more only from groups that had that many.
+func GroupShare(limit, n int, w int64) int {
+	if n < 1 {
+		n = 1
+	}
+	rounds := (limit + n - 1) / n
+	return int(min(int64(rounds)*max(w, 1), int64(limit)))
 }
 
 // PickClaims returns up to limit candidates in claim order (indexes into
-// cands): rounds of at most one job per group, groups ordered by running
-// jobs, then least recently claimed, then key; each group's jobs by
-// priority (highest first), next run, id. Every backend uses it, so they
-// all claim in the same order.
+// cands): rounds in which each group gives at most its weight (default 1)
+// of jobs, groups in OrderGroups order; each group's jobs by priority
+// (highest first), next run, id. Every backend uses it, so they all claim
+// in the same order; a backend may pass only the heads of each group (at
+// least the most the rounds can take from it) instead of every due job.
 func PickClaims(cands []ClaimCandidate, loads map[string]GroupLoad, limit int) []int {
 	byGroup := map[string][]int{}
 	var groups []string
@@ -585,26 +628,26 @@ func PickClaims(cands []ClaimCandidate, loads map[string]GroupLoad, limit int) [
 		}
 		byGroup[g] = append(byGroup[g], i)
 	}
-	for _, idx := range byGroup {
-		slices.SortFunc(idx, func(a, b int) int {
-			x, y := &cands[a], &cands[b]
-			return cmp.Or(cmp.Compare(y.Priority, x.Priority), cmp.Compare(x.NextRunAt, y.NextRunAt), cmp.Compare(x.ID, y.ID))
-		})
+	order := func(a, b int) int {
+		x, y := &cands[a], &cands[b]
+		return cmp.Or(cmp.Compare(y.Priority, x.Priority), cmp.Compare(x.NextRunAt, y.NextRunAt), cmp.Compare(x.ID, y.ID))
 	}
-	slices.SortFunc(groups, func(a, b string) int {
-		x, y := loads[a], loads[b]
-		return cmp.Or(cmp.Compare(x.Running, y.Running), cmp.Compare(x.LastClaim, y.LastClaim), cmp.Compare(a, b))
-	})
+	for g, idx := range byGroup {
+		byGroup[g] = headsOf(idx, limit, order)
+	}
+	OrderGroups(groups, loads)
 	var out []int
 	for round := 0; len(out) < limit; round++ {
 		took := false
 		for _, g := range groups {
-			if idx := byGroup[g]; round < len(idx) {
-				out = append(out, idx[round])
+			idx := byGroup[g]
+			w := int(loads[g].weight())
+			for k := round * w; k < (round+1)*w && k < len(idx) && len(out) < limit; k++ {
+				out = append(out, idx[k])
 				took = true
-				if len(out) == limit {
-					break
-				}
+			}
+			if len(out) == limit {
+				break
 			}
 		}
 		if !took {
@@ -612,6 +655,40 @@ func PickClaims(cands []ClaimCandidate, loads map[string]GroupLoad, limit int) [
 		}
 	}
 	return out
+}
+
+// headsOf returns the first limit of idx in order, sorted: a group never
+// gives more than limit jobs to one claim, so the rest need no sort.
+func headsOf(idx []int, limit int, order func(a, b int) int) []int {
+	if len(idx) <= 2*limit {
+		slices.SortFunc(idx, order)
+		return idx[:min(len(idx), limit)]
+	}
+	// A sorted buffer of the best limit seen; most of the rest lose to
+	// its last element at once.
+	buf := make([]int, 0, limit)
+	for _, i := range idx {
+		if len(buf) == limit {
+			if order(i, buf[limit-1]) >= 0 {
+				continue
+			}
+			buf = buf[:limit-1]
+		}
+		at, _ := slices.BinarySearchFunc(buf, i, order)
+		buf = slices.Insert(buf, at, i)
+	}
+	return buf
+}
+
+// CheckGroupWeight validates SetGroupWeight's arguments.
+func CheckGroupWeight(group string, weight int) error {
+	if err := checkID("group key", group); err != nil {
+		return err
+	}
+	if weight < 1 || weight > MaxGroupWeight {
+		return fmt.Errorf("%w: group %q: weight must be from 1 to %d, got %d", ErrInvalidJob, group, MaxGroupWeight, weight)
+	}
+	return nil
 }
 
 // Micros returns t in Unix microseconds, or 0 for the zero time.

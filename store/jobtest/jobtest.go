@@ -50,6 +50,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ReleaseHandsBack", release},
 		{"GateMovesNextRunInsteadOfClaiming", gate},
 		{"FairnessRoundRobinGroups", fairness},
+		{"FairnessWeightedGroups", weighted},
+		{"FairnessManyGroupsBatch", manyGroups},
 		{"TriggerMakesDue", trigger},
 		{"BreakerTransitions", transitions},
 		{"ListPaging", paging},
@@ -550,6 +552,91 @@ func fairness(t *testing.T, s store.JobStore) {
 	}
 	require.Equal(t, map[string]int{"big": 2, "small-9": 1}, groups)
 	require.Equal(t, "small-9", cs[0].Job.GroupKey, "the never-claimed group first")
+}
+
+func weighted(t *testing.T, s store.JobStore) {
+	ctx := context.Background()
+	conn(t, s, "c")
+	for i := range 20 {
+		job(t, s, store.JobSpec{ID: fmt.Sprintf("a-%02d", i), ConnectorID: "c", GroupKey: "a"})
+		job(t, s, store.JobSpec{ID: fmt.Sprintf("b-%02d", i), ConnectorID: "c", GroupKey: "b"})
+	}
+	w, err := s.GroupWeight(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, 1, w, "a group never set weighs 1")
+	require.NoError(t, s.SetGroupWeight(ctx, "a", 3))
+	w, err = s.GroupWeight(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, 3, w)
+	for _, bad := range []int{0, -1, store.MaxGroupWeight + 1} {
+		require.ErrorIs(t, s.SetGroupWeight(ctx, "a", bad), store.ErrInvalidJob, "weight %d", bad)
+	}
+	require.ErrorIs(t, s.SetGroupWeight(ctx, "g\x01", 2), store.ErrInvalidJob)
+	// A batch claim: each round takes up to the weight from a group.
+	cs := claim(t, s, "w", 8, at(time.Second))
+	groups := map[string]int{}
+	for _, c := range cs {
+		groups[c.Job.GroupKey]++
+		require.NoError(t, s.FinishJob(ctx, store.EndParams{Fence: fence(c), Delay: time.Hour, Now: at(time.Second)}))
+	}
+	require.Equal(t, map[string]int{"a": 6, "b": 2}, groups)
+	// One at a time, finishing each: a is served three times per turn of b.
+	var order []string
+	for i := range 8 {
+		now := at(time.Duration(2+i) * time.Second)
+		cs := claim(t, s, "w", 1, now)
+		require.Len(t, cs, 1)
+		order = append(order, cs[0].Job.GroupKey)
+		require.NoError(t, s.FinishJob(ctx, store.EndParams{Fence: fence(cs[0]), Delay: time.Hour, Now: now}))
+	}
+	require.Equal(t, []string{"a", "a", "a", "b", "a", "a", "a", "b"}, order)
+	// Running jobs count per unit of weight: holding 3 jobs of a and 1 of
+	// b, both are even, and b was served last, so a goes first.
+	var held []store.Claim
+	for range 4 {
+		cs := claim(t, s, "w", 1, at(20*time.Second))
+		require.Len(t, cs, 1)
+		held = append(held, cs[0])
+	}
+	got := map[string]int{}
+	for _, c := range held {
+		got[c.Job.GroupKey]++
+	}
+	require.Equal(t, map[string]int{"a": 3, "b": 1}, got)
+}
+
+// manyGroups: more groups than a claim takes, with deep backlogs; every
+// claim takes one job from each of the least recently served groups, and
+// no job twice.
+func manyGroups(t *testing.T, s store.JobStore) {
+	ctx := context.Background()
+	conn(t, s, "c")
+	for g := range 7 {
+		for i := range 6 {
+			job(t, s, store.JobSpec{ID: fmt.Sprintf("g%d-%d", g, i), ConnectorID: "c", GroupKey: fmt.Sprintf("g%d", g), Priority: i % 3})
+		}
+	}
+	seen := map[string]bool{}
+	last := map[string]int{} // each group's last claimed priority
+	for round := range 14 {
+		now := at(time.Duration(round+1) * time.Second)
+		cs := claim(t, s, "w", 3, now)
+		require.Len(t, cs, 3, "round %d", round)
+		groups := map[string]bool{}
+		for _, c := range cs {
+			require.False(t, seen[c.Job.ID], "job %s claimed twice", c.Job.ID)
+			seen[c.Job.ID] = true
+			require.False(t, groups[c.Job.GroupKey], "round %d: two jobs of group %s while others wait", round, c.Job.GroupKey)
+			groups[c.Job.GroupKey] = true
+			if p, ok := last[c.Job.GroupKey]; ok {
+				require.LessOrEqual(t, c.Job.Priority, p, "group %s: priority order", c.Job.GroupKey)
+			}
+			last[c.Job.GroupKey] = c.Job.Priority
+			require.NoError(t, s.FinishJob(ctx, store.EndParams{Fence: fence(c), Delay: time.Hour, Now: now}))
+		}
+	}
+	require.Len(t, seen, 42)
+	require.Empty(t, claim(t, s, "w", 3, at(time.Minute)))
 }
 
 func trigger(t *testing.T, s store.JobStore) {

@@ -31,6 +31,7 @@ type JobStore struct {
 	gaps        []store.GapRecord
 	transitions []store.BreakerTransition
 	claimSeq    int64
+	weights     map[string]int // fairness groups' weights, when not 1
 }
 
 type memJob struct {
@@ -42,7 +43,8 @@ var _ store.JobStore = (*JobStore)(nil)
 
 // NewJobStore returns an empty JobStore.
 func NewJobStore(cfg JobConfig) *JobStore {
-	return &JobStore{clk: clock.NewMonotonic(cfg.Clock), connectors: map[string]*store.Connector{}, jobs: map[string]*memJob{}}
+	return &JobStore{clk: clock.NewMonotonic(cfg.Clock), connectors: map[string]*store.Connector{}, jobs: map[string]*memJob{},
+		weights: map[string]int{}}
 }
 
 func (s *JobStore) now(override time.Time) int64 {
@@ -249,13 +251,28 @@ func (s *JobStore) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]store.
 		}
 	}
 	loads := map[string]store.GroupLoad{}
+	seqs := map[string][]int64{} // weighted groups' claim sequences
 	for _, j := range s.jobs {
 		l := loads[j.GroupKey]
+		l.Weight = int64(s.weights[j.GroupKey])
 		if j.LeaseHolder != "" && j.LeaseUntil.UnixMicro() > now {
 			l.Running++
 		}
-		l.LastClaim = max(l.LastClaim, j.claimSeq)
+		if l.Weight > 1 {
+			seqs[j.GroupKey] = append(seqs[j.GroupKey], j.claimSeq)
+		} else {
+			l.LastClaim = max(l.LastClaim, j.claimSeq)
+		}
 		loads[j.GroupKey] = l
+	}
+	for g, q := range seqs {
+		// The weight-th most recent claim, 0 if fewer.
+		slices.Sort(q)
+		l := loads[g]
+		if k := len(q) - int(l.Weight); k >= 0 {
+			l.LastClaim = q[k]
+		}
+		loads[g] = l
 	}
 	var out []store.Claim
 	for _, i := range store.PickClaims(cands, loads, p.Limit) {
@@ -279,6 +296,24 @@ func (s *JobStore) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]store.
 		out = append(out, store.Claim{Job: j.Job, Connector: c, RunID: r.ID, At: store.FromMicros(now)})
 	}
 	return out, nil
+}
+
+// SetGroupWeight implements store.JobStore.
+func (s *JobStore) SetGroupWeight(ctx context.Context, group string, weight int) error {
+	if err := store.CheckGroupWeight(group, weight); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.weights[group] = weight
+	return nil
+}
+
+// GroupWeight implements store.JobStore.
+func (s *JobStore) GroupWeight(ctx context.Context, group string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return max(s.weights[group], 1), nil
 }
 
 func (s *JobStore) dueLocked(j *memJob, now int64, types []string) bool {

@@ -44,9 +44,11 @@ func ExampleOpen() {
 	// up 3 leases
 	// up 4 slots
 	// up 5 jobs
+	// up 6 job_claim_index
 	// 1 rate_state true
 	// 2 store_clock true
 	// 3 leases true
 	// 4 slots true
 	// 5 jobs true
+	// 6 job_claim_index true
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -154,6 +156,9 @@ RETURNING xmax = 0`, spec.ID, spec.ConnectorID, spec.Type, spec.NormalParams(), 
 			spec.Group(), now).Scan(&created); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, `INSERT INTO sluice_job_groups (group_key) VALUES ($1) ON CONFLICT DO NOTHING`, spec.Group()); err != nil {
+			return err
+		}
 		var err error
 		out, err = store.ScanJob(tx.QueryRow(ctx, `SELECT `+store.JobColumns+` FROM sluice_jobs WHERE id = $1`, spec.ID).Scan)
 		return err
@@ -209,11 +214,12 @@ WHERE id = $2`, nowArg(now), id)
 const pgDueSQL = `NOT j.disabled AND j.next_run_at <= $1 AND (j.lease_holder = '' OR j.lease_until <= $1)
 AND c.status = 'active' AND c.pressure_until <= $1 AND (cardinality($2::text[]) = 0 OR j.type = ANY($2))`
 
-// claimSlack is how many candidates past its share a group offers, so
-// that rows locked by a concurrent claim leave others to take.
-const claimSlack = 4
-
-// ClaimJobs implements store.JobStore.
+// ClaimJobs implements store.JobStore. Its cost is O(groups) index probes
+// plus the heads it reads, not O(due jobs): the groups table lists the
+// groups, one probe each says whether it has a claimable job and counts its
+// load, and a lateral read locks only the heads of the groups the fair
+// order takes from (FOR UPDATE SKIP LOCKED, so rows other claims hold are
+// passed over before the limit counts them).
 func (s *Store) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]store.Claim, error) {
 	if err := p.Check(); err != nil {
 		return nil, err
@@ -228,8 +234,9 @@ func (s *Store) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]store.Cla
 		if err := s.pool.QueryRow(ctx, `SELECT coalesce($1::bigint, sluice_rate_now())`, nowArg(p.Now)).Scan(&now); err != nil {
 			return nil, wrap("claim", err)
 		}
-		rows, err := s.pool.Query(ctx, `SELECT DISTINCT j.connector_id FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
-WHERE `+pgDueSQL+` ORDER BY 1`, now, types)
+		rows, err := s.pool.Query(ctx, `SELECT c.id FROM sluice_job_connectors c
+WHERE c.status = 'active' AND c.pressure_until <= $1 AND EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.connector_id = c.id AND `+pgDueSQL+`)
+ORDER BY 1`, now, types)
 		if err != nil {
 			return nil, wrap("claim", err)
 		}
@@ -249,86 +256,155 @@ FROM sluice_job_connectors c WHERE c.id = j.connector_id AND j.connector_id = $4
 				return err
 			}
 		}
-		// Lock the best few due jobs of every group, skipping rows other
-		// claims hold, then pick among them.
-		rows, err := tx.Query(ctx, `SELECT j.id, j.connector_id, j.group_key, j.priority, j.next_run_at
-FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
-WHERE j.id IN (
-    SELECT id FROM (
-        SELECT j.id, row_number() OVER (PARTITION BY j.group_key ORDER BY j.priority DESC, j.next_run_at, j.id) AS rn
-        FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
-        WHERE `+pgDueSQL+`) ranked
-    WHERE rn <= $3)
-AND `+pgDueSQL+`
-FOR UPDATE OF j SKIP LOCKED`, now, types, p.Limit+claimSlack)
+		// The groups with a claimable job, and their loads.
+		rows, err := tx.Query(ctx, `SELECT g.group_key, g.weight,
+    (SELECT count(*) FROM sluice_jobs h WHERE h.group_key = g.group_key AND h.lease_holder <> '' AND h.lease_until > $1),
+    coalesce((SELECT m.claim_seq FROM sluice_jobs m WHERE m.group_key = g.group_key ORDER BY m.claim_seq DESC OFFSET g.weight - 1 LIMIT 1), 0)
+FROM sluice_job_groups g
+WHERE EXISTS (SELECT 1 FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id WHERE j.group_key = g.group_key AND `+pgDueSQL+`)`,
+			now, types)
 		if err != nil {
 			return err
-		}
-		cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ClaimCandidate, error) {
-			var c store.ClaimCandidate
-			err := r.Scan(&c.ID, &c.ConnectorID, &c.GroupKey, &c.Priority, &c.NextRunAt)
-			return c, err
-		})
-		if err != nil || len(cands) == 0 {
-			return err
-		}
-		var keys []string
-		seen := map[string]bool{}
-		for _, c := range cands {
-			if !seen[c.GroupKey] {
-				seen[c.GroupKey] = true
-				keys = append(keys, c.GroupKey)
-			}
 		}
 		loads := map[string]store.GroupLoad{}
-		lrows, err := tx.Query(ctx, `SELECT group_key, count(*) FILTER (WHERE lease_holder <> '' AND lease_until > $1), max(claim_seq)
-FROM sluice_jobs WHERE group_key = ANY($2) GROUP BY group_key`, now, keys)
-		if err != nil {
-			return err
-		}
-		for lrows.Next() {
+		var keys []string
+		for rows.Next() {
 			var g string
 			var l store.GroupLoad
-			if err := lrows.Scan(&g, &l.Running, &l.LastClaim); err != nil {
-				lrows.Close()
+			if err := rows.Scan(&g, &l.Weight, &l.Running, &l.LastClaim); err != nil {
+				rows.Close()
 				return err
 			}
 			loads[g] = l
+			keys = append(keys, g)
 		}
-		lrows.Close()
-		if err := lrows.Err(); err != nil {
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return err
 		}
-		until := now + p.LeaseTTL.Microseconds()
-		conns := map[string]store.Connector{}
-		for _, i := range store.PickClaims(cands, loads, p.Limit) {
-			id := cands[i].ID
-			if _, err := tx.Exec(ctx, `UPDATE sluice_job_runs SET outcome = 'abandoned', ended_at = $1
-WHERE job_id = $2 AND outcome = 'running' AND token = (SELECT lease_token FROM sluice_jobs WHERE id = $2 AND lease_holder <> '')`, now, id); err != nil {
-				return err
+		store.OrderGroups(keys, loads)
+		// Lock the heads of the groups in fair order, a batch of groups at
+		// a time until there are enough; then, if the rounds could take
+		// more from a group than was read from it, read more from those.
+		var cands []store.ClaimCandidate
+		heads := func(keys []string, limits []int32) (map[string]int, error) {
+			rows, err := tx.Query(ctx, `SELECT h.id, h.connector_id, h.group_key, h.priority, h.next_run_at
+FROM unnest($3::text[], $4::int[]) AS g(key, k)
+CROSS JOIN LATERAL (
+    SELECT j.id, j.connector_id, j.group_key, j.priority, j.next_run_at
+    FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
+    WHERE j.group_key = g.key AND `+pgDueSQL+`
+    ORDER BY j.priority DESC, j.next_run_at, j.id
+    LIMIT g.k
+    FOR UPDATE OF j SKIP LOCKED) h`, now, types, keys, limits)
+			if err != nil {
+				return nil, err
 			}
-			j, err := store.ScanJob(tx.QueryRow(ctx, `UPDATE sluice_jobs SET lease_holder = $1, lease_token = lease_token + 1, lease_until = $2,
-    claim_seq = nextval('sluice_job_claim_seq'), runs = runs + 1, last_run_at = $3 WHERE id = $4 RETURNING `+store.JobColumns,
-				p.Holder, until, now, id).Scan)
+			got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ClaimCandidate, error) {
+				var c store.ClaimCandidate
+				err := r.Scan(&c.ID, &c.ConnectorID, &c.GroupKey, &c.Priority, &c.NextRunAt)
+				return c, err
+			})
+			if err != nil {
+				return nil, err
+			}
+			n := map[string]int{}
+			for _, c := range got {
+				n[c.GroupKey]++
+			}
+			cands = append(cands, got...)
+			return n, nil
+		}
+		share := func(k string) int32 { return int32(store.GroupShare(p.Limit, len(keys), loads[k].Weight)) }
+		var full []string
+		first := 0 // what the first round takes from the groups read
+		for i := 0; i < len(keys) && first < p.Limit; {
+			// Each group gives the first round at least one job, if any.
+			batch := keys[i:min(len(keys), i+p.Limit-first)]
+			i += len(batch)
+			limits := make([]int32, len(batch))
+			for b, k := range batch {
+				limits[b] = share(k)
+			}
+			n, err := heads(batch, limits)
 			if err != nil {
 				return err
 			}
-			var runID int64
-			if err := tx.QueryRow(ctx, `INSERT INTO sluice_job_runs (job_id, token, holder, started_at) VALUES ($1, $2, $3, $4) RETURNING id`,
-				id, j.LeaseToken, p.Holder, now).Scan(&runID); err != nil {
+			for b, k := range batch {
+				first += min(n[k], int(max(loads[k].Weight, 1)))
+				if int32(n[k]) == limits[b] && limits[b] < int32(p.Limit) {
+					full = append(full, k)
+				}
+			}
+		}
+		if len(cands) < p.Limit && len(full) > 0 {
+			// Read each full group again up to the limit: its rows this
+			// transaction locked already are read again, not skipped.
+			drop := map[string]bool{}
+			for _, k := range full {
+				drop[k] = true
+			}
+			cands = slices.DeleteFunc(cands, func(c store.ClaimCandidate) bool { return drop[c.GroupKey] })
+			limits := make([]int32, len(full))
+			for b := range full {
+				limits[b] = int32(p.Limit)
+			}
+			if _, err := heads(full, limits); err != nil {
 				return err
 			}
-			c, ok := conns[j.ConnectorID]
-			if !ok {
-				if c, err = store.ScanConnector(tx.QueryRow(ctx, `SELECT `+store.ConnectorRowColumns+` FROM sluice_job_connectors c WHERE c.id = $1`,
-					j.ConnectorID).Scan); err != nil {
-					return err
-				}
-				conns[j.ConnectorID] = c
-			}
-			out = append(out, store.Claim{Job: j, Connector: c, RunID: runID, At: store.FromMicros(now)})
 		}
-		return nil
+		if len(cands) == 0 {
+			return nil
+		}
+		// Lease the picks (each: end the run an expired lease left open,
+		// take the job, open a run) and read their connectors, all in one
+		// round trip.
+		picks := store.PickClaims(cands, loads, p.Limit)
+		until := now + p.LeaseTTL.Microseconds()
+		batch := &pgx.Batch{}
+		var connIDs []string
+		for _, i := range picks {
+			batch.Queue(`WITH a AS (
+    UPDATE sluice_job_runs SET outcome = 'abandoned', ended_at = $1
+    WHERE job_id = $2 AND outcome = 'running' AND token = (SELECT lease_token FROM sluice_jobs WHERE id = $2 AND lease_holder <> '')),
+j AS (
+    UPDATE sluice_jobs SET lease_holder = $3, lease_token = lease_token + 1, lease_until = $4,
+        claim_seq = nextval('sluice_job_claim_seq'), runs = runs + 1, last_run_at = $1
+    WHERE id = $2 RETURNING `+store.JobColumns+`),
+r AS (
+    INSERT INTO sluice_job_runs (job_id, token, holder, started_at) SELECT id, lease_token, $3, $1 FROM j RETURNING id)
+SELECT j.*, r.id FROM j, r`, now, cands[i].ID, p.Holder, until)
+			if !slices.Contains(connIDs, cands[i].ConnectorID) {
+				connIDs = append(connIDs, cands[i].ConnectorID)
+			}
+		}
+		for _, id := range connIDs {
+			batch.Queue(`SELECT `+store.ConnectorRowColumns+` FROM sluice_job_connectors c WHERE c.id = $1`, id)
+		}
+		br := tx.SendBatch(ctx, batch)
+		defer br.Close()
+		at := store.FromMicros(now)
+		for _, i := range picks {
+			row := br.QueryRow()
+			var runID int64
+			j, err := store.ScanJob(func(d ...any) error { return row.Scan(append(d, &runID)...) })
+			if err != nil {
+				return fmt.Errorf("claiming job %q: %w", cands[i].ID, err)
+			}
+			out = append(out, store.Claim{Job: j, RunID: runID, At: at})
+		}
+		conns := map[string]store.Connector{}
+		for _, id := range connIDs {
+			c, err := store.ScanConnector(br.QueryRow().Scan)
+			if err != nil {
+				return fmt.Errorf("reading connector %q: %w", id, err)
+			}
+			conns[id] = c
+		}
+		for k := range out {
+			out[k].Connector = conns[out[k].Job.ConnectorID]
+		}
+		return br.Close()
 	})
 	if err != nil {
 		return nil, err
@@ -336,44 +412,62 @@ WHERE job_id = $2 AND outcome = 'running' AND token = (SELECT lease_token FROM s
 	return out, nil
 }
 
-// heldTx locks f's job row and checks that f's token holds it.
-func heldTx(ctx context.Context, tx pgx.Tx, f store.Fence) error {
-	var token int64
-	var holder string
-	err := tx.QueryRow(ctx, `SELECT lease_token, lease_holder FROM sluice_jobs WHERE id = $1 FOR UPDATE`, f.JobID).Scan(&token, &holder)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return store.ErrJobNotFound
-	}
-	if err != nil {
+// SetGroupWeight implements store.JobStore.
+func (s *Store) SetGroupWeight(ctx context.Context, group string, weight int) error {
+	if err := store.CheckGroupWeight(group, weight); err != nil {
 		return err
 	}
-	if holder == "" || token != f.Token {
-		return store.ErrStaleToken
+	if _, err := s.pool.Exec(ctx, `INSERT INTO sluice_job_groups (group_key, weight) VALUES ($1, $2)
+ON CONFLICT (group_key) DO UPDATE SET weight = excluded.weight`, group, weight); err != nil {
+		return wrap("set group weight", err)
 	}
 	return nil
 }
 
-// Heartbeat implements store.JobStore.
+// GroupWeight implements store.JobStore.
+func (s *Store) GroupWeight(ctx context.Context, group string) (int, error) {
+	var w int
+	err := s.pool.QueryRow(ctx, `SELECT coalesce((SELECT weight FROM sluice_job_groups WHERE group_key = $1), 1)`, group).Scan(&w)
+	if err != nil {
+		return 0, wrap("group weight", err)
+	}
+	return w, nil
+}
+
+// notHeld tells why a fenced write matched no row: ErrJobNotFound, or
+// ErrStaleToken when the job exists but the token does not hold it.
+func (s *Store) notHeld(ctx context.Context, op, id string) error {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sluice_jobs WHERE id = $1)`, id).Scan(&exists); err != nil {
+		return wrap(op, err)
+	}
+	if !exists {
+		return store.ErrJobNotFound
+	}
+	return store.ErrStaleToken
+}
+
+// Heartbeat implements store.JobStore: one statement, fenced by its
+// WHERE.
 func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) (time.Time, error) {
 	if err := store.CheckHeartbeat(&p); err != nil {
 		return time.Time{}, err
 	}
 	var until int64
-	err := s.jobTx(ctx, "heartbeat", p.Now, func(tx pgx.Tx, now int64) error {
-		if err := heldTx(ctx, tx, p.Fence); err != nil {
-			return err
-		}
-		until = now + p.LeaseTTL.Microseconds()
-		_, err := tx.Exec(ctx, `UPDATE sluice_jobs SET lease_until = $1 WHERE id = $2`, until, p.JobID)
-		return err
-	})
+	err := s.pool.QueryRow(ctx, `UPDATE sluice_jobs SET lease_until = coalesce($1::bigint, sluice_rate_now()) + $2
+WHERE id = $3 AND lease_token = $4 AND lease_holder <> '' RETURNING lease_until`,
+		nowArg(p.Now), p.LeaseTTL.Microseconds(), p.JobID, p.Token).Scan(&until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, s.notHeld(ctx, "heartbeat", p.JobID)
+	}
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, wrap("heartbeat", err)
 	}
 	return store.FromMicros(until), nil
 }
 
-// CommitCursor implements store.JobStore.
+// CommitCursor implements store.JobStore: one statement; the run's slice
+// is counted only if the job's row was moved.
 func (s *Store) CommitCursor(ctx context.Context, p store.CommitParams) error {
 	if err := store.CheckCommit(&p); err != nil {
 		return err
@@ -382,68 +476,71 @@ func (s *Store) CommitCursor(ctx context.Context, p store.CommitParams) error {
 	if p.CatchUp {
 		col = "catch_up_cursor"
 	}
-	return s.jobTx(ctx, "commit cursor", p.Now, func(tx pgx.Tx, now int64) error {
-		if err := heldTx(ctx, tx, p.Fence); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE sluice_jobs SET `+col+` = $1 WHERE id = $2`, p.Cursor, p.JobID); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `UPDATE sluice_job_runs SET slices = slices + 1 WHERE job_id = $1 AND token = $2`, p.JobID, p.Token)
-		return err
-	})
+	var held int
+	err := s.pool.QueryRow(ctx, `WITH j AS (
+    UPDATE sluice_jobs SET `+col+` = $1 WHERE id = $2 AND lease_token = $3 AND lease_holder <> '' RETURNING id),
+r AS (
+    UPDATE sluice_job_runs SET slices = slices + 1 WHERE job_id = $2 AND token = $3 AND EXISTS (SELECT 1 FROM j))
+SELECT count(*) FROM j`, p.Cursor, p.JobID, p.Token).Scan(&held)
+	if err != nil {
+		return wrap("commit cursor", err)
+	}
+	if held == 1 {
+		return nil
+	}
+	return s.notHeld(ctx, "commit cursor", p.JobID)
 }
 
-// end ends a held job's run with outcome op; set adds assignments whose
-// parameters start at $3 ($1 is next_run_at, $2 the job id).
-func (s *Store) end(ctx context.Context, op string, p store.EndParams, set string, args func(now int64) []any, after func(tx pgx.Tx, now, runID int64) error) error {
+// end ends a held job's run with outcome op in one statement (one round
+// trip, its own transaction): the job's row is updated only while the
+// fence's token holds it, the run's row only if the job's was, and extra
+// (a data-modifying WITH item, or empty) may follow them. In set and
+// extra, n.now is the store time, $1 the delay in microseconds, $2 the job
+// id, $3 the token; set's and extra's own parameters start at $8.
+func (s *Store) end(ctx context.Context, op string, p store.EndParams, set, extra string, args ...any) error {
 	if err := store.CheckEnd(op, &p); err != nil {
 		return err
 	}
-	return s.jobTx(ctx, op, p.Now, func(tx pgx.Tx, now int64) error {
-		if err := heldTx(ctx, tx, p.Fence); err != nil {
-			return err
-		}
-		var runID int64
-		err := tx.QueryRow(ctx, `UPDATE sluice_job_runs SET ended_at = $1, outcome = $2, requests = $3, retries = $4, error = $5
-WHERE job_id = $6 AND token = $7 AND outcome = 'running' RETURNING id`, now, op, p.Stats.Requests, p.Stats.Retries, p.Error, p.JobID, p.Token).Scan(&runID)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		a := []any{now + p.Delay.Microseconds(), p.JobID}
-		if args != nil {
-			a = append(a, args(now)...)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE sluice_jobs SET lease_holder = '', lease_until = 0, next_run_at = $1`+set+` WHERE id = $2`, a...); err != nil {
-			return err
-		}
-		if after != nil {
-			return after(tx, now, runID)
-		}
+	a := append([]any{p.Delay.Microseconds(), p.JobID, p.Token, op, p.Stats.Requests, p.Stats.Retries, p.Error}, args...)
+	a = append(a, nowArg(p.Now))
+	nowParam := fmt.Sprintf("$%d", len(a))
+	var held int
+	err := s.pool.QueryRow(ctx, `WITH n AS (SELECT coalesce(`+nowParam+`::bigint, sluice_rate_now()) AS now),
+j AS (
+    UPDATE sluice_jobs SET lease_holder = '', lease_until = 0, next_run_at = (SELECT now FROM n) + $1`+set+`
+    FROM n WHERE id = $2 AND lease_token = $3 AND lease_holder <> ''
+    RETURNING sluice_jobs.id, sluice_jobs.connector_id, sluice_jobs.cursor, sluice_jobs.catch_up_cursor),
+r AS (
+    UPDATE sluice_job_runs SET ended_at = (SELECT now FROM n), outcome = $4, requests = $5, retries = $6, error = $7
+    WHERE job_id = $2 AND token = $3 AND outcome = 'running' AND EXISTS (SELECT 1 FROM j)
+    RETURNING id)`+extra+`
+SELECT count(*) FROM j`, a...).Scan(&held)
+	if err != nil {
+		return wrap(op, err)
+	}
+	if held == 1 {
 		return nil
-	})
+	}
+	return s.notHeld(ctx, op, p.JobID)
 }
 
 // FinishJob implements store.JobStore.
 func (s *Store) FinishJob(ctx context.Context, p store.EndParams) error {
-	return s.end(ctx, store.RunSucceeded, p, `, last_success_at = $3, consecutive_failures = 0, parked_reason = '', parked_until = 0`,
-		func(now int64) []any { return []any{now} }, nil)
+	return s.end(ctx, store.RunSucceeded, p, `, last_success_at = n.now, consecutive_failures = 0, parked_reason = '', parked_until = 0`, ``)
 }
 
 // FailJob implements store.JobStore.
 func (s *Store) FailJob(ctx context.Context, p store.EndParams) error {
-	return s.end(ctx, store.RunFailed, p, `, failures = failures + 1, consecutive_failures = consecutive_failures + 1, last_error = $3,
-    disabled = (disabled OR $4)`, func(int64) []any { return []any{store.CutError(p.Error), p.Permanent} }, nil)
+	return s.end(ctx, store.RunFailed, p, `, failures = failures + 1, consecutive_failures = consecutive_failures + 1, last_error = $8,
+    disabled = (disabled OR $9)`, ``, store.CutError(p.Error), p.Permanent)
 }
 
 // ParkJob implements store.JobStore.
 func (s *Store) ParkJob(ctx context.Context, p store.EndParams) error {
-	return s.end(ctx, store.RunParked, p, `, parked_reason = $3, parked_until = $1`,
-		func(int64) []any { return []any{p.Reason} }, func(tx pgx.Tx, now, _ int64) error {
-			_, err := tx.Exec(ctx, `UPDATE sluice_job_connectors SET pressure_until = greatest(pressure_until, $1)
-WHERE id = (SELECT connector_id FROM sluice_jobs WHERE id = $2)`, now+p.Delay.Microseconds(), p.JobID)
-			return err
-		})
+	return s.end(ctx, store.RunParked, p, `, parked_reason = $8, parked_until = n.now + $1`, `,
+c AS (
+    UPDATE sluice_job_connectors SET pressure_until = greatest(pressure_until, (SELECT now FROM n) + $1)
+    WHERE id = (SELECT connector_id FROM j))`, p.Reason)
 }
 
 // DeferJob implements store.JobStore.
@@ -452,17 +549,16 @@ func (s *Store) DeferJob(ctx context.Context, p store.EndParams) error {
 	if p.CatchUp {
 		col = "catch_up_cursor"
 	}
-	return s.end(ctx, store.RunDeferred, p, ``, nil, func(tx pgx.Tx, now, runID int64) error {
-		_, err := tx.Exec(ctx, `INSERT INTO sluice_job_gaps (job_id, run_id, catch_up, cursor, reason, created_at)
-SELECT id, $1, $2, `+col+`, $3, $4 FROM sluice_jobs WHERE id = $5`, runID, p.CatchUp, p.Reason, now, p.JobID)
-		return err
-	})
+	return s.end(ctx, store.RunDeferred, p, ``, `,
+g AS (
+    INSERT INTO sluice_job_gaps (job_id, run_id, catch_up, cursor, reason, created_at)
+    SELECT j.id, coalesce((SELECT id FROM r), 0), $8, j.`+col+`, $9, (SELECT now FROM n) FROM j)`, p.CatchUp, p.Reason)
 }
 
 // ReleaseJob implements store.JobStore.
 func (s *Store) ReleaseJob(ctx context.Context, p store.EndParams) error {
 	p.Delay = 0
-	return s.end(ctx, store.RunReleased, p, ``, nil, nil)
+	return s.end(ctx, store.RunReleased, p, ``, ``)
 }
 
 func listNewestPG[T any](ctx context.Context, s *Store, op string, p store.ListParams, q string, args []any, scan func(func(...any) error) (T, error)) ([]T, error) {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/sluicerl/sluice/store"
@@ -151,6 +152,9 @@ ON CONFLICT (id) DO UPDATE SET connector_id = excluded.connector_id, type = excl
 			spec.ID, spec.ConnectorID, spec.Type, spec.NormalParams(), spec.Disabled, spec.Priority, spec.Interval.Microseconds(), spec.Group(), tx.now); err != nil {
 			return wrap(err)
 		}
+		if _, err := conn.ExecContext(tx.ctx, `INSERT INTO sluice_job_groups (group_key) VALUES (?) ON CONFLICT DO NOTHING`, spec.Group()); err != nil {
+			return wrap(err)
+		}
 		var err error
 		out, err = store.ScanJob(conn.QueryRowContext(tx.ctx, `SELECT `+store.JobColumns+` FROM sluice_jobs WHERE id = ?`, spec.ID).Scan)
 		return wrap(err)
@@ -246,8 +250,9 @@ func (s *Store) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]store.Cla
 			if err != nil {
 				return err
 			}
-			rows, err := conn.QueryContext(ctx, `SELECT DISTINCT j.connector_id FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
-WHERE `+dueSQL+typesSQL+` ORDER BY 1`, now, now, now, types, types)
+			rows, err := conn.QueryContext(ctx, `SELECT c.id FROM sluice_job_connectors c
+WHERE c.status = 'active' AND c.pressure_until <= ? AND EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.connector_id = c.id AND `+dueSQL+typesSQL+`)
+ORDER BY 1`, now, now, now, now, types, types)
 			if err != nil {
 				return err
 			}
@@ -280,55 +285,100 @@ WHERE connector_id = ? AND id IN (SELECT j.id FROM sluice_jobs j JOIN sluice_job
 				return wrap(err)
 			}
 		}
-		rows, err := conn.QueryContext(tx.ctx, `SELECT id, connector_id, group_key, priority, next_run_at FROM (
-    SELECT j.id, j.connector_id, j.group_key, j.priority, j.next_run_at,
-        row_number() OVER (PARTITION BY j.group_key ORDER BY j.priority DESC, j.next_run_at, j.id) AS rn
-    FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
-    WHERE `+dueSQL+typesSQL+`) WHERE rn <= ?`, now, now, now, types, types, p.Limit)
+		// The groups with a claimable job, and their loads.
+		rows, err := conn.QueryContext(tx.ctx, `SELECT g.group_key, g.weight,
+    (SELECT count(*) FROM sluice_jobs h WHERE h.group_key = g.group_key AND h.lease_holder <> '' AND h.lease_until > ?),
+    coalesce((SELECT max(m.claim_seq) FROM sluice_jobs m WHERE m.group_key = g.group_key), 0)
+FROM sluice_job_groups g
+WHERE EXISTS (SELECT 1 FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id WHERE j.group_key = g.group_key AND `+dueSQL+typesSQL+`)`,
+			now, now, now, now, types, types)
 		if err != nil {
 			return wrap(err)
 		}
-		var cands []store.ClaimCandidate
-		groups := map[string]bool{}
+		loads := map[string]store.GroupLoad{}
+		var keys []string
 		for rows.Next() {
-			var c store.ClaimCandidate
-			if err := rows.Scan(&c.ID, &c.ConnectorID, &c.GroupKey, &c.Priority, &c.NextRunAt); err != nil {
+			var g string
+			var l store.GroupLoad
+			if err := rows.Scan(&g, &l.Weight, &l.Running, &l.LastClaim); err != nil {
 				rows.Close()
 				return wrap(err)
 			}
-			cands = append(cands, c)
-			groups[c.GroupKey] = true
+			loads[g] = l
+			keys = append(keys, g)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return wrap(err)
 		}
-		if len(cands) == 0 {
-			return nil
+		for _, g := range keys {
+			// A weighted group's weight-th most recent claim (SQLite
+			// takes no column in OFFSET).
+			if l := loads[g]; l.Weight > 1 {
+				err := conn.QueryRowContext(tx.ctx, `SELECT coalesce((SELECT claim_seq FROM sluice_jobs WHERE group_key = ?
+ORDER BY claim_seq DESC LIMIT 1 OFFSET ?), 0)`, g, l.Weight-1).Scan(&l.LastClaim)
+				if err != nil {
+					return wrap(err)
+				}
+				loads[g] = l
+			}
 		}
-		keys := make([]string, 0, len(groups))
-		for g := range groups {
-			keys = append(keys, g)
+		store.OrderGroups(keys, loads)
+		// Read the heads of the groups in fair order until there are
+		// enough; then, if the rounds could take more from a group than
+		// was read from it, read more from those. No row is locked by
+		// anyone else: this transaction is the file's only writer.
+		var cands []store.ClaimCandidate
+		heads := func(key string, k int) (int, error) {
+			rows, err := conn.QueryContext(tx.ctx, `SELECT j.id, j.connector_id, j.group_key, j.priority, j.next_run_at
+FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
+WHERE j.group_key = ? AND `+dueSQL+typesSQL+`
+ORDER BY j.priority DESC, j.next_run_at, j.id LIMIT ?`, key, now, now, now, types, types, k)
+			if err != nil {
+				return 0, err
+			}
+			defer rows.Close()
+			n := 0
+			for rows.Next() {
+				var c store.ClaimCandidate
+				if err := rows.Scan(&c.ID, &c.ConnectorID, &c.GroupKey, &c.Priority, &c.NextRunAt); err != nil {
+					return 0, err
+				}
+				cands = append(cands, c)
+				n++
+			}
+			return n, rows.Err()
 		}
-		gk, _ := json.Marshal(keys)
-		loads := map[string]store.GroupLoad{}
-		lrows, err := conn.QueryContext(tx.ctx, `SELECT group_key, sum(lease_holder <> '' AND lease_until > ?), max(claim_seq) FROM sluice_jobs
-WHERE group_key IN (SELECT value FROM json_each(?)) GROUP BY group_key`, now, string(gk))
-		if err != nil {
-			return wrap(err)
-		}
-		for lrows.Next() {
-			var g string
-			var l store.GroupLoad
-			if err := lrows.Scan(&g, &l.Running, &l.LastClaim); err != nil {
-				lrows.Close()
+		var full []string
+		first := 0 // what the first round takes from the groups read
+		for _, k := range keys {
+			if first >= p.Limit {
+				break // the rounds never reach the later groups
+			}
+			share := store.GroupShare(p.Limit, len(keys), loads[k].Weight)
+			n, err := heads(k, share)
+			if err != nil {
 				return wrap(err)
 			}
-			loads[g] = l
+			first += min(n, int(max(loads[k].Weight, 1)))
+			if n == share && share < p.Limit {
+				full = append(full, k)
+			}
 		}
-		lrows.Close()
-		if err := lrows.Err(); err != nil {
-			return wrap(err)
+		if len(cands) < p.Limit && len(full) > 0 {
+			drop := map[string]bool{}
+			for _, k := range full {
+				drop[k] = true
+			}
+			cands = slices.DeleteFunc(cands, func(c store.ClaimCandidate) bool { return drop[c.GroupKey] })
+			for _, k := range full {
+				if _, err := heads(k, p.Limit); err != nil {
+					return wrap(err)
+				}
+			}
+		}
+		if len(cands) == 0 {
+			return nil
 		}
 		var seq int64
 		if err := conn.QueryRowContext(tx.ctx, `SELECT coalesce(max(claim_seq), 0) FROM sluice_jobs`).Scan(&seq); err != nil {
@@ -370,6 +420,31 @@ WHERE job_id = ? AND outcome = 'running' AND token = (SELECT lease_token FROM sl
 		return nil, err
 	}
 	return out, nil
+}
+
+// SetGroupWeight implements store.JobStore.
+func (s *Store) SetGroupWeight(ctx context.Context, group string, weight int) error {
+	if err := store.CheckGroupWeight(group, weight); err != nil {
+		return err
+	}
+	return s.do(ctx, 0, func(tx *txn) error {
+		mark(tx)
+		_, err := tx.s.conn.ExecContext(tx.ctx, `INSERT INTO sluice_job_groups (group_key, weight) VALUES (?, ?)
+ON CONFLICT (group_key) DO UPDATE SET weight = excluded.weight`, group, weight)
+		return wrap(err)
+	})
+}
+
+// GroupWeight implements store.JobStore.
+func (s *Store) GroupWeight(ctx context.Context, group string) (int, error) {
+	var w int
+	err := s.read(ctx, func(conn *sql.Conn) error {
+		return conn.QueryRowContext(ctx, `SELECT coalesce((SELECT weight FROM sluice_job_groups WHERE group_key = ?), 1)`, group).Scan(&w)
+	})
+	if err != nil {
+		return 0, wrap(err)
+	}
+	return w, nil
 }
 
 // readNow is the store time for a read outside a transaction: the override,
