@@ -303,8 +303,8 @@ func (s *Server) endpoints() []route {
 		{http.MethodGet, routePolicies, s.listPolicies, auth.Read},
 		{http.MethodGet, routeHealth, s.health, auth.Public},
 		{http.MethodGet, routeMetrics, metricsHandler.ServeHTTP, auth.Public},
-		{http.MethodGet, routeOpenAPI, s.openAPI, auth.Public}, // openapi.go
-		{http.MethodPost, routeReload, s.reload, auth.Admin},   // reload.go
+		{http.MethodGet, routeOpenAPI, s.openAPI, auth.Read}, // openapi.go
+		{http.MethodPost, routeReload, s.reload, auth.Admin}, // reload.go
 	}
 	rts = append(rts, s.leaseRoutes()...)    // lease.go
 	rts = append(rts, s.jobRoutes()...)      // job.go
