@@ -64,7 +64,10 @@ func TestFigures(t *testing.T) {
 			s := runManual(t, sc, c.c, c.extra)
 			rows = append(rows, sim.Row{Scenario: sc.Name, Contender: c.c.Name, Summary: s})
 			if os.Getenv("SLUICE_SIM_SECONDS") != "" {
-				for _, x := range lastResult.Seconds {
+				lastMu.Lock()
+				last := lastResult
+				lastMu.Unlock()
+				for _, x := range last.Seconds {
 					fmt.Printf("%s %s t=%d limit=%g offered=%d goodput=%d throttles=%d bans=%d rate=%.1f\n",
 						sc.Name, c.c.Name, x.T, x.Limit, x.Offered, x.Goodput, x.Throttles, x.Bans, x.Rate)
 				}

@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -19,8 +20,12 @@ func scenario() sim.Scenario {
 }
 
 // lastResult is the last result runManual returned (TestFigures, which
-// is not parallel, prints its seconds).
-var lastResult *sim.Result
+// is not parallel, prints its seconds); parallel tests write it too, so
+// under lastMu.
+var (
+	lastMu     sync.Mutex
+	lastResult *sim.Result
+)
 
 // runManual runs c through sc on a manual clock and returns its summary.
 // The clock moves on by a millisecond only once every goroutine of the
@@ -50,7 +55,9 @@ func runManual(t *testing.T, sc sim.Scenario, c sim.Contender, extra int) sim.Su
 		case r := <-done:
 			require.NoError(t, r.err)
 			require.Len(t, r.rows, 1)
+			lastMu.Lock()
 			lastResult = r.rows[0].Result
+			lastMu.Unlock()
 			return r.rows[0].Summary
 		default:
 		}
