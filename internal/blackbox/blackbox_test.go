@@ -182,6 +182,40 @@ func saturate(t *testing.T) func() {
 	return stop
 }
 
+// logTail is how much of a server's log a failed test prints.
+const logTail = 8 << 10
+
+// logBuffer collects a server's stderr; safe for the copying goroutine
+// and the test to use at once.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > 4*logTail {
+		b.buf = append(b.buf[:0], b.buf[len(b.buf)-logTail:]...)
+	}
+	return len(p), nil
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+func (b *logBuffer) tail() string {
+	s := b.String()
+	if len(s) > logTail {
+		s = s[len(s)-logTail:]
+	}
+	return s
+}
+
 // cleanEnv is the environment without SLUICE_ variables, which serve reads.
 func cleanEnv() []string {
 	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "SLUICE_") })
@@ -198,13 +232,20 @@ func startServers(t *testing.T, state string) []string {
 	var urls []string
 	for i := range servers {
 		cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--config", cfg, "--state", state,
-			"--db", "sqlite:"+filepath.Join(dir, fmt.Sprintf("records-%d.db", i)), "--log-level", "error")
+			"--db", "sqlite:"+filepath.Join(dir, fmt.Sprintf("records-%d.db", i)), "--log-level", "warn")
 		cmd.Env = cleanEnv()
 		stdout, err := cmd.StdoutPipe()
 		require.NoError(t, err)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
+		stderr := &logBuffer{}
+		cmd.Stderr = stderr
 		require.NoError(t, cmd.Start())
+		// On failure, what each server logged (the guard logs the store
+		// going down and why) is the first thing to read.
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("server %d log (last %d bytes):\n%s", i, logTail, stderr.tail())
+			}
+		})
 		t.Cleanup(func() {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			done := make(chan struct{})

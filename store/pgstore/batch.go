@@ -155,7 +155,7 @@ func (s *Store) send(calls []*takeCall) {
 }
 
 func (s *Store) takeOne(ctx context.Context, c *takeCall) error {
-	err := s.pool.QueryRow(ctx, takeSQL, c.args[:]...).
+	err := s.queryRow(ctx, takeSQL, c.args[:]...).
 		Scan(&c.row.allowed, &c.row.remaining, &c.row.retry, &c.row.reset, &c.row.delay, &c.row.at)
 	if err != nil {
 		return wrap("take", err)

@@ -97,7 +97,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 		return store.AcquireResult{}, err
 	}
 	var r acquireRow
-	if err := s.pool.QueryRow(ctx, acquireSQL, acquireArgs(&p, nowArg(p.Now))...).
+	if err := s.queryRow(ctx, acquireSQL, acquireArgs(&p, nowArg(p.Now))...).
 		Scan(&r.acquired, &r.token, &r.expires, &r.held, &r.retry, &r.at, &r.renewed); err != nil {
 		return store.AcquireResult{}, wrap("acquire", err)
 	}
@@ -110,7 +110,7 @@ func (s *Store) Renew(ctx context.Context, p store.RenewParams) (store.Lease, er
 		return store.Lease{}, err
 	}
 	var exp *int64
-	if err := s.pool.QueryRow(ctx, renewSQL, p.Name, p.Key, p.Holder, p.Token, p.TTL.Microseconds(), nowArg(p.Now)).Scan(&exp); err != nil {
+	if err := s.queryRow(ctx, renewSQL, p.Name, p.Key, p.Holder, p.Token, p.TTL.Microseconds(), nowArg(p.Now)).Scan(&exp); err != nil {
 		return store.Lease{}, wrap("renew", err)
 	}
 	if exp == nil {
@@ -125,7 +125,7 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 		return err
 	}
 	var ok bool
-	if err := s.pool.QueryRow(ctx, releaseSQL, p.Name, p.Key, p.Holder, p.Token, nowArg(p.Now)).Scan(&ok); err != nil {
+	if err := s.queryRow(ctx, releaseSQL, p.Name, p.Key, p.Holder, p.Token, nowArg(p.Now)).Scan(&ok); err != nil {
 		return wrap("release", err)
 	}
 	if !ok {
@@ -142,21 +142,24 @@ func (s *Store) Holders(ctx context.Context, p store.HoldersParams) ([]store.Lea
 	if err := store.CheckNow(p.Now); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, holdersSQL, p.Name, p.Key, nowArg(p.Now))
+	var out []store.Lease
+	err := retryStray(ctx, func() error {
+		rows, err := s.pool.Query(ctx, holdersSQL, p.Name, p.Key, nowArg(p.Now))
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Lease, error) {
+			l := store.Lease{Name: p.Name, Key: p.Key}
+			err := r.Scan(&l.Holder, &l.Token, &l.Expires)
+			return l, err
+		})
+		return err
+	})
 	if err != nil {
 		return nil, wrap("holders", err)
 	}
-	defer rows.Close()
-	out := []store.Lease{}
-	for rows.Next() {
-		l := store.Lease{Name: p.Name, Key: p.Key}
-		if err := rows.Scan(&l.Holder, &l.Token, &l.Expires); err != nil {
-			return nil, wrap("holders", err)
-		}
-		out = append(out, l)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap("holders", err)
+	if out == nil {
+		out = []store.Lease{}
 	}
 	return out, nil
 }
@@ -171,7 +174,7 @@ func (s *Store) FencedWrite(ctx context.Context, p store.FencedWriteParams) erro
 		v = []byte{}
 	}
 	var ok bool
-	if err := s.pool.QueryRow(ctx, fencedWriteSQL, p.Name, p.Key, p.Token, p.Field, v, nowArg(p.Now)).Scan(&ok); err != nil {
+	if err := s.queryRow(ctx, fencedWriteSQL, p.Name, p.Key, p.Token, p.Field, v, nowArg(p.Now)).Scan(&ok); err != nil {
 		return wrap("fenced write", err)
 	}
 	if !ok {
@@ -186,7 +189,7 @@ func (s *Store) FencedRead(ctx context.Context, p store.FencedReadParams) (store
 		return store.FencedValue{}, false, err
 	}
 	var v store.FencedValue
-	err := s.pool.QueryRow(ctx, fencedReadSQL, p.Name, p.Key, p.Field).Scan(&v.Token, &v.Value)
+	err := s.queryRow(ctx, fencedReadSQL, p.Name, p.Key, p.Field).Scan(&v.Token, &v.Value)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.FencedValue{}, false, nil
 	}
@@ -367,7 +370,7 @@ AND expires_at <= sluice_rate_now()`
 func (s *Store) CleanupLeases(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		tag, err := s.pool.Exec(ctx, cleanupLeasesSQL, s.batch)
+		tag, err := s.exec(ctx, cleanupLeasesSQL, s.batch)
 		if err != nil {
 			return total, wrap("cleanup leases", err)
 		}

@@ -169,6 +169,8 @@ func wrap(op string, err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
+		case pe.Code == sqlStateQueryCanceled:
+			return fmt.Errorf("pgstore: %s: %w", op, &timeoutErr{pe})
 		case pe.Code == sqlStateCostExceeds:
 			return store.ErrCostExceedsLimit
 		case pe.Code == sqlStateOutOfRange || pe.ConstraintName == exactConstraint:
@@ -245,31 +247,46 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 	if err := store.CheckNow(p.Now); err != nil {
 		return store.AllResult{}, err
 	}
+	var out store.AllResult
+	err := retryStray(ctx, func() error {
+		var err error
+		out, err = s.takeAll(ctx, p, names, keys, algs, lims, ivs, costs)
+		return err
+	})
+	if err != nil {
+		return store.AllResult{}, wrap("take all", err)
+	}
+	return out, nil
+}
+
+// takeAll runs one TakeAll statement.
+func (s *Store) takeAll(ctx context.Context, p store.TakeAllParams, names, keys []string, algs []int32, lims, ivs, costs []int64) (store.AllResult, error) {
+	n := len(p.Items)
 	rows, err := s.pool.Query(ctx, takeAllSQL, names, keys, algs, lims, ivs, costs,
 		p.MaxDelay.Microseconds(), nowArg(p.Now))
 	if err != nil {
-		return store.AllResult{}, wrap("take all", err)
+		return store.AllResult{}, err
 	}
 	defer rows.Close()
 	out := store.AllResult{Allowed: true, Results: make([]store.Result, n)}
 	i := 0
 	for rows.Next() {
 		if i >= n {
-			return store.AllResult{}, wrap("take all", errors.New("more results than items"))
+			return store.AllResult{}, errors.New("more results than items")
 		}
 		r := row{limit: p.Items[i].Limit.Max()}
 		if err := rows.Scan(&r.allowed, &r.remaining, &r.retry, &r.reset, &r.delay, &r.at); err != nil {
-			return store.AllResult{}, wrap("take all", err)
+			return store.AllResult{}, err
 		}
 		out.Results[i] = r.result()
 		out.Allowed = out.Allowed && r.allowed
 		i++
 	}
 	if err := rows.Err(); err != nil {
-		return store.AllResult{}, wrap("take all", err)
+		return store.AllResult{}, err
 	}
 	if i != n {
-		return store.AllResult{}, wrap("take all", fmt.Errorf("%d results for %d items", i, n))
+		return store.AllResult{}, fmt.Errorf("%d results for %d items", i, n)
 	}
 	return out, nil
 }
@@ -295,7 +312,7 @@ func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result,
 	}
 	alg, lim, iv := params(&p.Limit)
 	r := row{limit: p.Limit.Max()}
-	err := s.pool.QueryRow(ctx, settleSQL, p.Limit.Name, p.Key, alg, lim, iv,
+	err := s.queryRow(ctx, settleSQL, p.Limit.Name, p.Key, alg, lim, iv,
 		p.Reserved, p.Actual, p.ReservedEnd(), nowArg(p.Now)).
 		Scan(&r.allowed, &r.remaining, &r.retry, &r.reset, &r.delay, &r.at)
 	if err != nil {
@@ -317,7 +334,7 @@ func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, err
 	}
 	alg, lim, iv := params(&p.Limit)
 	r := row{limit: p.Limit.Max()}
-	err := s.pool.QueryRow(ctx, syncSQL, p.Limit.Name, p.Key, alg, lim, iv,
+	err := s.queryRow(ctx, syncSQL, p.Limit.Name, p.Key, alg, lim, iv,
 		p.Remaining, p.ResetAfter.Microseconds(), nowArg(p.Now)).
 		Scan(&r.allowed, &r.remaining, &r.retry, &r.reset, &r.delay, &r.at)
 	if err != nil {
@@ -334,7 +351,7 @@ func (s *Store) Reset(ctx context.Context, p store.ResetParams) error {
 	if err := store.CheckID("limit name", p.Limit.Name); err != nil {
 		return err
 	}
-	if _, err := s.pool.Exec(ctx, resetSQL, p.Limit.Name, p.Key); err != nil {
+	if _, err := s.exec(ctx, resetSQL, p.Limit.Name, p.Key); err != nil {
 		return wrap("reset", err)
 	}
 	return nil
@@ -349,7 +366,7 @@ func (s *Store) Reset(ctx context.Context, p store.ResetParams) error {
 func (s *Store) Cleanup(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		tag, err := s.pool.Exec(ctx, cleanupSQL, s.batch)
+		tag, err := s.exec(ctx, cleanupSQL, s.batch)
 		if err != nil {
 			return total, wrap("cleanup", err)
 		}
@@ -364,7 +381,7 @@ func (s *Store) Cleanup(ctx context.Context) (int64, error) {
 // function the migrations install, and returns the database clock.
 func (s *Store) Ping(ctx context.Context) (time.Time, error) {
 	var us int64
-	if err := s.pool.QueryRow(ctx, "SELECT sluice_rate_now()").Scan(&us); err != nil {
+	if err := s.queryRow(ctx, "SELECT sluice_rate_now()").Scan(&us); err != nil {
 		return time.Time{}, wrap("ping", err)
 	}
 	return time.UnixMicro(us), nil

@@ -83,7 +83,7 @@ func (s *Store) ActiveSlotConfig(ctx context.Context, name string) (store.SlotCo
 	}
 	c := store.SlotConfig{Name: name, Active: true}
 	var us int64
-	err := s.pool.QueryRow(ctx, slotConfigSQL, name).Scan(&c.Version, &c.MaxPerWindow, &us, &c.Headroom, &c.CreatedAt)
+	err := s.queryRow(ctx, slotConfigSQL, name).Scan(&c.Version, &c.MaxPerWindow, &us, &c.Headroom, &c.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.SlotConfig{}, store.ErrConfigNotFound
 	}
@@ -99,7 +99,7 @@ func (s *Store) DeactivateSlotConfig(ctx context.Context, name string) error {
 	if !store.ValidSlotConfigName(name) {
 		return store.ErrConfigNotFound
 	}
-	tag, err := s.pool.Exec(ctx, slotDeactivateSQL, name)
+	tag, err := s.exec(ctx, slotDeactivateSQL, name)
 	if err != nil {
 		return wrap("deactivate slot config", err)
 	}
@@ -146,7 +146,7 @@ func (s *Store) AssignSlot(ctx context.Context, p store.AssignSlotParams) (store
 		ver         *int64
 		req, ws, sc *int64
 	)
-	err := s.pool.QueryRow(ctx, slotAssignSQL, c.Name, c.Version, c.MaxPerWindow, c.WindowSize.Microseconds(),
+	err := s.queryRow(ctx, slotAssignSQL, c.Name, c.Version, c.MaxPerWindow, c.WindowSize.Microseconds(),
 		c.EffectiveHeadroom(), p.Event.EventID, p.Event.RequestedMicros(), p.Event.Jitter).
 		Scan(&status, &cfg, &ver, &req, &ws, &sc)
 	if err != nil {
@@ -304,7 +304,7 @@ func (s *Store) GetSlot(ctx context.Context, eventID string) (store.Slot, error)
 	}
 	sl := store.Slot{EventID: eventID, Status: store.SlotExisting}
 	var req, ws, sc int64
-	err := s.pool.QueryRow(ctx, slotGetSQL, eventID).Scan(&sl.ConfigName, &sl.ConfigVersion, &req, &ws, &sc)
+	err := s.queryRow(ctx, slotGetSQL, eventID).Scan(&sl.ConfigName, &sl.ConfigVersion, &req, &ws, &sc)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Slot{}, store.ErrSlotNotFound
 	}
