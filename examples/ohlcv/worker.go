@@ -10,9 +10,10 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"time"
 
@@ -79,7 +80,7 @@ func runWorker(ctx context.Context, c workerConfig) error {
 		return err
 	}
 	defer rec.close()
-	cfg := job.Config{Store: rec.jobs, Holder: c.Holder, LeaseTTL: 10 * time.Second, PollInterval: 50 * time.Millisecond,
+	cfg := job.Config{Store: rec.jobs, Holder: c.Holder, PollInterval: 50 * time.Millisecond,
 		MaxPacingWait: c.PacingWait, ShutdownGrace: 10 * time.Second,
 		Handlers: map[string]job.Handler{"ohlcv": ohlcvHandler(rec, c)}}
 	if !c.NoPacing {
@@ -94,13 +95,21 @@ func runWorker(ctx context.Context, c workerConfig) error {
 		cfg.Limiter = lim
 		cfg.Gate = job.CapacityGate(lim, job.ConnectorPolicies(rec.jobs, time.Second, nil))
 	}
-	var claims, commits atomic.Int64
+	var (
+		mu              sync.Mutex
+		claims, commits int
+		parks           = map[string]int{}
+	)
 	cfg.OnEvent = func(e job.Event) {
+		mu.Lock()
+		defer mu.Unlock()
 		switch e.Kind {
 		case job.EventClaim:
-			claims.Add(1)
+			claims++
 		case job.EventCommit:
-			commits.Add(1)
+			commits++
+		case job.EventPark:
+			parks[e.Reason]++
 		case job.EventFailure:
 			fmt.Fprintf(os.Stderr, "  worker %s: %s failed: %v\n", c.Holder, e.JobID, e.Err)
 		}
@@ -110,7 +119,19 @@ func runWorker(ctx context.Context, c workerConfig) error {
 		return err
 	}
 	err = w.Run(ctx)
-	fmt.Fprintf(os.Stderr, "  worker %s (pid %d): %d claims, %d slices committed\n", c.Holder, os.Getpid(), claims.Load(), commits.Load())
+	mu.Lock()
+	defer mu.Unlock()
+	parked := "none"
+	if len(parks) > 0 {
+		var ps []string
+		for r, n := range parks {
+			ps = append(ps, fmt.Sprintf("%d %s", n, r))
+		}
+		sort.Strings(ps)
+		parked = strings.Join(ps, ", ")
+	}
+	fmt.Fprintf(os.Stderr, "  worker %s (pid %d) stopped: %d claims, %d slices committed, parks: %s\n",
+		c.Holder, os.Getpid(), claims, commits, parked)
 	return err
 }
 
