@@ -96,9 +96,15 @@ func newExchange(capacity int64, window time.Duration, since time.Time, banAfter
 }
 
 // weightHeader is the used-weight header for a window, as sim writes it
-// (X-Mbx-Used-Weight-1M for a minute, -2S for 2 seconds).
+// (X-Mbx-Used-Weight-1M for a minute, -2S for 2 seconds, -1H for an hour).
 func weightHeader(window time.Duration) string {
-	if window%time.Minute == 0 {
+	day := 24 * time.Hour
+	switch {
+	case window%day == 0:
+		return fmt.Sprintf("X-Mbx-Used-Weight-%dD", window/day)
+	case window%time.Hour == 0:
+		return fmt.Sprintf("X-Mbx-Used-Weight-%dH", window/time.Hour)
+	case window%time.Minute == 0:
 		return fmt.Sprintf("X-Mbx-Used-Weight-%dM", window/time.Minute)
 	}
 	return fmt.Sprintf("X-Mbx-Used-Weight-%dS", max(1, int(window/time.Second)))

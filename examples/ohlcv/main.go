@@ -85,6 +85,9 @@ type options struct {
 	NoPacing   bool
 	Timeout    time.Duration
 	Log        io.Writer // the workers' output
+	// Until, if set, says when the run is over, asked every 100 ms with
+	// the jobs' ids. Nil means when every job has drained its stream.
+	Until func(ctx context.Context, js store.JobStore, ids []string) (bool, error)
 }
 
 func cli() error {
@@ -252,13 +255,29 @@ func coordinate(ctx context.Context, o options) (*result, error) {
 		res.pids = append(res.pids, cmd.Process.Pid)
 	}
 
-	// Wait until every job has succeeded since the start: its stream is
-	// drained up to the exchange's latest candle.
+	// Wait until every job has succeeded since the start (its stream is
+	// drained up to the exchange's latest candle), or o.Until says so.
+	until := o.Until
+	if until == nil {
+		until = func(ctx context.Context, js store.JobStore, ids []string) (bool, error) {
+			for _, id := range ids {
+				got, err := js.GetJob(ctx, id)
+				if err != nil || got.LastSuccessAt.Before(started) {
+					return false, err
+				}
+			}
+			return true, nil
+		}
+	}
+	ids := make([]string, len(im.Jobs))
+	for i, j := range im.Jobs {
+		ids[i] = j.ID
+	}
 	deadline := time.NewTimer(o.Timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	for drained := false; !drained; {
+	for done := false; !done; {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -274,16 +293,8 @@ func coordinate(ctx context.Context, o options) (*result, error) {
 			default:
 			}
 		}
-		drained = true
-		for _, j := range im.Jobs {
-			got, err := rec.jobs.GetJob(ctx, j.ID)
-			if err != nil {
-				return nil, err
-			}
-			if got.LastSuccessAt.Before(started) {
-				drained = false
-				break
-			}
+		if done, err = until(ctx, rec.jobs, ids); err != nil {
+			return nil, err
 		}
 	}
 	stopAll()

@@ -73,6 +73,74 @@ func TestSeed000TwoWorkerProcessesNeverExceedLimit(t *testing.T) {
 	}
 }
 
+// TestSeed000TwoWorkerProcessesFillTheWindowThenPark is the same check
+// with a window of an hour, which no machine, however slow or loaded, ends
+// before the 2 worker processes have spent its budget: so the limit is
+// reached for certain. The exchange admitted the limiter's share of the
+// window and refused nothing, a job parked (no_capacity) instead of
+// calling, nothing failed, and no cursor is past what was written.
+func TestSeed000TwoWorkerProcessesFillTheWindowThenPark(t *testing.T) {
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			o := options{Jobs: defaultJobs, Workers: 2, Capacity: 40, Window: time.Hour, Page: 100,
+				PacingWait: -1, BanAfter: 5, BanFor: 10 * time.Second, Timeout: 5 * time.Minute}
+			if backend == "sqlite" {
+				o.DB = filepath.Join(t.TempDir(), "ohlcv.db")
+			} else {
+				o.Postgres = testenv.WithSearchPath(testenv.PostgresURL(), testenv.PostgresSchema(t, "sluice_ohlcv_"))
+			}
+			var log testenv.SyncBuffer
+			o.Log = &log
+			t.Cleanup(func() { t.Logf("worker processes' output:\n%s", log.String()) })
+			o.Until = func(ctx context.Context, js store.JobStore, ids []string) (bool, error) {
+				for _, id := range ids {
+					j, err := js.GetJob(ctx, id)
+					if err != nil || j.ParkedReason == store.PressureNoCapacity {
+						return err == nil, err
+					}
+				}
+				return false, nil
+			}
+			res, err := coordinate(context.Background(), o)
+			require.NoError(t, err)
+
+			ex := res.exchange
+			var used int64
+			for _, w := range ex.Windows {
+				require.LessOrEqual(t, w.Used, o.Capacity, "window %s: the exchange admitted more weight than its limit", w.Start)
+				require.Equal(t, map[int]int64{200: w.Requests}, w.Status, "window %s: every request within the limit, none refused", w.Start)
+				used += w.Used
+			}
+			require.Zero(t, ex.Sim.Throttled, "429s")
+			require.Zero(t, ex.Sim.Banned, "418s")
+			require.Equal(t, ex.Sim.Weight, used)
+			require.GreaterOrEqual(t, used, o.Capacity-res.margin, "a job parked only once the window's share was spent")
+			parked := 0
+			for _, j := range res.jobs {
+				if j.ParkedReason == store.PressureNoCapacity {
+					parked++
+				}
+				require.Zero(t, j.Failures, "%s: failures (%s)", j.ID, j.LastError)
+				var p struct{ Symbol, Timeframe string }
+				require.NoError(t, json.Unmarshal(j.Params, &p))
+				step, err := job.ParseTimeframe(p.Timeframe)
+				require.NoError(t, err)
+				key := p.Symbol + " " + p.Timeframe
+				c := res.candles[key]
+				require.Equal(t, ex.Served[key].Candles, c.Candles, "%s: every candle served was written", key)
+				require.Zero(t, c.Rewritten, "%s: candles written more than once", key)
+				if c.Candles == 0 {
+					require.Empty(t, j.Cursor, key)
+					continue
+				}
+				require.Equal(t, fmt.Sprintf(`{"since_ms":%d}`, c.Last+step.Milliseconds()), j.Cursor, "%s: the cursor is right after the last candle written", key)
+			}
+			require.Positive(t, parked, "a job parked for want of capacity")
+		})
+	}
+}
+
 // wantCursor is the cursor after a job's whole history.
 func wantCursor(t *testing.T, j store.Job) string {
 	t.Helper()
