@@ -39,6 +39,7 @@ type exchange struct {
 	window   time.Duration
 	capacity int64
 	since    time.Time // first candle of every history
+	now      func() time.Time
 
 	mu      sync.Mutex
 	pinned  pinnedClock
@@ -83,7 +84,7 @@ func historyLen(step time.Duration) int {
 // newExchange builds the exchange: capacity weight per window, histories
 // from since.
 func newExchange(capacity int64, window time.Duration, since time.Time, banAfter int, banFor time.Duration) (*exchange, error) {
-	e := &exchange{window: window, capacity: capacity, since: since,
+	e := &exchange{window: window, capacity: capacity, since: since, now: time.Now,
 		windows: map[int64]*windowCount{}, served: map[string]*served{}}
 	e.pinned.Clock = clock.Or(nil)
 	p, err := sim.NewProfileProvider(sim.ProfileConfig{Profile: "binance", Capacity: capacity, Window: window,
@@ -153,7 +154,7 @@ func (e *exchange) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// window and this record's are the same.
 	rec := httptest.NewRecorder()
 	e.mu.Lock()
-	now := time.Now()
+	now := e.now()
 	e.pinned.t = now
 	e.sim.ServeHTTP(rec, r)
 	win := now.Truncate(e.window).UnixMilli()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicerl/sluice/internal/testenv"
 	"github.com/sluicerl/sluice/job"
+	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/store"
 )
 
@@ -213,6 +214,7 @@ func checkSeed000Run(t *testing.T, o options, res *result) {
 // TestParseKlines: the handler reads Binance's klines arrays and refuses a
 // malformed one with what was wrong.
 func TestParseKlines(t *testing.T) {
+	t.Parallel()
 	cs, err := parseKlines([]byte(`[[1705622400000,"1.50","2.00","1.00","1.75","10.00",1705622459999,"17.5",10,"5","8.75","0"],[1705622460000,"1.75","1.80","1.70","1.70","3",1705622519999,"5.1",3,"1","1.7","0"]]`))
 	require.NoError(t, err)
 	require.Equal(t, []candle{{OpenTime: 1705622400000, Open: 1.5, High: 2, Low: 1, Close: 1.75, Volume: 10},
@@ -237,8 +239,10 @@ func TestParseKlines(t *testing.T) {
 // malformed klines request 400 with Binance's error shape, counts it, and
 // charges it no weight.
 func TestExchangeRefusesBadRequests(t *testing.T) {
+	t.Parallel()
 	ex, err := newExchange(40, 2*time.Second, time.UnixMilli(sinceMS), 5, time.Second)
 	require.NoError(t, err)
+	ex.now = func() time.Time { return time.Date(2026, 1, 19, 12, 30, 0, 0, time.UTC) }
 	for _, q := range []string{"symbol=BTC/USDT&interval=1m&startTime=0&limit=100", "symbol=BTCUSDT&interval=1M&startTime=0&limit=100",
 		"symbol=BTCUSDT&interval=1m&startTime=-5&limit=100", "symbol=BTCUSDT&interval=1m&startTime=0&limit=1001", "symbol=BTCUSDT&interval=1m"} {
 		rec := httptest.NewRecorder()
@@ -258,4 +262,62 @@ func TestExchangeRefusesBadRequests(t *testing.T) {
 	require.EqualValues(t, 5, st.Bad)
 	require.EqualValues(t, 1, st.Sim.Requests)
 	require.EqualValues(t, 2, st.Sim.Weight)
+}
+
+// TestExchangeBansAfterRepeated429s: past the window's budget the exchange
+// answers 429 with Retry-After; a client that keeps coming back before it
+// is banned (418 with Retry-After), which the handler turns into a park
+// (banned) rather than a failure.
+func TestExchangeBansAfterRepeated429s(t *testing.T) {
+	t.Parallel()
+	ex, err := newExchange(4, time.Hour, time.UnixMilli(sinceMS), 3, time.Minute)
+	require.NoError(t, err)
+	at := time.Date(2026, 1, 19, 12, 30, 0, 0, time.UTC)
+	ex.now = func() time.Time { return at } // one window for certain
+	get := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		ex.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/v3/klines?symbol=BTCUSDT&interval=1m&startTime=0&limit=100", nil))
+		return rec
+	}
+	var codes []int
+	for range 7 {
+		codes = append(codes, get().Code)
+	}
+	// 2 admitted (weight 4), a 429 that sets the Retry-After, 2 early
+	// returns refused 429, the third early return banned, then banned.
+	require.Equal(t, []int{200, 200, 429, 429, 429, 418, 418}, codes)
+	rec := get()
+	require.Equal(t, http.StatusTeapot, rec.Code)
+	require.NotEmpty(t, rec.Header().Get("Retry-After"))
+	st := ex.stats()
+	require.EqualValues(t, 1, st.Sim.Bans)
+	require.EqualValues(t, 4, st.MaxUsed())
+	require.EqualValues(t, 6, st.Refused)
+
+	err = exchangeError(&outbound.StatusError{Status: rec.Code, Header: rec.Header(), Body: rec.Body.Bytes()})
+	var pe *job.PressureError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, store.PressureBanned, pe.Reason)
+	require.Positive(t, pe.Wait)
+	err = exchangeError(&outbound.StatusError{Status: http.StatusBadRequest})
+	require.True(t, job.IsPermanent(err), "a 400 is the request's fault: permanent")
+}
+
+// FuzzParseKlines: whatever the exchange sends, the parser returns candles
+// in strictly increasing open time or an error, and never panics.
+func FuzzParseKlines(f *testing.F) {
+	f.Add([]byte(`[[1705622400000,"1.50","2.00","1.00","1.75","10.00",1705622459999,"17.5",10,"5","8.75","0"]]`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"code":-1003,"msg":"Too much request weight used"}`))
+	f.Add([]byte(`[[1,"1","2","1","1","1"],[1,"1","2","1","1","1"]]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		cs, err := parseKlines(body)
+		if err != nil {
+			require.Empty(t, cs)
+			return
+		}
+		for i := 1; i < len(cs); i++ {
+			require.Greater(t, cs[i].OpenTime, cs[i-1].OpenTime)
+		}
+	})
 }
