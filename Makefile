@@ -86,6 +86,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzBreaker$$' -fuzztime 60s ./breaker
 	$(GO) test -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime 60s ./sim
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 60s ./provider
+	$(GO) test -run '^$$' -fuzz '^FuzzParseKlines$$' -fuzztime 60s ./examples/ohlcv
 	$(GO) test -run '^$$' -fuzz '^FuzzNormalizeShop$$' -fuzztime 60s ./provider
 	$(GO) test -run '^$$' -fuzz '^FuzzSettle$$' -fuzztime 60s ./provider
 	$(GO) test -run '^$$' -fuzz '^FuzzLimits$$' -fuzztime 60s ./gcra

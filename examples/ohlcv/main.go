@@ -280,7 +280,7 @@ func coordinate(ctx context.Context, o options) (*result, error) {
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, fmt.Errorf("interrupted: %w", ctx.Err())
 		case <-deadline.C:
 			return res, fmt.Errorf("the jobs had not drained after %s", o.Timeout)
 		case <-tick.C:
