@@ -138,7 +138,7 @@ type result struct {
 	opts     options
 	margin   int64
 	pids     []int
-	import_  job.ImportResult
+	imported job.ImportResult
 	exchange exchangeStats
 	jobs     []store.Job
 	runs     []store.RunRecord // this run's
@@ -196,7 +196,7 @@ func coordinate(ctx context.Context, o options) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if res.import_, err = im.Apply(ctx, rec.jobs); err != nil {
+	if res.imported, err = im.Apply(ctx, rec.jobs); err != nil {
 		return nil, err
 	}
 	if len(im.Jobs) == 0 {
@@ -346,6 +346,9 @@ func (res *result) print(w io.Writer) {
 	ex := res.exchange
 	fmt.Fprintf(w, "\nseed 000: %d jobs (jobs.yaml: pairs x timeframes) into %s by %d worker processes (pids %s)\n",
 		len(res.jobs), where, len(res.pids), strings.Join(pids, ", "))
+	im := res.imported
+	fmt.Fprintf(w, "import:   connectors %d created, %d updated, %d unchanged; jobs %d created, %d updated, %d unchanged\n",
+		im.ConnectorsCreated, im.ConnectorsUpdated, im.ConnectorsUnchanged, im.JobsCreated, im.JobsUpdated, im.JobsUnchanged)
 	fmt.Fprintf(w, "exchange: %d weight per %s window (%s), klines weight %d, %d candles a page; 429 past it, 418 after %d early returns\n",
 		o.Capacity, o.Window, strings.ToUpper(weightHeader(o.Window)), klinesWeight, o.Page, o.BanAfter)
 	if o.NoPacing {
