@@ -10,7 +10,7 @@ export SLUICE_TEST_REDIS_URL    ?= redis://127.0.0.1:6379
 export SLUICE_TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 export GO STATICCHECK
 
-.PHONY: help run build install test test-under-load vet lint services unit bench fuzz fmt
+.PHONY: help run build install test test-under-load vet lint services unit bench fuzz fmt example-ohlcv
 
 ## help: list the targets and what they do
 help:
@@ -56,6 +56,10 @@ services:
 unit:
 	$(GO) test ./...
 
+## example-ohlcv: seed 000's worked example: 2 worker processes ingest klines into SQLite under a simulated exchange's weight limit
+example-ohlcv:
+	$(GO) run ./examples/ohlcv
+
 ## bench: side-by-side benchmarks against the peers (bench/ module)
 bench:
 	cd bench && $(GO) run ./cmd/sluicebench $(BENCHFLAGS)
@@ -82,6 +86,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzBreaker$$' -fuzztime 60s ./breaker
 	$(GO) test -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime 60s ./sim
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 60s ./provider
+	$(GO) test -run '^$$' -fuzz '^FuzzParseKlines$$' -fuzztime 60s ./examples/ohlcv
 	$(GO) test -run '^$$' -fuzz '^FuzzNormalizeShop$$' -fuzztime 60s ./provider
 	$(GO) test -run '^$$' -fuzz '^FuzzSettle$$' -fuzztime 60s ./provider
 	$(GO) test -run '^$$' -fuzz '^FuzzLimits$$' -fuzztime 60s ./gcra
