@@ -1,6 +1,7 @@
 package job_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -100,14 +101,15 @@ type provider struct {
 	period time.Duration
 	items  int // items per stream
 
-	mu       sync.Mutex
-	windows  map[int64]int
-	calls    int
-	storm    int           // the next storm calls answer 429
-	retryHdr string        // Retry-After of a 429; empty: none
-	fail     int           // the next fail calls answer 500
-	onCall   func(n int)   // called with the call number, unlocked
-	slow     time.Duration // each call advances the clock this much
+	mu          sync.Mutex
+	windows     map[int64]int
+	calls       int
+	storm       int           // the next storm calls answer 429 (or stormStatus)
+	stormStatus int           // the status of a storm's answers; 0: 429
+	retryHdr    string        // Retry-After of a 429; empty: none
+	fail        int           // the next fail calls answer 500
+	onCall      func(n int)   // called with the call number, unlocked
+	slow        time.Duration // each call advances the clock this much
 }
 
 func newProvider(clk *clocktest.Clock, items int) *provider {
@@ -128,7 +130,7 @@ func (p *provider) page(_ context.Context, cursor, size int) ([]int, error) {
 		if p.retryHdr != "" {
 			h.Set("Retry-After", p.retryHdr)
 		}
-		err = &outbound.StatusError{Status: http.StatusTooManyRequests, Header: h}
+		err = &outbound.StatusError{Status: cmp.Or(p.stormStatus, http.StatusTooManyRequests), Header: h}
 	case p.fail > 0:
 		p.fail--
 		err = &outbound.StatusError{Status: http.StatusInternalServerError}

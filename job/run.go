@@ -200,7 +200,8 @@ func (w *Worker) classify(err error) error {
 			return &PressureError{Reason: store.PressureRateLimited, Wait: w.retryAfter(se.Header), Err: err}
 		case se.Status == http.StatusServiceUnavailable:
 			return &PressureError{Reason: store.PressureOverloaded, Wait: w.retryAfter(se.Header), Err: err}
-		case se.Status == http.StatusForbidden && se.Header.Get("Retry-After") != "":
+		case se.Status == http.StatusTeapot, // an exchange's IP ban (Binance: 418 after repeated 429s)
+			se.Status == http.StatusForbidden && se.Header.Get("Retry-After") != "":
 			return &PressureError{Reason: store.PressureBanned, Wait: w.retryAfter(se.Header), Err: err}
 		}
 	}

@@ -388,3 +388,33 @@ func FuzzParseImport(f *testing.F) {
 		}
 	})
 }
+
+// TestBan418ParksBanned: an exchange's IP ban (418 with Retry-After, as
+// Binance answers after repeated 429s) parks the job as banned for the
+// ban's length, counting no failure, and the job succeeds after it.
+func TestBan418ParksBanned(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		clk := clocktest.New(t0)
+		s := b.open(t, clk)
+		prov, out := newProvider(clk, 10), newSink()
+		prov.storm, prov.stormStatus, prov.retryHdr = 1, 418, "120"
+		setupConnector(t, s, "p")
+		addJob(t, s, clk, store.JobSpec{ID: "j", ConnectorID: "p", Interval: time.Hour})
+		w := mustWorker(t, job.Config{Store: s, Clock: clk,
+			Handlers: map[string]job.Handler{"ohlcv": pager(prov, out, 5)}})
+		n, err := w.Poll(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		j := getJob(t, s, "j")
+		require.Equal(t, store.PressureBanned, j.ParkedReason)
+		require.Equal(t, clk.Now().Add(120*time.Second), j.ParkedUntil, "parked for the ban's Retry-After")
+		require.Zero(t, j.Failures, "a ban counts no failure")
+		clk.Advance(121 * time.Second)
+		n, err = w.Poll(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, seq(10), out.get("j"))
+		require.Empty(t, getJob(t, s, "j").ParkedReason)
+	})
+}
