@@ -36,7 +36,7 @@
 //   - *GapError (a budget ran out): a resumable gap record quotes the
 //     committed cursor; due again soon; no failure and no source-pressure
 //     cooldown.
-//   - *PressureError (429, 503, Retry-After, open breaker, THROTTLED, no
+//   - *PressureError (429, 503, a ban: 418, or 403 with Retry-After; open breaker, THROTTLED, no
 //     pacing capacity): the job is parked until the provider allows it;
 //     no failure is counted and no attempt used; the connector claims
 //     nothing until then.
