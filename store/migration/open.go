@@ -135,6 +135,10 @@ func OpenSQLite(ctx context.Context, path string, busyTimeout time.Duration) (*s
 	return db, nil
 }
 
+// IsBusy reports whether err is SQLite's SQLITE_BUSY (any extended code):
+// the file's lock was not had within busy_timeout.
+func IsBusy(err error) bool { return isBusy(err) }
+
 // isBusy reports whether err is SQLite's SQLITE_BUSY (any extended code).
 func isBusy(err error) bool {
 	var se *sqlite.Error

@@ -20,7 +20,9 @@
 //
 // Within a process, one connection does all the work, so goroutines queue
 // in Go rather than spin on SQLite's busy handler; across processes they
-// queue on busy_timeout.
+// wait on busy_timeout, and a write refused as busy asks again for up to
+// Config.MaxBusyWait, since SQLite's busy handler polls rather than queues
+// and can pass one process over while others take turns with the lock.
 //
 // The store is also a store.LeaseStore (lease.go, migration 0003), deciding
 // in Go with store.LeaseState inside the same group-committed transactions;

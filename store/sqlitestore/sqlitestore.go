@@ -23,6 +23,14 @@ type Config struct {
 	// BusyTimeout is how long a transaction waits for another process
 	// holding the file's write lock. Zero means 5 seconds.
 	BusyTimeout time.Duration
+	// MaxBusyWait is how long a write keeps asking for the file's write
+	// lock in all: SQLite's busy handler polls, so when several processes
+	// take turns with the lock one of them can be passed over for
+	// BusyTimeout although no one held the lock that long (a busy
+	// machine). A BEGIN refused as busy did nothing, so it is tried again
+	// until MaxBusyWait has passed or no caller of the batch still waits.
+	// Zero means 6 times BusyTimeout.
+	MaxBusyWait time.Duration
 	// SkipMigrations leaves the schema alone at Open. By default Open
 	// applies every pending migration (store/migration, dialect sqlite).
 	SkipMigrations bool
@@ -38,6 +46,8 @@ type Store struct {
 	db    *sql.DB
 	clk   *clock.Monotonic
 	batch int
+	// busyWait is Config.MaxBusyWait.
+	busyWait time.Duration
 
 	qmu     sync.Mutex // guards queue, leading and closed
 	queue   []*call
@@ -76,12 +86,16 @@ func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
 	if path == "" || strings.ContainsAny(path, "?#") {
 		return nil, fmt.Errorf("sqlitestore: bad path %q (empty, or holds ? or #)", path)
 	}
-	if cfg.BusyTimeout < 0 || cfg.CleanupBatch < 0 {
-		return nil, errors.New("sqlitestore: BusyTimeout and CleanupBatch must be >= 0")
+	if cfg.BusyTimeout < 0 || cfg.CleanupBatch < 0 || cfg.MaxBusyWait < 0 {
+		return nil, errors.New("sqlitestore: BusyTimeout, MaxBusyWait and CleanupBatch must be >= 0")
 	}
 	busy := cfg.BusyTimeout
 	if busy == 0 {
 		busy = 5 * time.Second
+	}
+	busyWait := cfg.MaxBusyWait
+	if busyWait == 0 {
+		busyWait = 6 * busy
 	}
 	batch := cfg.CleanupBatch
 	if batch == 0 {
@@ -91,7 +105,7 @@ func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
-	s := &Store{db: db, clk: clock.NewMonotonic(cfg.Clock), batch: batch}
+	s := &Store{db: db, clk: clock.NewMonotonic(cfg.Clock), batch: batch, busyWait: busyWait}
 	if err := s.open(ctx, cfg); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -305,7 +319,7 @@ func (s *Store) runTx(calls []*call) bool {
 		}
 		return true
 	}
-	if _, err := st.begin.ExecContext(bg); err != nil {
+	if err := s.beginImmediate(calls); err != nil {
 		return fail(wrap(err))
 	}
 	b := &batch{}
@@ -337,6 +351,29 @@ func (s *Store) runTx(calls []*call) bool {
 		return fail(wrap(err))
 	}
 	return true
+}
+
+// beginImmediate starts calls' write transaction, asking again while the
+// lock is busy, for at most Config.MaxBusyWait and while a call still
+// waits.
+func (s *Store) beginImmediate(calls []*call) error {
+	start := time.Now()
+	for {
+		_, err := s.stmts.begin.ExecContext(context.Background())
+		if err == nil || !migration.IsBusy(err) || time.Since(start) >= s.busyWait || !waiting(calls) {
+			return err
+		}
+	}
+}
+
+// waiting reports whether any of calls is still waited for.
+func waiting(calls []*call) bool {
+	for _, c := range calls {
+		if c.ctx.Err() == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // start fixes the operation's time: the override, or the process clock

@@ -376,3 +376,57 @@ func FuzzDifferential(f *testing.F) {
 	storetest.FuzzDifferential(f, func(*testing.T) store.RateStore { return s },
 		func() store.RateStore { return memstore.New(memstore.Config{}) })
 }
+
+// TestBusyBeginIsAskedAgain: a write whose BEGIN IMMEDIATE finds the file's
+// write lock held past busy_timeout (another process, or several taking
+// turns on a busy machine) asks again, up to MaxBusyWait, instead of
+// failing: it succeeds once the lock is free. Past MaxBusyWait it fails
+// with SQLITE_BUSY.
+func TestBusyBeginIsAskedAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "busy.db")
+	l := store.Limit{Name: "busy", Rate: 10, Period: time.Hour}
+	patient := open(t, path, sqlitestore.Config{BusyTimeout: 10 * time.Millisecond, MaxBusyWait: time.Minute})
+	hasty := open(t, path, sqlitestore.Config{BusyTimeout: 10 * time.Millisecond, MaxBusyWait: 10 * time.Millisecond})
+	_, err := patient.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
+	require.NoError(t, err)
+
+	// Another connection holds the write lock.
+	db, err := migration.OpenSQLite(ctx, path, time.Second)
+	require.NoError(t, err)
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+	require.NoError(t, err)
+
+	_, err = hasty.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
+	require.Error(t, err, "past MaxBusyWait a write gives up")
+	require.True(t, migration.IsBusy(err), "%v", err)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := patient.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
+		done <- err
+	}()
+	// Held for many busy timeouts: a single BEGIN would have failed.
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("the take answered while the lock was held: %v", err)
+	default:
+	}
+	_, err = conn.ExecContext(ctx, "COMMIT")
+	require.NoError(t, err)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("no answer within a minute of the lock's release")
+	}
+	r, err := patient.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 0})
+	require.NoError(t, err)
+	require.Equal(t, int64(10-2), r.Remaining, "the refused write charged nothing, the patient one once")
+}
