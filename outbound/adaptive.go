@@ -85,14 +85,37 @@ func (a *adaptive) notePause(now, d int64) (news bool, window int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	until := now + d
+	held, _ := a.state.Paused(now)
 	// Ours already (or one we have heard of): nothing new.
-	if held, _ := a.state.Paused(now); held >= until-int64(time.Millisecond/time.Microsecond) {
+	if held >= until-int64(time.Millisecond/time.Microsecond) {
+		return false, 0
+	}
+	if held > 0 && until-held <= a.episodeSlack() {
+		// It ends just after the last pause we know of, ended or
+		// not: the Retry-After of calls that were in flight when that
+		// one came, refused in the same episode. Wait for it, but it
+		// is no new refusal to cut the rate for again (issue 18: a
+		// second, twice as deep cut, and the refusals more that a
+		// provider banning after a few counts).
+		a.ctl.Extend(&a.state, until)
+		a.syncedUntil = max(a.syncedUntil, until)
 		return false, 0
 	}
 	a.ctl.Observe(&a.state, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d})
 	a.syncedUntil = max(a.syncedUntil, until)
 	return true, a.weight.window
 }
+
+// episodeSlack is how long (µs) after a pause's end another pause heard
+// from the store may end and still be the same episode's: twice the
+// average attempt latency (the calls in flight when the first refusal came
+// are answered within about one), at least minEpisodeSlack. a.mu is held.
+func (a *adaptive) episodeSlack() int64 {
+	return max(int64(2*a.latency), minEpisodeSlack)
+}
+
+// minEpisodeSlack is the least episodeSlack, in µs.
+const minEpisodeSlack = int64(100 * time.Millisecond / time.Microsecond)
 
 // takeBudget takes up a window budget the fleet learned, if the key still
 // follows that window.

@@ -1,0 +1,40 @@
+package outbound
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/aimd"
+)
+
+// Issue 18: the calls in flight when the first refusal came are refused
+// too, and their Retry-After ends a little after the first one's. Heard
+// from the store just after the first pause ended, such a pause is its
+// tail: the key waits for it, but does not cut its rate again (that second
+// cut, twice as deep as for a refusal soon after a pause, left the
+// process far under its share, and a provider that bans after a few
+// refusals counts each one). A pause ending well after is news.
+func TestPauseTailIsNoNewRefusal(t *testing.T) {
+	t.Parallel()
+	ctl, err := aimd.New(aimd.Config{Start: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9})
+	require.NoError(t, err)
+	a := newAdaptive(ctl)
+	const sec = int64(time.Second / time.Microsecond)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	news, _ := a.notePause(now, sec)
+	require.True(t, news)
+	rate := a.rate()
+	require.Less(t, rate, 100.0)
+	// 2 ms after it ended, a pause of 20 ms: the tail.
+	news, _ = a.notePause(now+sec+2_000, 20_000)
+	require.False(t, news)
+	require.Equal(t, rate, a.rate(), "no second cut")
+	require.True(t, a.paused(now+sec+20_000), "but the key waits for it")
+	require.False(t, a.paused(now+sec+23_000))
+	// 3 s later, a pause of a second: a new refusal.
+	news, _ = a.notePause(now+4*sec, sec)
+	require.True(t, news)
+	require.Less(t, a.rate(), rate)
+}
