@@ -86,9 +86,28 @@ func (a *adaptive) notePause(now, d int64) (news bool, window int64) {
 	defer a.mu.Unlock()
 	until := now + d
 	held, _ := a.state.Paused(now)
+	const ms = int64(time.Millisecond / time.Microsecond)
 	// Ours already (or one we have heard of): nothing new.
-	if held >= until-int64(time.Millisecond/time.Microsecond) {
+	if held >= until-ms {
 		return false, 0
+	}
+	if a.syncedUntil >= until-ms {
+		// One this process put in the store itself without pausing
+		// its controller: an exhausted quota's wait for its reset
+		// (RateLimit r=0), which is no refusal.
+		a.ctl.Extend(&a.state, until)
+		return false, 0
+	}
+	if a.state.Hint() > 0 {
+		// The key is paced at a rate the provider states, which
+		// already bounds it; the pause may be another process's
+		// exhausted quota waiting for its reset, not a refusal (issue
+		// 18: on a loaded machine, each such wait cut the fleet's IETF
+		// pace to 0.91 of the stated rate for the rest of the run). A
+		// process refused cuts its own rate when it hears the refusal.
+		a.ctl.Extend(&a.state, until)
+		a.syncedUntil = max(a.syncedUntil, until)
+		return true, a.weight.window
 	}
 	if held > 0 && until-held <= a.episodeSlack() {
 		// It ends just after the last pause we know of, ended or
