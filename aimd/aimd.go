@@ -33,6 +33,30 @@ const (
 	probeLower = 0.98
 )
 
+// A probe above the limit of a provider that answers with a Retry-After
+// costs the whole key that pause. So that probing costs at most about
+// 1/probeCost of the time, the hold before a probe (Config.Hold) is at
+// least probeCost times the last pause that cut the rate: 30 s after a
+// pause of 1 s, the usual whole second a provider rounds a few
+// milliseconds up to (issue 18: at a 10 s hold, every probe cost a tenth
+// of the time). Pauses count up to maxPauseCost (a ban of minutes does
+// not stop probing for hours).
+const (
+	probeCost    = 30
+	maxPauseCost = 10_000_000 // µs
+)
+
+// LatencyFloor bounds a decrease the latency alone asks for (Reason
+// Latency or Queue, with no throttle signal): it never takes the rate below
+// this fraction of the proven rate, the highest rate calls have succeeded
+// at in the last one to two BaseWindows and since the last throttle,
+// overload or Retry-After (issue 18: a client starved of CPU, whose own
+// delays read as the provider's, must not slow itself down without
+// bound). So the latency alone takes at most 60 % off the rate in 10 to
+// 20 s (a provider that slows down for good because its limit halved is
+// followed at once), and a throttle signal takes the rate lower at once.
+const LatencyFloor = 0.4
+
 // BaseWindow is how long the base latency of Config.Queue remembers the
 // fastest success: it is the fastest of the last one to two windows, so
 // that a provider whose latency rose for good is not judged by a floor it
@@ -130,8 +154,10 @@ type Config struct {
 	// above it returns to it at once, with no deeper cut (to 98 % of it
 	// when the probe failed within 1 %: the plateau was marginal), and the
 	// next probe waits twice as long (up to 8 x Hold), so that a key at a
-	// limit that does not move pays for a probe ever more rarely. Trouble
-	// further above it, or at it, is an ordinary decrease.
+	// limit that does not move pays for a probe ever more rarely. After a
+	// Retry-After the hold is at least 30 times the longest pause (a
+	// failed probe costs the key that pause). Trouble further above it,
+	// or at it, is an ordinary decrease.
 	Hold time.Duration
 	// UsageMultiple stops growth while the rate is at or above
 	// UsageMultiple times the calls this State has seen complete per
@@ -366,6 +392,16 @@ type State struct {
 	// probe is Hold << backoff, at most 3).
 	good    float64
 	backoff int
+	// pause is the longest Retry-After (µs) that came with a decrease
+	// since the last decrease without one, at most maxPauseCost: the cost
+	// of a failed probe, which lengthens the hold (probeCost).
+	pause int64
+	// proven is the highest rate a call succeeded at in this BaseWindow
+	// or the last, since the last throttle signal (0: none), the bound of
+	// LatencyFloor; provenNext is the highest of this window, which began
+	// at provenAt (Unix µs).
+	proven, provenNext float64
+	provenAt           int64
 	// stated says a new, lower hint came shortly before the last
 	// decrease, with it or after it (the provider told its rate as it
 	// refused): recovery goes back to it. hintAt is when the hint last
@@ -433,6 +469,8 @@ func (c *Controller) start0(s *State) {
 	}
 	s.peak, s.cutTo, s.hint = sane(s.peak), sane(s.cutTo), sane(s.hint)
 	s.target, s.useRate, s.good = sane(s.target), sane(s.useRate), sane(s.good)
+	s.proven, s.provenNext = sane(s.proven), sane(s.provenNext)
+	s.pause = min(max(s.pause, 0), maxPauseCost)
 	if c.plateau == 0 {
 		s.good = 0 // a proven plateau means nothing without one
 	} else if s.good > 0 {
@@ -587,6 +625,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// once), so that a queue built up drains quickly.
 				f = min(f, max(0.5, c.factor*s.target/float64(s.P95())))
 			}
+			slowExit, chained := false, false
 			if in.RetryAfter > 0 && c.plateau > 0 && (reason == ReasonThrottled || reason == ReasonRetryAfter) {
 				if prevPause > 0 && sent-prevPause <= chainWindow {
 					// Refused again soon after the last pause ended:
@@ -594,16 +633,25 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// time. Cut twice as deep, so that a provider
 					// that bans after a few refusals sees few.
 					f = c.decrease * c.decrease
-				} else if !s.probing {
+					chained = true
+				} else if s.probing {
+					// The end of a slow start, which grows by
+					// e^SlowStart a second: by the time the refusal
+					// comes back, the rate is well over the limit
+					// (issue 18: 133/s at a limit of 100/s), and
+					// every refusal more costs a pause. Cut twice as
+					// deep, as for a refusal soon after a pause, and
+					// recover under the rate one decrease leaves.
+					f = c.decrease * c.decrease
+					slowExit = true
+				} else {
 					// The pause itself shed the load: resume at the
 					// plateau under the rate refused, near the last
-					// good rate, not from a deep cut (issue 18). Not
-					// at the end of slow start, whose last rate may
-					// be far above anything the key ever sent.
+					// good rate, not from a deep cut (issue 18).
 					f = c.plateau
 				}
 			}
-			from := s.rate
+			from, resumed, levelAt := s.rate, s.cutTo, s.level
 			c.cut(s, now, f)
 			if in.RetryAfter > 0 {
 				// Every Retry-After costs a pause: recovery does not
@@ -611,6 +659,49 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// (after a slow start, the overshoot); the rate cut
 				// from is the best known bound.
 				s.peak = min(s.peak, from)
+				if s.good == 0 && (levelAt == 0 || now-levelAt < chainWindow) {
+					// Not half way back (Config.Plateau's held
+					// level) unless the level held a while: a
+					// provider's bucket lets a rate over its limit
+					// pass until its burst is spent, the sooner the
+					// further over, so a rate refused soon after it
+					// was reached overstates the limit, and every
+					// refusal more costs another pause.
+					s.held = false
+				}
+				if slowExit {
+					// Recovery aims under the rate cut by one
+					// ordinary decrease, not at the overshoot.
+					s.peak = min(s.peak, from*c.decrease)
+				}
+				if chained && resumed > 0 {
+					// Refused again soon after the last pause,
+					// before the rate grew far from the one it
+					// resumed at: that one was already over the
+					// limit, and recovery stays under it rather than
+					// earn one more pause.
+					s.peak = min(s.peak, resumed)
+				}
+			}
+			switch reason {
+			case ReasonLatency, ReasonQueue:
+				// The latency alone: within bounds (LatencyFloor).
+				if bound := LatencyFloor * s.proven; s.rate < bound {
+					s.rate = max(min(from, bound), c.floor)
+					s.cutTo = s.rate
+				}
+			default:
+				// A throttle signal: what succeeded before proves
+				// nothing now.
+				s.proven, s.provenNext, s.provenAt = 0, 0, 0
+			}
+			if in.RetryAfter > 0 {
+				// The longest pause so far prices a probe: a
+				// provider whose pauses end on whole seconds asks
+				// anything from a few milliseconds to a second.
+				s.pause = min(max(s.pause, in.RetryAfter), maxPauseCost)
+			} else {
+				s.pause = 0
 			}
 			s.stated = s.hintAt != 0 && now-s.hintAt <= chainWindow
 			s.queued = queued
@@ -620,11 +711,14 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// from, as after trouble found while holding.
 				s.held = true
 			}
-			d.Change, d.Reason = Decreased, reason
+			if s.rate < from || (reason != ReasonLatency && reason != ReasonQueue) {
+				d.Change, d.Reason = Decreased, reason
+			}
 		}
 		// Time spent in trouble does not count towards an increase.
 		s.lastIncrease = now
 	} else if in.Outcome == Success {
+		s.prove(now)
 		if !in.NoLatency && !c.fast(s, latency) {
 			s.lastIncrease = now // slow time does not count either
 		} else if c.grow(s, now) {
@@ -745,6 +839,18 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 		return ReasonLatency
 	}
 	return ReasonNone
+}
+
+// prove records a call that succeeded at now at the current rate, slow or
+// not: it proves the rate (LatencyFloor) for this BaseWindow and the next.
+func (s *State) prove(now int64) {
+	if s.provenAt == 0 || now < s.provenAt || now-s.provenAt >= BaseWindow {
+		// A new window: the last one's highest stays proven until
+		// this one has seen a higher one.
+		s.proven, s.provenNext, s.provenAt = s.provenNext, 0, now
+	}
+	s.provenNext = max(s.provenNext, s.rate)
+	s.proven = max(s.proven, s.rate)
 }
 
 // trackBase keeps the fastest latency of this BaseWindow and the last one.
@@ -908,7 +1014,7 @@ func (c *Controller) grow(s *State, now int64) bool {
 	case c.plateau > 0 && s.level == 0:
 		// Arrived at the plateau: hold there before probing.
 		s.level = now
-	case c.plateau > 0 && now-s.level < c.hold<<s.backoff:
+	case c.plateau > 0 && now-s.level < max(c.hold<<s.backoff, probeCost*s.pause):
 		// Holding near the last cut.
 	default:
 		if c.plateau > 0 && s.good == 0 {
@@ -926,6 +1032,15 @@ func (c *Controller) grow(s *State, now int64) bool {
 		s.probing = false
 	}
 	return s.rate > old
+}
+
+// Extend pauses the key until until (Unix µs) if it is not paused that
+// long already, with no decrease: the tail of a pause already accounted
+// for, such as the Retry-After of calls that were in flight when the first
+// refusal came, heard from another process.
+func (c *Controller) Extend(s *State, until int64) {
+	c.start0(s)
+	s.pausedUntil = max(s.pausedUntil, until)
 }
 
 // Locked is a Controller and one key's State behind a mutex. It is safe for

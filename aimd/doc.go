@@ -19,7 +19,11 @@
 //     Config.LatencyFactor times the latency target, by up to half when the
 //     p95 is far above it. The target is an EWMA of fast successes' latency
 //     (weight Config.LatencyWeight per second), anchored to
-//     Config.LatencyTarget when it is set.
+//     Config.LatencyTarget when it is set. The latency alone, with no
+//     throttle signal, moves the rate only within bounds: never below
+//     LatencyFloor (0.4) of the highest rate calls succeeded at in the last
+//     10 to 20 s, so that a caller whose own delays read as the provider's
+//     cannot talk itself down to nothing.
 //
 // With Config.Plateau set, recovery after a decrease levels off at that
 // fraction of the rate the decreases began at (half way closer when the
@@ -32,12 +36,19 @@
 // when the probe failed within 1 %), and the next probe waits twice as
 // long, up to 8 x Hold, so that a key at a limit that does not move pays
 // for a probe ever more rarely; trouble at the plateau itself is an
-// ordinary decrease. With a plateau, a throttle that pauses the key (a
-// Retry-After) after slow start cuts only to the plateau under the rate
-// refused, since the pause itself sheds the load and the key should
+// ordinary decrease. A probe that fails with a Retry-After costs the whole
+// key that pause, so the hold is also at least 30 times the longest pause
+// since the last decrease without one (30 s after the whole second a
+// provider rounds a few milliseconds up to). With a plateau, a throttle
+// that pauses the key (a Retry-After) after slow start cuts only to the
+// plateau under the rate refused (half way closer only when the level had
+// held 2 s), since the pause itself sheds the load and the key should
 // resume near its last good rate; one refused again within 2 s of the
 // pause's end cuts by Decrease twice, since the limit fell well below (so
-// that a provider that bans after a few refusals sees few).
+// that a provider that bans after a few refusals sees few), and recovers
+// under the rate the last pause resumed at; the refusal that ends slow
+// start, which overshoots, also cuts by Decrease twice and recovers under
+// one Decrease of the rate refused.
 //
 // With Config.Queue set, the latency gradient (as in TCP Vegas) reads a
 // provider that queues calls before it is slow: when the median of the

@@ -85,14 +85,56 @@ func (a *adaptive) notePause(now, d int64) (news bool, window int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	until := now + d
+	held, _ := a.state.Paused(now)
+	const ms = int64(time.Millisecond / time.Microsecond)
 	// Ours already (or one we have heard of): nothing new.
-	if held, _ := a.state.Paused(now); held >= until-int64(time.Millisecond/time.Microsecond) {
+	if held >= until-ms {
+		return false, 0
+	}
+	if a.syncedUntil >= until-ms {
+		// One this process put in the store itself without pausing
+		// its controller: an exhausted quota's wait for its reset
+		// (RateLimit r=0), which is no refusal.
+		a.ctl.Extend(&a.state, until)
+		return false, 0
+	}
+	if a.state.Hint() > 0 {
+		// The key is paced at a rate the provider states, which
+		// already bounds it; the pause may be another process's
+		// exhausted quota waiting for its reset, not a refusal (issue
+		// 18: on a loaded machine, each such wait cut the fleet's IETF
+		// pace to 0.91 of the stated rate for the rest of the run). A
+		// process refused cuts its own rate when it hears the refusal.
+		a.ctl.Extend(&a.state, until)
+		a.syncedUntil = max(a.syncedUntil, until)
+		return true, a.weight.window
+	}
+	if held > 0 && until-held <= a.episodeSlack() {
+		// It ends just after the last pause we know of, ended or
+		// not: the Retry-After of calls that were in flight when that
+		// one came, refused in the same episode. Wait for it, but it
+		// is no new refusal to cut the rate for again (issue 18: a
+		// second, twice as deep cut, and the refusals more that a
+		// provider banning after a few counts).
+		a.ctl.Extend(&a.state, until)
+		a.syncedUntil = max(a.syncedUntil, until)
 		return false, 0
 	}
 	a.ctl.Observe(&a.state, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d})
 	a.syncedUntil = max(a.syncedUntil, until)
 	return true, a.weight.window
 }
+
+// episodeSlack is how long (µs) after a pause's end another pause heard
+// from the store may end and still be the same episode's: twice the
+// average attempt latency (the calls in flight when the first refusal came
+// are answered within about one), at least minEpisodeSlack. a.mu is held.
+func (a *adaptive) episodeSlack() int64 {
+	return max(int64(2*a.latency), minEpisodeSlack)
+}
+
+// minEpisodeSlack is the least episodeSlack, in µs.
+const minEpisodeSlack = int64(100 * time.Millisecond / time.Microsecond)
 
 // takeBudget takes up a window budget the fleet learned, if the key still
 // follows that window.

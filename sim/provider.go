@@ -372,7 +372,10 @@ func (p *Provider) decide(now time.Time) outcome {
 		p.tokens--
 		return outcome{status: http.StatusOK}
 	}
-	wait := time.Duration((1 - p.tokens) / limit * float64(time.Second))
+	// At least a microsecond: a bucket a hair under one token (0.9999...)
+	// would otherwise round the wait to 0 and send no Retry-After at all,
+	// which a provider of these dialects never does.
+	wait := max(time.Duration((1-p.tokens)/limit*float64(time.Second)), time.Microsecond)
 	switch p.cfg.Dialect {
 	case RetryAfterSeconds, RetryAfterDate:
 		return outcome{status: http.StatusTooManyRequests, retryAfter: wait, throttled: true}

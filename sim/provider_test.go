@@ -287,3 +287,22 @@ func TestBanOnRefusals(t *testing.T) {
 	}
 	require.Equal(t, []int{429, 429, 418}, codes)
 }
+
+// A bucket a hair under one token (3/s, a third of a second after the
+// last token went: 0.999999999 of one) still refuses with a Retry-After:
+// the wait, under a nanosecond, rounded to none, and the 429 went out
+// bare, which no provider of these dialects sends (issue 18's figures
+// counted it as a bare 429, an ordinary decrease with no pause).
+func TestRetryAfterUnderANanosecond(t *testing.T) {
+	t.Parallel()
+	for _, d := range []Dialect{RetryAfterSeconds, RetryAfterDate, Ban} {
+		clk := clocktest.New(t0)
+		p, err := NewProvider(ProviderConfig{Dialect: d, Limit: 3, Clock: clk})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, serve(p).StatusCode)
+		clk.Advance(time.Second / 3)
+		r := serve(p)
+		require.Equal(t, http.StatusTooManyRequests, r.StatusCode, d.String())
+		require.NotEmpty(t, r.Header.Get("Retry-After"), d.String())
+	}
+}

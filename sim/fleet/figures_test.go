@@ -11,18 +11,6 @@ import (
 	"github.com/sluicerl/sluice/sim/fleet"
 )
 
-// figureScenario is issue 18's scenario for dialect d: 8 workers in 2
-// processes, a hidden limit of 100/s halving to 50/s at half of dur, 20 ms
-// of service latency.
-func figureScenario(d sim.Dialect, dur time.Duration) sim.Scenario {
-	return sim.Scenario{
-		Name: d.String(),
-		Provider: sim.ProviderConfig{Dialect: d, Limit: 100, Latency: 20 * time.Millisecond,
-			Changes: []sim.Change{{At: dur / 2, Limit: 50}}},
-		Workers: 16, Processes: 2, Duration: dur,
-	}
-}
-
 // TestFigures prints issue 18's table on the manual clock (virtual time:
 // the provider sees each request when its client sent it, however loaded
 // the machine): every dialect, Sluice sharing one store next to a fixed
@@ -39,17 +27,7 @@ func TestFigures(t *testing.T) {
 	}
 	only := os.Getenv("SLUICE_SIM_ONLY")
 	var rows []sim.Row
-	var scs []sim.Scenario
-	for _, d := range sim.Dialects() {
-		scs = append(scs, figureScenario(d, dur))
-		if d == sim.Ban {
-			// A provider that bans after 5 refusals in 10 s, whatever the
-			// client did (issue 18's escalating provider).
-			sc := figureScenario(d, dur)
-			sc.Name, sc.Provider.BanOnRefusals = "ban-on-refusals", true
-			scs = append(scs, sc)
-		}
-	}
+	scs := fleet.Issue18Scenarios(dur)
 	for _, sc := range scs {
 		if only != "" && !strings.Contains(","+only+",", ","+sc.Name+",") {
 			continue

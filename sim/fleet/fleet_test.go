@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicerl/sluice/clock/clocktest"
 	"github.com/sluicerl/sluice/sim"
 	"github.com/sluicerl/sluice/sim/fleet"
 )
@@ -27,51 +26,16 @@ var (
 	lastResult *sim.Result
 )
 
-// runManual runs c through sc on a manual clock and returns its summary.
-// The clock moves on by a millisecond only once every goroutine of the
-// run waits on it: the run's pending timers are then the harness's two
-// (the run's end and the per-second sampler), one per worker (each waits
-// on its client's pacing or on the provider's service time) and extra
-// more (the client's own, such as outbound's idle sweep per process). So
-// the provider sees every request at the time its client sent it, however
-// slow the machine, and the outcome depends on the clients' logic alone.
+// runManual runs c through sc on a manual clock (fleet.RunManual) and
+// returns its summary.
 func runManual(t *testing.T, sc sim.Scenario, c sim.Contender, extra int) sim.Summary {
 	t.Helper()
-	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	type result struct {
-		rows []sim.Row
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		rows, err := sim.RunTable(t.Context(), []sim.Scenario{sc}, []sim.Contender{c}, clk)
-		done <- result{rows, err}
-	}()
-	want := sc.Workers + 2 + extra
-	// Generous: the run takes 2,000 steps of real scheduling at most.
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		select {
-		case r := <-done:
-			require.NoError(t, r.err)
-			require.Len(t, r.rows, 1)
-			lastMu.Lock()
-			lastResult = r.rows[0].Result
-			lastMu.Unlock()
-			return r.rows[0].Summary
-		default:
-		}
-		if n := clk.Timers(); n >= want {
-			require.Equal(t, want, n, "%s: more timers than the run's goroutines", c.Name)
-			clk.Advance(time.Millisecond)
-			continue
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still running at %v on the manual clock after 3 minutes (%d of %d timers pending)",
-				c.Name, clk.Now(), clk.Timers(), want)
-		}
-		time.Sleep(50 * time.Microsecond)
-	}
+	res, err := fleet.RunManual(t.Context(), sc, c, extra)
+	require.NoError(t, err)
+	lastMu.Lock()
+	lastResult = res
+	lastMu.Unlock()
+	return sim.Summarize(res)
 }
 
 // On the run's clock the fixed paces hold their rate: at half the limit
@@ -128,4 +92,32 @@ func TestFixedRejectsBadFactor(t *testing.T) {
 	t.Parallel()
 	_, err := fleet.FixedGCRA("bad", 0).NewRun(sim.Scenario{})
 	require.ErrorIs(t, err, sim.ErrInvalidConfig)
+}
+
+func TestIssue18Scenarios(t *testing.T) {
+	t.Parallel()
+	scs := fleet.Issue18Scenarios(time.Minute)
+	require.Len(t, scs, len(sim.Dialects())+1)
+	names := map[string]bool{}
+	for _, sc := range scs {
+		require.NoError(t, sc.Fill())
+		names[sc.Name] = true
+		require.Equal(t, 100.0, sc.Provider.Limit)
+		require.Equal(t, []sim.Change{{At: 30 * time.Second, Limit: 50}}, sc.Provider.Changes)
+		require.Equal(t, 16, sc.Workers)
+		require.Equal(t, 2, sc.Processes)
+		require.Equal(t, sc.Name == "ban-on-refusals", sc.Provider.BanOnRefusals)
+	}
+	require.True(t, names["ban-on-refusals"])
+	require.True(t, names["ietf"])
+}
+
+// RunManual counts the run's goroutines by their timers: told too few of
+// the client's own (Sluice's idle sweep, one per process), it fails rather
+// than step the clock while a goroutine is still running.
+func TestRunManualCountsTimers(t *testing.T) {
+	t.Parallel()
+	sc := scenario()
+	_, err := fleet.RunManual(t.Context(), sc, fleet.Sluice("sluice", true, fleet.FigureOptions()), 0)
+	require.ErrorContains(t, err, "timers pending")
 }

@@ -10,11 +10,23 @@
 //	go run ./cmd/simtable                    # 30 s runs
 //	go run ./cmd/simtable -duration 20s -only 'bare|503'
 //	go run ./cmd/simtable -repeat 5          # medians of 5 tables, and how many runs met each target
+//
+// With -issue18 it runs issue 18's scenarios instead (fleet.Issue18Scenarios:
+// 16 workers in 2 processes, a hidden limit of 100/s halving to 50/s half
+// way, and a provider that bans after 5 refusals in 10 s), with Sluice next
+// to a fixed GCRA pace at 0.9x the starting limit in the same run; with
+// -virtual every run goes on a manual clock (fleet.RunManual: the
+// provider sees each request when its client sent it, however loaded the
+// machine), -parallel at a time:
+//
+//	go run ./cmd/simtable -issue18 -duration 60s -repeat 3             # real time, the machine as it is
+//	go run ./cmd/simtable -issue18 -duration 60s -repeat 3 -virtual    # virtual time
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -25,6 +37,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -49,6 +62,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	only := fs.String("only", "", "run only dialects matching this regexp")
 	out := fs.String("out", "", "also write the rows, every second included, as JSON to this file (with -repeat, a list of each run's rows)")
 	repeat := fs.Int("repeat", 1, "run the table this many times, one after the other, and print the median of each figure and how many runs met each target")
+	issue18 := fs.Bool("issue18", false, "issue 18's scenarios (limit 100/s halving to 50/s, 16 workers in 2 processes) with Sluice and a fixed pace at 0.9x")
+	virtual := fs.Bool("virtual", false, "with -issue18: run on a manual clock (virtual time), -parallel runs at a time")
+	parallel := fs.Int("parallel", 2, "with -virtual: how many runs at a time")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,12 +77,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *duration < 2*time.Second {
 		return fmt.Errorf("-duration must be at least 2s, got %v", *duration)
 	}
+	if *virtual && !*issue18 {
+		return fmt.Errorf("-virtual needs -issue18")
+	}
+	if *parallel < 1 {
+		return fmt.Errorf("-parallel must be at least 1, got %d", *parallel)
+	}
 	re, err := regexp.Compile(*only)
 	if err != nil {
 		return fmt.Errorf("-only: %w", err)
 	}
+	all := sim.StandardScenarios(*duration)
+	if *issue18 {
+		all = fleet.Issue18Scenarios(*duration)
+	}
 	var scenarios []sim.Scenario
-	for _, sc := range sim.StandardScenarios(*duration) {
+	for _, sc := range all {
 		if re.MatchString(sc.Name) {
 			scenarios = append(scenarios, sc)
 		}
@@ -84,14 +110,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		xrate("x/time/rate 0.5x", 0.5),
 		xrate("x/time/rate 2x", 2),
 	}
+	// extra is each contender's own timers on a manual clock
+	// (fleet.RunManual): outbound's idle sweep, one per process.
+	extra := func(string) int { return 0 }
+	if *issue18 {
+		contenders = []sim.Contender{fleet.Sluice("sluice", true, o), fleet.FixedGCRA("fixed-0.9x", 0.9)}
+		extra = func(name string) int {
+			if name == "sluice" {
+				return 2
+			}
+			return 0
+		}
+	}
 	runs := make([][]sim.Row, 0, *repeat)
 	for i := range *repeat {
-		fmt.Fprintf(stderr, "run %d of %d: %d dialects x %d clients, %v each, all at once...\n", i+1, *repeat, len(scenarios), len(contenders), *duration)
-		rows, err := sim.RunTable(ctx, scenarios, contenders, nil)
+		var rows []sim.Row
+		var err error
+		if *virtual {
+			fmt.Fprintf(stderr, "run %d of %d: %d dialects x %d clients, %v each of virtual time, %d at a time...\n", i+1, *repeat, len(scenarios), len(contenders), *duration, *parallel)
+			rows, err = runVirtual(ctx, scenarios, contenders, extra, *parallel)
+		} else {
+			fmt.Fprintf(stderr, "run %d of %d: %d dialects x %d clients, %v each, all at once (load average %s)...\n", i+1, *repeat, len(scenarios), len(contenders), *duration, loadavg())
+			rows, err = sim.RunTable(ctx, scenarios, contenders, nil)
+		}
 		if err != nil {
 			return err
 		}
 		runs = append(runs, rows)
+	}
+	if !*virtual {
+		fmt.Fprintf(stderr, "load average at the end: %s\n", loadavg())
 	}
 	rows := runs[0]
 	if len(runs) > 1 {
@@ -139,6 +187,49 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// runVirtual runs every contender against every scenario, each run on a
+// manual clock of its own (fleet.RunManual), parallel at a time, and
+// returns the rows in scenario-major order as sim.RunTable does.
+func runVirtual(ctx context.Context, scenarios []sim.Scenario, contenders []sim.Contender, extra func(string) int, parallel int) ([]sim.Row, error) {
+	rows := make([]sim.Row, len(scenarios)*len(contenders))
+	errs := make([]error, len(rows))
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for i, sc := range scenarios {
+		for j, c := range contenders {
+			k := i*len(contenders) + j
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				res, err := fleet.RunManual(ctx, sc, c, extra(c.Name))
+				if err != nil {
+					errs[k] = err
+					return
+				}
+				rows[k] = sim.Row{Scenario: sc.Name, Contender: c.Name, Summary: sim.Summarize(res), Result: res}
+			})
+		}
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
+// loadavg returns the first three fields of /proc/loadavg, or "unknown".
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // meetsAll is the verdict of a run that missed no target.

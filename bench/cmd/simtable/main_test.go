@@ -27,7 +27,7 @@ func TestRunShort(t *testing.T) {
 
 func TestRunFlagErrors(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"-duration", "1s"}, {"-only", "("}, {"-only", "nothing-matches"}, {"extra"}, {"-repeat", "0"}, {"-repeat", "101"}} {
+	for _, args := range [][]string{{"-duration", "1s"}, {"-only", "("}, {"-only", "nothing-matches"}, {"extra"}, {"-repeat", "0"}, {"-repeat", "101"}, {"-virtual"}, {"-issue18", "-virtual", "-parallel", "0"}} {
 		var out, errb bytes.Buffer
 		if err := run(t.Context(), args, &out, &errb); err == nil {
 			t.Errorf("%v: no error", args)
@@ -78,5 +78,38 @@ func TestMedians(t *testing.T) {
 	// Two runs, one of them never converged: the upper middle is never.
 	if got := medians([][]sim.Row{row(0.9, 4, 1), row(0.99, -1, 1)})[0].Summary; got.ConvergeS != -1 || got.GoodputRatio != 0.99 {
 		t.Fatalf("medians of two = %+v", got)
+	}
+}
+
+// Issue 18's scenarios on the manual clock: Sluice beside the fixed pace at
+// 0.9x, and on the manual clock the fixed pace is exact: 90/s from the
+// start, throttled by none of the first second's 100/s.
+func TestRunIssue18Virtual(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	file := filepath.Join(t.TempDir(), "rows.json")
+	if err := run(t.Context(), []string{"-issue18", "-virtual", "-duration", "2s", "-only", "^503$", "-out", file}, &out, &errb); err != nil {
+		t.Fatal(err, errb.String())
+	}
+	s := out.String()
+	for _, want := range []string{"| 503 | sluice |", "| 503 | fixed-0.9x |"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []sim.Row
+	if err := json.Unmarshal(b, &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[1].Contender != "fixed-0.9x" {
+		t.Fatalf("rows %+v", rows)
+	}
+	first := rows[1].Result.Seconds[0]
+	if first.Offered != 90 || first.Throttles != 0 {
+		t.Fatalf("fixed 0.9x, first second: %+v", first)
 	}
 }

@@ -1,0 +1,80 @@
+package outbound
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/aimd"
+	"github.com/sluicerl/sluice/signal"
+)
+
+// Issue 18: the calls in flight when the first refusal came are refused
+// too, and their Retry-After ends a little after the first one's. Heard
+// from the store just after the first pause ended, such a pause is its
+// tail: the key waits for it, but does not cut its rate again (that second
+// cut, twice as deep as for a refusal soon after a pause, left the
+// process far under its share, and a provider that bans after a few
+// refusals counts each one). A pause ending well after is news.
+func TestPauseTailIsNoNewRefusal(t *testing.T) {
+	t.Parallel()
+	ctl, err := aimd.New(aimd.Config{Start: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9})
+	require.NoError(t, err)
+	a := newAdaptive(ctl)
+	const sec = int64(time.Second / time.Microsecond)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	news, _ := a.notePause(now, sec)
+	require.True(t, news)
+	rate := a.rate()
+	require.Less(t, rate, 100.0)
+	// 2 ms after it ended, a pause of 20 ms: the tail.
+	news, _ = a.notePause(now+sec+2_000, 20_000)
+	require.False(t, news)
+	require.Equal(t, rate, a.rate(), "no second cut")
+	require.True(t, a.paused(now+sec+20_000), "but the key waits for it")
+	require.False(t, a.paused(now+sec+23_000))
+	// 3 s later, a pause of a second: a new refusal.
+	news, _ = a.notePause(now+4*sec, sec)
+	require.True(t, news)
+	require.Less(t, a.rate(), rate)
+}
+
+// Issue 18: a key paced at a rate the provider states (IETF RateLimit-
+// Policy) is not cut for a pause heard from the store: it may be another
+// process's exhausted quota waiting for its reset (RateLimit r=0), no
+// refusal; nor for the one this process put there itself. It waits for
+// both.
+func TestStatedRateIsNotCutForAHeardPause(t *testing.T) {
+	t.Parallel()
+	ctl, err := aimd.New(aimd.Config{SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9})
+	require.NoError(t, err)
+	const sec = int64(time.Second / time.Microsecond)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	h := http.Header{}
+	h.Set("RateLimit-Policy", `"default";q=100;w=1`)
+	h.Set("RateLimit", `"default";r=40;t=1`)
+	rep := signal.Parse(now, signal.Response{Status: 200, Header: h})
+	a := newAdaptive(ctl)
+	a.observe(aimd.Sample{Outcome: aimd.Success, Latency: 10_000}, &rep, now, 0)
+	rate := a.rate()
+	require.InDelta(t, statedMargin*100, rate, 1e-9, "paced at the stated rate")
+	news, _ := a.notePause(now+sec/2, sec/2)
+	require.True(t, news)
+	require.Equal(t, rate, a.rate(), "no cut")
+	require.True(t, a.paused(now+sec-1))
+
+	// This process's own exhausted quota: r=0 pauses the fleet until the
+	// reset; read back from the store, it cuts nothing either.
+	b := newAdaptive(ctl)
+	b.observe(aimd.Sample{Outcome: aimd.Success, Latency: 10_000}, &rep, now, 0)
+	h.Set("RateLimit", `"default";r=0;t=1`)
+	rep = signal.Parse(now+sec/2, signal.Response{Status: 200, Header: h})
+	o := b.observe(aimd.Sample{Outcome: aimd.Success, Latency: 10_000}, &rep, now+sec/2, 0)
+	require.Equal(t, sec, o.pause)
+	news, _ = b.notePause(now+sec/2+1000, sec-1000)
+	require.False(t, news)
+	require.Equal(t, rate, b.rate())
+	require.True(t, b.paused(now+sec))
+}
