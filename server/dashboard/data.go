@@ -353,6 +353,7 @@ type leaseKeyRow struct {
 	Permits     int64
 	TTL         time.Duration
 	Refused     int
+	Waiting     []Waiter
 	Holders     []holderRow
 	Err         string
 }
@@ -388,7 +389,7 @@ func (d *Dashboard) leasesPage(ctx context.Context, q url.Values) (*leasesData, 
 		if !ok {
 			continue
 		}
-		row := leaseKeyRow{Policy: k.Policy, Key: k.Key, Permits: p.Permits, TTL: p.TTL, Refused: k.Refused}
+		row := leaseKeyRow{Policy: k.Policy, Key: k.Key, Permits: p.Permits, TTL: p.TTL, Refused: k.Refused, Waiting: k.Waiting}
 		hs, err := d.lim().Holders(ctx, k.Policy, k.Key)
 		if err != nil {
 			row.Err = "the lease store did not answer: " + err.Error()

@@ -166,14 +166,14 @@ func TestRecorderLeasesAndConfigsBounded(t *testing.T) {
 	r := NewRecorder(clk)
 	for i := range MaxLeaseKeys + 5 {
 		clk.Advance(time.Second)
-		r.ObserveLease("conc", fmt.Sprintf("k%d", i), true)
+		r.ObserveLease("conc", fmt.Sprintf("k%d", i), "h", true)
 	}
 	ks := r.LeaseKeys()
 	require.Len(t, ks, MaxLeaseKeys)
 	require.Equal(t, fmt.Sprintf("k%d", MaxLeaseKeys+4), ks[0].Key, "most recent first")
-	r.ObserveLease("conc", "busy", true)
-	r.ObserveLease("conc", "busy", false)
-	r.ObserveLease("conc", "busy", false)
+	r.ObserveLease("conc", "busy", "a", true)
+	r.ObserveLease("conc", "busy", "b", false)
+	r.ObserveLease("conc", "busy", "b", false)
 	require.Equal(t, 2, r.LeaseKeys()[0].Refused)
 	clk.Advance(leaseWindow + time.Second)
 	require.Equal(t, 0, r.LeaseKeys()[0].Refused, "refusals older than the window do not count")
@@ -185,6 +185,30 @@ func TestRecorderLeasesAndConfigsBounded(t *testing.T) {
 	cs := r.SlotConfigs()
 	require.Len(t, cs, MaxSlotConfigs)
 	require.Equal(t, "c10", cs[0])
+}
+
+// Waiters are the holders refused and not granted since, each once however
+// often it asks again, until granted or WaitWindow passes without an ask.
+func TestRecorderWaiters(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	r := NewRecorder(clk)
+	waiting := func() []Waiter { return r.LeaseKeys()[0].Waiting }
+	r.ObserveLease("conc", "k", "a", true)
+	require.Empty(t, waiting())
+	r.ObserveLease("conc", "k", "b", false)
+	clk.Advance(time.Second)
+	r.ObserveLease("conc", "k", "c", false)
+	r.ObserveLease("conc", "k", "b", false) // b asks again: still one waiter, since its first ask
+	require.Equal(t, []Waiter{{HolderHash: holderHash("b"), Since: t0}, {HolderHash: holderHash("c"), Since: t0.Add(time.Second)}}, waiting())
+	r.ObserveLease("conc", "k", "b", true) // granted: no longer waiting
+	require.Equal(t, []Waiter{{HolderHash: holderHash("c"), Since: t0.Add(time.Second)}}, waiting())
+	clk.Advance(WaitWindow + time.Second) // c gave up
+	require.Empty(t, waiting())
+	for i := range MaxWaiters + 10 {
+		r.ObserveLease("conc", "k", fmt.Sprintf("w%d", i), false)
+	}
+	require.Len(t, waiting(), MaxWaiters, "bounded")
 }
 
 func TestNiceCeil(t *testing.T) {
