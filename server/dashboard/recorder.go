@@ -83,9 +83,14 @@ type series struct {
 	counts [Buckets][numKinds]int64
 	top    topK
 	near   map[string]nearSeen
-	recent [RecentDecisions]Decision
-	nrec   int // decisions ever recorded (ring position)
-	last   Decision
+	// worst is the key of near farthest from its limit (the oldest of
+	// equals) when worstOK: a decision for a key not near enough to
+	// displace it costs a comparison, not a scan of near.
+	worst   string
+	worstOK bool
+	recent  [RecentDecisions]Decision
+	nrec    int // decisions ever recorded (ring position)
+	last    Decision
 }
 
 // Decision is one recorded decision: a plain value.
@@ -165,6 +170,11 @@ func (s *series) noteNear(key string, d limiter.Decision, now time.Time) {
 	e := nearSeen{remaining: d.Remaining, limit: d.Limit, at: now}
 	if _, ok := s.near[key]; ok {
 		s.near[key] = e
+		if s.worstOK && key != s.worst && e.ratio() > s.near[s.worst].ratio() {
+			s.worst = key // now the farthest (a later at never wins a tie)
+		} else if key == s.worst {
+			s.worstOK = false // it may have come nearer than another
+		}
 		return
 	}
 	if float64(d.Remaining) > nearRatio*float64(d.Limit) {
@@ -172,23 +182,29 @@ func (s *series) noteNear(key string, d limiter.Decision, now time.Time) {
 	}
 	if len(s.near) < NearKeys {
 		s.near[key] = e
+		s.worstOK = false
 		return
 	}
 	// Replace the entry farthest from its limit, or the oldest of equals.
-	var worst string
-	var wr float64 = -1
-	var wat time.Time
-	for k, v := range s.near {
-		r := float64(v.remaining) / float64(v.limit)
-		if r > wr || (r == wr && v.at.Before(wat)) {
-			worst, wr, wat = k, r, v.at
+	if !s.worstOK {
+		var wr float64 = -1
+		var wat time.Time
+		for k, v := range s.near {
+			if r := v.ratio(); r > wr || (r == wr && v.at.Before(wat)) {
+				s.worst, wr, wat = k, r, v.at
+			}
 		}
+		s.worstOK = true
 	}
-	if float64(d.Remaining)/float64(d.Limit) <= wr {
-		delete(s.near, worst)
+	if e.ratio() <= s.near[s.worst].ratio() {
+		delete(s.near, s.worst)
 		s.near[key] = e
+		s.worstOK = false
 	}
 }
+
+// ratio is remaining over limit (limit > 0).
+func (e nearSeen) ratio() float64 { return float64(e.remaining) / float64(e.limit) }
 
 // ObserveLease records a lease acquire (server.Observer): a refused
 // holder waits until it is granted or WaitWindow passes without it asking.

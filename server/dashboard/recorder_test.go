@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -215,5 +216,57 @@ func TestNiceCeil(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ in, want float64 }{{0, 1}, {1, 1}, {1.5, 2}, {3, 5}, {7, 10}, {10, 10}, {11, 20}, {260, 500}, {999, 1000}} {
 		require.Equal(t, c.want, niceCeil(c.in), "niceCeil(%v)", c.in)
+	}
+}
+
+// The near keys kept with the cached farthest entry are those a full scan
+// on every decision keeps (the recorder before the cache): a differential
+// test over random decisions, the clock moving on each, so ties of
+// remaining break by age alone.
+func TestRecorderNearMatchesScan(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	r := NewRecorder(clk)
+	type seen struct {
+		ratio float64
+		at    time.Time
+	}
+	ref := map[string]seen{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 20000 {
+		clk.Advance(time.Millisecond)
+		key := fmt.Sprintf("k%d", rng.IntN(200))
+		rem := rng.Int64N(101)
+		r.ObserveDecision(key, limiter.Decision{Policy: "p", Allowed: true, Limit: 100, Remaining: rem}, true)
+		e := seen{float64(rem) / 100, clk.Now()}
+		if _, ok := ref[key]; ok {
+			ref[key] = e
+		} else if e.ratio <= nearRatio {
+			if len(ref) < NearKeys {
+				ref[key] = e
+			} else {
+				worst, wr, wat := "", -1.0, time.Time{}
+				for k, v := range ref {
+					if v.ratio > wr || (v.ratio == wr && v.at.Before(wat)) {
+						worst, wr, wat = k, v.ratio, v.at
+					}
+				}
+				if e.ratio <= wr {
+					delete(ref, worst)
+					ref[key] = e
+				}
+			}
+		}
+		if i%97 == 0 || i == 19999 {
+			got := map[string]bool{}
+			for _, k := range r.Nearest("p", NearKeys, time.Hour) {
+				got[k.Key] = true
+			}
+			want := map[string]bool{}
+			for k := range ref {
+				want[k] = true
+			}
+			require.Equal(t, want, got, "after %d decisions", i+1)
+		}
 	}
 }
