@@ -36,7 +36,9 @@ const (
 	// WaitWindow is how long a holder refused a lease counts as waiting
 	// for it, unless granted sooner: a caller asking again within it
 	// (lease.AcquireWait backs off at most a few seconds) stays waiting;
-	// one that gave up drops out.
+	// one that gave up drops out. An ask without a holder is given a
+	// fresh one by the server, so each such refused ask is a waiter of
+	// its own.
 	WaitWindow = time.Minute
 	// nearRatio: a key is near its limit when its remaining is at most
 	// this fraction of its limit.
