@@ -1,6 +1,7 @@
 package outbound
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -34,6 +35,38 @@ type adaptive struct {
 	latency     float64 // EWMA of attempt latency, µs
 	// minLatency is the fastest success since minLatencyAt (µs).
 	minLatency, minLatencyAt int64
+	// stated is the provider's headline quota as last reported, for
+	// Snapshot; pauses the Retry-After pauses asked for.
+	stated StatedLimit
+	pauses retryAfterPauses
+	// recent holds the latest latencySamples successes' latencies (µs)
+	// for Snapshot's percentiles; nRecent counts them all.
+	recent  [latencySamples]int64
+	nRecent int
+}
+
+// latencySamples is how many of a key's latest successes Snapshot's
+// latency percentiles are taken over.
+const latencySamples = 64
+
+// percentile returns the p-th percentile (nearest rank) of the latest
+// successes' latencies, 0 before any. a.mu is held.
+func (a *adaptive) percentile(p int) time.Duration {
+	n := min(a.nRecent, latencySamples)
+	if n == 0 {
+		return 0
+	}
+	v := make([]int64, n)
+	copy(v, a.recent[:n])
+	slices.Sort(v)
+	rank := max((p*n+99)/100, 1)
+	return time.Duration(v[rank-1]) * time.Microsecond
+}
+
+// retryAfterPauses counts a key's pauses asked for by Retry-After.
+type retryAfterPauses struct {
+	n        int64
+	last, at int64 // µs: the latest one's length and when it came
 }
 
 func newAdaptive(ctl *aimd.Controller) *adaptive {
@@ -169,6 +202,7 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 	}
 	budget := a.weight.budget
 	s.Hint = a.hint(rep)
+	a.noteStated(rep, now)
 	var o outcome
 	if a.weight.budget != budget {
 		o.budget, o.budgetWindow = a.weight.budget, a.weight.window // learned here: tell the fleet
@@ -180,6 +214,8 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 		a.latency += 0.2 * (lat - a.latency)
 	}
 	if s.Outcome == aimd.Success {
+		a.recent[a.nRecent%latencySamples] = s.Latency
+		a.nRecent++
 		// Anchor the latency target to the fastest recent success (the
 		// provider's base latency, as TCP Vegas and BBR do) so that a
 		// latency growing slowly with load cannot drag the target along.
@@ -244,13 +280,42 @@ func (a *adaptive) hint(rep *signal.Report) float64 {
 	return best
 }
 
+// noteStated keeps what rep said for Snapshot: the headline quota when it
+// states one, and a Retry-After pause. a.mu is held.
+func (a *adaptive) noteStated(rep *signal.Report, now int64) {
+	if rep.Known&(signal.FieldLimit|signal.FieldRemaining) != 0 {
+		st := StatedLimit{SeenAt: time.UnixMicro(now).UTC()}
+		if rep.Known&signal.FieldLimit != 0 {
+			st.Limit = rep.Limit
+		}
+		if rep.Known&signal.FieldRemaining != 0 {
+			st.Remaining = rep.Remaining
+		}
+		if rep.Known&signal.FieldWindow != 0 {
+			st.Window = time.Duration(rep.Window) * time.Microsecond
+		}
+		if rep.Known&signal.FieldResetAfter != 0 {
+			st.ResetAt = time.UnixMicro(now + rep.ResetAfter).UTC()
+		}
+		st.Known = true
+		a.stated = st
+	}
+	if rep.HasRetryAfter && rep.RetryAfter > 0 && (rep.Throttled || rep.Banned) {
+		a.pauses.n++
+		a.pauses.last, a.pauses.at = rep.RetryAfter, now
+	}
+}
+
 // view is the controller's part of a KeySnapshot.
 type view struct {
 	rate, hint float64
 	probing    bool
 	pausedFor  time.Duration
 	avgLatency time.Duration
+	p50Latency time.Duration
 	p95Latency time.Duration
+	stated     StatedLimit
+	pauses     retryAfterPauses
 }
 
 func (a *adaptive) view(now int64) view {
@@ -258,7 +323,8 @@ func (a *adaptive) view(now int64) view {
 	defer a.mu.Unlock()
 	v := view{rate: a.ctl.Rate(&a.state), hint: a.state.Hint(), probing: a.state.Probing(),
 		avgLatency: time.Duration(a.latency) * time.Microsecond,
-		p95Latency: time.Duration(a.state.P95()) * time.Microsecond}
+		p50Latency: a.percentile(50), p95Latency: a.percentile(95),
+		stated: a.stated, pauses: a.pauses}
 	if until, ok := a.state.Paused(now); ok {
 		v.pausedFor = time.Duration(until-now) * time.Microsecond
 	}

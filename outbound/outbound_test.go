@@ -561,3 +561,57 @@ func weightFleet(t *testing.T, usedB string) float64 {
 	rate, _ = cb.Rate("api.exchange.test")
 	return rate
 }
+
+// The snapshot says what the dashboard shows of a key: the median latency
+// beside the p95, the provider's own stated limit, and the pauses its
+// Retry-After asked for.
+func TestSnapshotStatedLimitP50AndRetryAfterPauses(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	st := memstore.New(memstore.Config{Clock: clk})
+	// Ten successes of 11, 12, ..., 20 ms.
+	var lat []time.Duration
+	for i := 11; i <= 20; i++ {
+		lat = append(lat, time.Duration(i)*time.Millisecond)
+	}
+	base := &advancing{clk: clk, latencies: lat}
+	c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: st, Burst: 1000, AIMD: aimd.Config{Start: 1e4},
+		Retry: retry.Config{MaxAttempts: 1}})
+	require.NoError(t, err)
+	for range 10 {
+		resp := get(t, c, "http://api.test/")
+		require.NoError(t, resp.Body.Close())
+	}
+	k := c.Snapshot(0).Keys[0]
+	require.Equal(t, 15*time.Millisecond, k.P50Latency, "nearest rank: the 5th of 10")
+	require.Equal(t, 20*time.Millisecond, k.P95Latency)
+	require.False(t, k.Stated.Known, "no response stated a limit yet")
+	require.Zero(t, k.RetryAfterPauses)
+
+	// Another key's provider states 40 per 10 s with 31 left, then
+	// throttles asking for a pause of 7 s.
+	s := &scripted{resps: []func() *http.Response{
+		response(200, "ok", "RateLimit-Policy", `"q";q=40;w=10`, "RateLimit", `"q";r=31;t=4`),
+		response(429, "", "Retry-After", "7"),
+	}}
+	c2, err := outbound.New(outbound.Config{Base: s, Clock: clk, Store: st, Retry: retry.Config{MaxAttempts: 1}})
+	require.NoError(t, err)
+	resp := get(t, c2, "http://stated.test/")
+	require.NoError(t, resp.Body.Close())
+	k = c2.Snapshot(0).Keys[0]
+	require.True(t, k.Stated.Known)
+	require.EqualValues(t, 40, k.Stated.Limit)
+	require.EqualValues(t, 31, k.Stated.Remaining)
+	require.Equal(t, 10*time.Second, k.Stated.Window)
+	require.Equal(t, clk.Now().Add(4*time.Second).UTC(), k.Stated.ResetAt)
+	clk.Advance(time.Second)
+	resp = get(t, c2, "http://stated.test/")
+	require.Equal(t, 429, resp.StatusCode)
+	require.NoError(t, resp.Body.Close())
+	k = c2.Snapshot(0).Keys[0]
+	require.EqualValues(t, 1, k.RetryAfterPauses)
+	require.Equal(t, 7*time.Second, k.LastRetryAfter)
+	require.Equal(t, clk.Now().UTC(), k.LastRetryAfterAt)
+	require.Equal(t, 7*time.Second, k.PausedFor)
+	require.EqualValues(t, 40, k.Stated.Limit, "a response stating nothing leaves the stated limit as it was")
+}

@@ -23,19 +23,47 @@ type KeySnapshot struct {
 	// PausedFor is how long the key is paused by a Retry-After (0: not
 	// paused); nextEarliest - now in seed 001's terms.
 	PausedFor time.Duration `json:"paused_for"`
-	// AvgLatency is an EWMA of attempt latency; P95Latency the 95th
-	// percentile of the controller's successes since its last decrease
-	// (aimd.State.P95; 0 before any).
-	AvgLatency time.Duration   `json:"avg_latency"`
-	P95Latency time.Duration   `json:"p95_latency"`
-	Requests   int64           `json:"requests"`
-	Successes  int64           `json:"successes"`
-	Throttles  int64           `json:"throttles"`
-	Errors     int64           `json:"errors"`
-	Retries    int64           `json:"retries"`
-	Rejected   int64           `json:"rejected"`
-	Breaker    BreakerSnapshot `json:"breaker"`
-	LastActive time.Time       `json:"last_active"`
+	// AvgLatency is an EWMA of attempt latency; P50Latency and
+	// P95Latency the median and 95th percentile (nearest rank) of the
+	// latest 64 successes' latencies (0 before any). The controller's own
+	// p95 (aimd.State.P95) starts afresh at each decrease; these do not,
+	// so a throttle does not blank them.
+	AvgLatency time.Duration `json:"avg_latency"`
+	P50Latency time.Duration `json:"p50_latency"`
+	P95Latency time.Duration `json:"p95_latency"`
+	// Stated is the provider's own limit as its latest response that
+	// stated one gave it (Known false: none stated yet).
+	Stated StatedLimit `json:"stated"`
+	// RetryAfterPauses counts the throttles that came with a Retry-After;
+	// LastRetryAfter is the latest one's delay and LastRetryAfterAt when
+	// it came (zero without one).
+	RetryAfterPauses int64           `json:"retry_after_pauses"`
+	LastRetryAfter   time.Duration   `json:"last_retry_after"`
+	LastRetryAfterAt time.Time       `json:"last_retry_after_at"`
+	Requests         int64           `json:"requests"`
+	Successes        int64           `json:"successes"`
+	Throttles        int64           `json:"throttles"`
+	Errors           int64           `json:"errors"`
+	Retries          int64           `json:"retries"`
+	Rejected         int64           `json:"rejected"`
+	Breaker          BreakerSnapshot `json:"breaker"`
+	LastActive       time.Time       `json:"last_active"`
+}
+
+// StatedLimit is the headline quota a provider stated in a response's
+// rate limit headers (the most constraining policy it reported): a plain
+// value. A field the response did not state is zero.
+type StatedLimit struct {
+	// Known is whether any response stated a limit or remaining.
+	Known bool `json:"known"`
+	// Limit units per Window; Remaining of them left when it was said.
+	Limit     int64         `json:"limit"`
+	Remaining int64         `json:"remaining"`
+	Window    time.Duration `json:"window"`
+	// ResetAt is when the provider said more quota comes; SeenAt when the
+	// response came.
+	ResetAt time.Time `json:"reset_at"`
+	SeenAt  time.Time `json:"seen_at"`
 }
 
 // Snapshot is the client's state at one time: a plain value.
@@ -82,11 +110,15 @@ func (c *Client) keySnapshot(ks *keyState, now int64) KeySnapshot {
 	k := KeySnapshot{
 		Key: ks.key, Label: ks.label, InFlight: ks.bulk.inFlight.Load(),
 		Rate: v.rate, Hint: v.hint, Probing: v.probing, PausedFor: v.pausedFor,
-		AvgLatency: v.avgLatency, P95Latency: v.p95Latency,
+		AvgLatency: v.avgLatency, P50Latency: v.p50Latency, P95Latency: v.p95Latency,
+		Stated: v.stated, RetryAfterPauses: v.pauses.n, LastRetryAfter: time.Duration(v.pauses.last) * time.Microsecond,
 		Requests: ks.counts.requests.Load(), Successes: ks.counts.successes.Load(),
 		Throttles: ks.counts.throttles.Load(), Errors: ks.counts.errors.Load(),
 		Retries: ks.counts.retries.Load(), Rejected: ks.counts.rejected.Load(),
 		LastActive: time.UnixMicro(ks.lastActive.Load()),
+	}
+	if v.pauses.n > 0 {
+		k.LastRetryAfterAt = time.UnixMicro(v.pauses.at).UTC()
 	}
 	k.Breaker = ks.policy.snapshot(now)
 	return k

@@ -288,7 +288,7 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request) {
 			decisions = append(decisions, toJSON(d))
 		}
 	}
-	s.observeLease(body.Policy, body.Key, res.Acquired && (md == nil || md.Allowed))
+	s.observeLease(body.Policy, body.Key, body.Holder, res.Acquired && (md == nil || md.Allowed))
 	if res.Acquired && (md == nil || md.Allowed) {
 		s.countLease(lv, body.Policy, "acquire", leaseOK)
 		ans := leaseAnswer{leaseJSON: s.leaseToJSON(lv, res.Lease), Held: res.Held, Decisions: decisions}

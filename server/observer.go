@@ -13,18 +13,19 @@ type Observer interface {
 	// all-or-nothing take counts as denied even when its own policy had
 	// room).
 	ObserveDecision(key string, d limiter.Decision, granted bool)
-	// ObserveLease sees a lease acquire for a concurrency policy's key
-	// that reached the store: acquired, or refused because every permit
-	// (or a rate item) was held.
-	ObserveLease(policy, key string, acquired bool)
+	// ObserveLease sees a lease acquire by holder for a concurrency
+	// policy's key that reached the store: acquired, or refused because
+	// every permit (or a rate item) was held. A holder refused and not yet
+	// granted is one waiting for a permit.
+	ObserveLease(policy, key, holder string, acquired bool)
 	// ObserveSlotConfig sees the name of a slot config that was put or
 	// assigned under.
 	ObserveSlotConfig(name string)
 }
 
-func (s *Server) observeLease(policy, key string, acquired bool) {
+func (s *Server) observeLease(policy, key, holder string, acquired bool) {
 	if s.obs != nil {
-		s.obs.ObserveLease(policy, key, acquired)
+		s.obs.ObserveLease(policy, key, holder, acquired)
 	}
 }
 

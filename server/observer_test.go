@@ -36,14 +36,14 @@ func (o *recordingObserver) ObserveDecision(key string, d limiter.Decision, gran
 	o.decisions = append(o.decisions, d.Policy+"/"+key+"/"+res)
 }
 
-func (o *recordingObserver) ObserveLease(policy, key string, acquired bool) {
+func (o *recordingObserver) ObserveLease(policy, key, holder string, acquired bool) {
 	res := "refused"
 	if acquired {
 		res = "acquired"
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.leases = append(o.leases, policy+"/"+key+"/"+res)
+	o.leases = append(o.leases, policy+"/"+key+"/"+holder+"/"+res)
 }
 
 func (o *recordingObserver) ObserveSlotConfig(name string) {
@@ -91,6 +91,6 @@ func TestObserverSeesWhatIsCounted(t *testing.T) {
 	defer obs.mu.Unlock()
 	require.Equal(t, []string{"strict/k1/allowed", "strict/k1/denied", "trial/k2/allowed", "trial/k2/shadow",
 		"api/k3/denied", "strict/k1/denied"}, obs.decisions)
-	require.Equal(t, []string{"bulk/L/acquired", "bulk/L/refused"}, obs.leases)
+	require.Equal(t, []string{"bulk/L/a/acquired", "bulk/L/b/refused"}, obs.leases)
 	require.Equal(t, []string{"payouts", "payouts"}, obs.configs)
 }

@@ -30,6 +30,12 @@ func (s *Server) Reload(lim *limiter.Limiter) error {
 	return nil
 }
 
+// Limiter returns the Limiter whose policies are in force now: the one
+// the server was built with, or the latest Reload's. A reader that must
+// follow reloads (the dashboard) asks it each time rather than keeping
+// the first. It is safe for concurrent use.
+func (s *Server) Limiter() *limiter.Limiter { return s.live.Load().lim }
+
 // reload serves POST /v1/admin/reload: it runs Config.Reload and answers
 // 200 with the policies now in force, or 422 invalid-config with why the
 // configuration was refused (the old one stays in force), or 501 when the

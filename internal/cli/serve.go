@@ -341,7 +341,7 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		return err
 	}
 	rl.srv = srv
-	dash, err := dashboard.New(dashboard.Config{Limiter: lim, Recorder: rec, API: srv.Handler(), Jobs: jobs, Slots: slots,
+	dash, err := dashboard.New(dashboard.Config{Limiter: lim, Current: srv.Limiter, Recorder: rec, API: srv.Handler(), Jobs: jobs, Slots: slots,
 		Outbound: ob, StoreName: strings.SplitN(f.state, ":", 2)[0], Logger: log})
 	if err != nil {
 		return err

@@ -154,13 +154,13 @@ func (d *Dashboard) releaseLease(w http.ResponseWriter, r *http.Request) {
 		if err := store.CheckKey(key); err != nil {
 			return http.StatusUnprocessableEntity, err.Error()
 		}
-		hs, err := d.cfg.Limiter.Holders(ctx, policy, key)
+		hs, err := d.lim().Holders(ctx, policy, key)
 		if err != nil {
 			return http.StatusServiceUnavailable, "the lease store did not answer: " + err.Error()
 		}
 		for _, h := range hs {
 			if h.Token == token && holderHash(h.Holder) == hash {
-				if err := d.cfg.Limiter.Release(ctx, policy, key, h.Holder, token); err != nil {
+				if err := d.lim().Release(ctx, policy, key, h.Holder, token); err != nil {
 					return http.StatusConflict, "the lease could not be released: " + err.Error()
 				}
 				return http.StatusOK, fmt.Sprintf("lease %d of %s released", token, key)

@@ -2,11 +2,14 @@ package dashboard_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +30,7 @@ import (
 	"github.com/sluicerl/sluice/breaker"
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/outbound"
+	"github.com/sluicerl/sluice/retry"
 	"github.com/sluicerl/sluice/server"
 	"github.com/sluicerl/sluice/server/dashboard"
 	"github.com/sluicerl/sluice/slot"
@@ -59,12 +63,13 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// outDir is where screenshots and figures go: $SLUICE_UI_OUT, else
-// testdata/out (ignored by git).
+// outDir is where screenshots and figures go: $SLUICE_UI_OUT (a CI
+// artifact directory), else sluice-ui in the system's temporary directory;
+// never the repository.
 func outDir(t *testing.T) string {
 	dir := os.Getenv("SLUICE_UI_OUT")
 	if dir == "" {
-		dir = filepath.Join("testdata", "out")
+		dir = filepath.Join(os.TempDir(), "sluice-ui")
 	}
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	return dir
@@ -76,7 +81,34 @@ type fixture struct {
 	url      string
 	jobs     store.JobStore
 	provider *provider
+	stated   *statingProvider
 	client   *outbound.Client
+	// peer is a second server of the same fleet: the same rate, lease,
+	// slot and job stores, its own process-local counts and dashboard.
+	peer string
+}
+
+// statingProvider is a simulated upstream that states its limit on every
+// success (50 per 10 s, 42 left) after a few milliseconds, and throttles
+// with a Retry-After of 30 s while told to.
+type statingProvider struct {
+	mu        sync.Mutex
+	throttled bool
+}
+
+func (p *statingProvider) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	p.mu.Lock()
+	throttled := p.throttled
+	p.mu.Unlock()
+	if throttled {
+		w.Header().Set("Retry-After", "30")
+		http.Error(w, "slow down", http.StatusTooManyRequests)
+		return
+	}
+	time.Sleep(3 * time.Millisecond) // the provider's latency, for the percentiles
+	w.Header().Set("RateLimit-Policy", `"q";q=50;w=10`)
+	w.Header().Set("RateLimit", `"q";r=42;t=7`)
+	_, _ = io.WriteString(w, "ok")
 }
 
 // provider is a simulated upstream that fails while told to.
@@ -121,6 +153,8 @@ func newFixture(t *testing.T) *fixture {
 	up := httptest.NewServer(prov)
 	t.Cleanup(up.Close)
 	client, err := outbound.New(outbound.Config{
+		// One attempt a call: a 429's Retry-After is shown, not waited out.
+		Retry:   retry.Config{MaxAttempts: 1},
 		Breaker: breaker.Config{ConsecutiveFailures: 3, MinRequests: 100, OpenTimeout: 10 * time.Minute},
 		OnBreakerEvent: func(key string, e breaker.Event) {
 			_, _ = jobs.RecordBreakerTransition(context.Background(), store.BreakerTransition{ConnectorID: "binance", Key: key,
@@ -134,7 +168,22 @@ func newFixture(t *testing.T) *fixture {
 	require.NoError(t, err)
 	hs := httptest.NewServer(dashboard.Mount(srv.Handler(), dash))
 	t.Cleanup(hs.Close)
-	return &fixture{url: hs.URL, jobs: jobs, provider: prov, client: client}
+
+	// The peer: another server over the same stores (a limiter over the
+	// same rate and lease store, the same slot and job stores).
+	limB, err := limiter.New(limiter.Config{Store: lim.Store(), Leases: lim.Leases(), Policies: lim.Policies()})
+	require.NoError(t, err)
+	slotsB, err := slot.New(slot.Config{Store: slots.Store()})
+	require.NoError(t, err)
+	recB := dashboard.NewRecorder(nil)
+	srvB, err := server.New(server.Config{Limiter: limB, Slots: slotsB, Jobs: jobs, Observer: recB})
+	require.NoError(t, err)
+	dashB, err := dashboard.New(dashboard.Config{Limiter: limB, Recorder: recB, API: srvB.Handler(), Jobs: jobs, Slots: slotsB,
+		StoreName: "memory", Refresh: 500 * time.Millisecond})
+	require.NoError(t, err)
+	peer := httptest.NewServer(dashboard.Mount(srvB.Handler(), dashB))
+	t.Cleanup(peer.Close)
+	return &fixture{url: hs.URL, jobs: jobs, provider: prov, stated: &statingProvider{}, client: client, peer: peer.URL}
 }
 
 // call sends a JSON request to the API and decodes the answer into out
@@ -402,6 +451,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.mu.Unlock()
 	b.open(t, f.url+"/ui/")
 	openedIn := time.Since(start)
+	b.markPage(t)
 	b.waitFor(t, "the page's load", `document.readyState === "complete"`)
 	b.mu.Lock()
 	weight := b.bytes
@@ -440,6 +490,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	// Live: one more denied take shows without reloading the page.
 	require.Equal(t, http.StatusTooManyRequests, f.call(t, "POST", "/v1/take", `{"policy":"api","key":"user-1"}`, nil))
 	b.waitFor(t, "the refreshed denied count", `document.querySelector('.card[data-policy="api"] .n-denied').textContent.trim() === "6"`)
+	b.samePage(t)
+	// The decision counts say they are this server's; remaining is the fleet's.
+	require.Equal(t, "server", eval[string](t, b, `document.querySelector('section[aria-labelledby="dec-h"] .scope').dataset.scope`))
+	require.Equal(t, "fleet", eval[string](t, b, `document.querySelector('section[aria-labelledby="near-h"] .scope').dataset.scope`))
 	b.accessibility(t, "overview")
 	b.screenshots(t, "overview")
 
@@ -477,11 +531,53 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.waitFor(t, "the durable transition to open", `[...document.querySelectorAll("#breaker-states .state")].some(e => e.textContent.trim() === "open")`)
 	b.accessibility(t, "breakers")
 	b.screenshots(t, "breakers")
+	// A provider that states its limit, then throttles with a Retry-After.
+	sp := httptest.NewServer(f.stated)
+	t.Cleanup(sp.Close)
+	for range 4 {
+		resp, err := hc.Get(sp.URL + "/v1/orders")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.NoError(t, resp.Body.Close())
+	}
+	f.stated.mu.Lock()
+	f.stated.throttled = true
+	f.stated.mu.Unlock()
+	resp, err := hc.Get(sp.URL + "/v1/orders")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.NoError(t, resp.Body.Close())
+	spURL, err := url.Parse(sp.URL)
+	require.NoError(t, err)
+	spKey := outbound.HostKey(spURL)
+	snap, ok := f.client.KeySnapshot(spKey)
+	require.True(t, ok)
+
 	b.open(t, f.url+"/ui/outbound")
-	require.Equal(t, 1, eval[int](t, b, `document.querySelectorAll(".card[data-key]").length`))
+	b.markPage(t)
+	require.Equal(t, 2, eval[int](t, b, `document.querySelectorAll(".card[data-key]").length`))
 	require.Equal(t, "open", b.text(t, ".card[data-key] .breaker-open"))
-	// The page samples the learned rate as it refreshes: a line of points.
-	b.waitFor(t, "a learned-rate chart", `Number(document.querySelector(".card[data-key] polyline[data-series='learned rate']")?.dataset.points) >= 2`)
+	sc := fmt.Sprintf(`.card[data-key=%q] `, spKey)
+	// Latency p50 beside p95, as the client measured them (the page shows
+	// whole milliseconds).
+	for sel, want := range map[string]time.Duration{".lat-p50": snap.P50Latency, ".lat-p95": snap.P95Latency} {
+		got, err := time.ParseDuration(b.text(t, sc+sel))
+		require.NoError(t, err, sel)
+		require.Equal(t, want.Round(time.Millisecond), got, sel)
+		require.GreaterOrEqual(t, got, 3*time.Millisecond, "%s: the provider answers after 3 ms", sel)
+	}
+	// The provider's own limit, as it stated it.
+	require.True(t, strings.HasPrefix(b.text(t, sc+".stated"), "50 per 10s, 42 left, resets "), b.text(t, sc+".stated"))
+	require.Equal(t, "none stated", b.text(t, `.card:not([data-key=`+strconv.Quote(spKey)+`]) .stated`), "the failing provider stated nothing")
+	// The Retry-After pause: counted, and the key paused now.
+	require.EqualValues(t, 1, snap.RetryAfterPauses)
+	require.True(t, strings.HasPrefix(b.text(t, sc+".pauses"), "1 (last 30s at "), b.text(t, sc+".pauses"))
+	require.True(t, strings.HasPrefix(b.text(t, sc+".paused"), "for "), b.text(t, sc+".paused"))
+	require.Equal(t, strconv.FormatInt(snap.Throttles, 10), b.text(t, sc+".throttles"))
+	// The page samples the learned rate as it refreshes, without
+	// reloading: the chart gets points.
+	b.waitFor(t, "a learned-rate chart", `Number(document.querySelector(".card[data-key] polyline[data-series='learned rate']")?.dataset.points) >= 3`)
+	b.samePage(t)
 	b.accessibility(t, "outbound")
 	b.screenshots(t, "outbound")
 
@@ -495,6 +591,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.ElementsMatch(t, []string{strconv.FormatInt(l1.Token, 10), strconv.FormatInt(l2.Token, 10)}, tokens)
 	require.Equal(t, "2 / 2", b.text(t, `#leases tr[data-key="shop-1"] td:nth-child(3)`))
 	require.Equal(t, "1", b.text(t, `#leases tr[data-key="shop-1"] td:nth-child(7)`), "the refused ask")
+	// c waits for a permit: one waiter, by c's fingerprint.
+	var listedC struct{ Leases []struct{ Holder string } }
+	require.Equal(t, "1", b.text(t, `#leases tr[data-key="shop-1"] .n-waiting`))
+	require.Contains(t, b.text(t, `#leases tr[data-key="shop-1"] .waiters`), fingerprintOf(t, "c"))
 	b.waitFor(t, "an expiry countdown", `/^\d+ s$/.test(document.querySelector('#leases time[data-until]').textContent)`)
 	b.accessibility(t, "leases")
 	b.screenshots(t, "leases")
@@ -503,6 +603,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	var listed struct{ Leases []struct{ Token int64 } }
 	require.Equal(t, http.StatusOK, f.call(t, "GET", "/v1/leases?policy=export&key=shop-1", "", &listed))
 	require.Len(t, listed.Leases, 1)
+	// The freed permit goes to c, which waits no more.
+	require.Equal(t, http.StatusCreated, f.call(t, "POST", "/v1/leases", `{"policy":"export","key":"shop-1","holder":"c"}`, nil))
+	b.waitFor(t, "no waiter left", `document.querySelector('#leases tr[data-key="shop-1"] .n-waiting').textContent.trim() === "0"`)
+	require.Equal(t, http.StatusOK, f.call(t, "GET", "/v1/leases?policy=export&key=shop-1", "", &listedC))
+	require.Len(t, listedC.Leases, 2)
 
 	// --- Slots: the heatmap holds the assigned events; full windows are CLOSED.
 	require.Equal(t, http.StatusCreated, f.call(t, "POST", "/admin/rate-limit/config", `{"configName":"payouts","maxPerWindow":2,"windowSize":"PT1M"}`, nil))
@@ -554,7 +659,51 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.waitFor(t, "the resumed connector", `document.querySelector('#connectors tr[data-connector="binance"] .status').textContent.trim() === "active"`)
 	require.Len(t, f.claim(t), 2, "resumed, its jobs are claimed again")
 	b.screenshots(t, "jobs-after")
+
+	// --- The fleet: the peer server made no decision and served no lease,
+	// yet shows the fleet's leases, slots and jobs from the shared
+	// stores, and says which of its numbers are its own.
+	b.open(t, f.peer+"/ui/")
+	require.Equal(t, "0", b.text(t, `.card[data-policy="api"] .n-allowed`), "the peer counts only its own decisions")
+	require.Contains(t, b.text(t, `section[aria-labelledby="dec-h"] .scope`), "This server only")
+	b.open(t, f.peer+"/ui/leases?policy=export&key=shop-1")
+	var fleet struct{ Leases []struct{ Token int64 } }
+	require.Equal(t, http.StatusOK, f.call(t, "GET", "/v1/leases?policy=export&key=shop-1", "", &fleet))
+	var want []string
+	for _, l := range fleet.Leases {
+		want = append(want, strconv.FormatInt(l.Token, 10))
+	}
+	require.ElementsMatch(t, want, eval[[]string](t, b, `[...document.querySelectorAll('#leases tr[data-key="shop-1"] .token')].map(e => e.textContent.trim())`),
+		"the peer shows the leases taken through the other server")
+	require.Equal(t, "0", b.text(t, `#leases tr[data-key="shop-1"] .n-waiting`), "waiters are the asks this server answered")
+	require.Equal(t, []string{"fleet", "server"}, eval[[]string](t, b, `[...document.querySelectorAll("#live .scope")].map(e => e.dataset.scope)`))
+	b.screenshots(t, "peer-leases")
+	b.open(t, f.peer+"/ui/slots?config=payouts")
+	require.Equal(t, 7, eval[int](t, b, `[...document.querySelectorAll('[data-config="payouts"] .heatmap .cell')].reduce((s, e) => s + Number(e.dataset.count), 0)`))
+	b.open(t, f.peer+"/ui/jobs")
+	require.Equal(t, "active", b.text(t, `#connectors tr[data-connector="binance"] .status`))
+	require.Equal(t, "fleet", eval[string](t, b, `document.querySelector("#live .scope").dataset.scope`))
 	t.Logf("screenshots in %s", b.shotTo)
+}
+
+// fingerprintOf is the fingerprint the API lists a holder by.
+func fingerprintOf(t *testing.T, holder string) string {
+	t.Helper()
+	h := sha256.Sum256([]byte(holder))
+	return hex.EncodeToString(h[:8])
+}
+
+// markPage marks the open page's window, so that samePage can tell a live
+// refresh (the mark stays) from a reload (it is gone).
+func (b *browser) markPage(t *testing.T) {
+	t.Helper()
+	b.do(t, chromedp.Evaluate[chromedp.Void](`window.sluiceTestMark = "kept"`))
+}
+
+// samePage fails when the page was reloaded since markPage.
+func (b *browser) samePage(t *testing.T) {
+	t.Helper()
+	require.Equal(t, "kept", eval[string](t, b, `window.sluiceTestMark || "reloaded"`), "the live refresh reloaded the page")
 }
 
 func loadavg() string {

@@ -39,6 +39,10 @@ type Config struct {
 	// Limiter is the server's limiter: policies, key look-ups (a take of
 	// cost 0, which charges nothing) and lease holders. Required.
 	Limiter *limiter.Limiter
+	// Current, when set, returns the limiter in force now, asked on every
+	// page so that the pages follow a configuration reload (wire
+	// server.Server.Limiter here). Nil: Limiter, always.
+	Current func() *limiter.Limiter
 	// Recorder is the server's observer (server.Config.Observer): the
 	// decisions, lease keys and slot configs the server handled. Required.
 	Recorder *Recorder
@@ -137,6 +141,16 @@ func New(cfg Config) (*Dashboard, error) {
 	}
 	d.handler = d.routes()
 	return d, nil
+}
+
+// lim is the limiter in force now (Config.Current), else Config.Limiter.
+func (d *Dashboard) lim() *limiter.Limiter {
+	if d.cfg.Current != nil {
+		if l := d.cfg.Current(); l != nil {
+			return l
+		}
+	}
+	return d.cfg.Limiter
 }
 
 // Handler serves the dashboard; mount it at Prefix.

@@ -49,7 +49,7 @@ func (d *Dashboard) gather(ctx context.Context, page string, q url.Values) (any,
 
 // ratePolicies are the limiter's policies that take costs (not leases).
 func (d *Dashboard) ratePolicies() []limiter.Policy {
-	return slices.DeleteFunc(d.cfg.Limiter.Policies(), func(p limiter.Policy) bool { return p.Algorithm == store.Concurrency })
+	return slices.DeleteFunc(d.lim().Policies(), func(p limiter.Policy) bool { return p.Algorithm == store.Concurrency })
 }
 
 type overviewData struct {
@@ -115,7 +115,7 @@ func (d *Dashboard) overview(ctx context.Context) (*overviewData, error) {
 	for _, k := range near {
 		row := nearRow{Policy: k.Policy, Key: k.Key, Remaining: k.Remaining, Limit: k.Limit}
 		// A take of cost 0 charges nothing and says where the key stands now.
-		dec, err := d.cfg.Limiter.AllowN(ctx, k.Policy, k.Key, 0)
+		dec, err := d.lim().AllowN(ctx, k.Policy, k.Key, 0)
 		if err != nil {
 			errs = append(errs, err)
 			row.Stale = "as last seen " + k.At.UTC().Format(time.TimeOnly) + " UTC (the store did not answer)"
@@ -167,7 +167,7 @@ type keySearch struct {
 
 func (d *Dashboard) policiesPage(ctx context.Context, q url.Values) (*policiesData, error) {
 	out := &policiesData{}
-	for _, p := range d.cfg.Limiter.Policies() {
+	for _, p := range d.lim().Policies() {
 		row := policyRow{Policy: p, Algorithm: p.Algorithm.String(), Outage: p.Outage.Mode.String()}
 		if p.Algorithm != store.Concurrency {
 			row.Burst = p.Limit().Max()
@@ -192,7 +192,7 @@ func (d *Dashboard) policiesPage(ctx context.Context, q url.Values) (*policiesDa
 			ks.Err = err.Error()
 			return out, nil
 		}
-		dec, err := d.cfg.Limiter.AllowN(ctx, policy, key, 0)
+		dec, err := d.lim().AllowN(ctx, policy, key, 0)
 		if err != nil {
 			ks.Err = "the rate store did not answer: " + err.Error()
 			return out, err
@@ -353,6 +353,7 @@ type leaseKeyRow struct {
 	Permits     int64
 	TTL         time.Duration
 	Refused     int
+	Waiting     []Waiter
 	Holders     []holderRow
 	Err         string
 }
@@ -366,7 +367,7 @@ type holderRow struct {
 func (d *Dashboard) leasesPage(ctx context.Context, q url.Values) (*leasesData, error) {
 	out := &leasesData{}
 	lp := map[string]limiter.Policy{}
-	for _, p := range d.cfg.Limiter.Policies() {
+	for _, p := range d.lim().Policies() {
 		if p.Algorithm == store.Concurrency {
 			out.Policies = append(out.Policies, p.Name)
 			lp[p.Name] = p
@@ -388,8 +389,8 @@ func (d *Dashboard) leasesPage(ctx context.Context, q url.Values) (*leasesData, 
 		if !ok {
 			continue
 		}
-		row := leaseKeyRow{Policy: k.Policy, Key: k.Key, Permits: p.Permits, TTL: p.TTL, Refused: k.Refused}
-		hs, err := d.cfg.Limiter.Holders(ctx, k.Policy, k.Key)
+		row := leaseKeyRow{Policy: k.Policy, Key: k.Key, Permits: p.Permits, TTL: p.TTL, Refused: k.Refused, Waiting: k.Waiting}
+		hs, err := d.lim().Holders(ctx, k.Policy, k.Key)
 		if err != nil {
 			row.Err = "the lease store did not answer: " + err.Error()
 			errs = append(errs, err)

@@ -13,12 +13,15 @@
 //     look-up showing remaining, reset time and recent decisions; the
 //     hottest keys.
 //   - Adaptive outbound (/ui/outbound): per upstream key the learned rate
-//     over time, latency (EWMA and p95), throttles, the provider's stated
-//     rate and Retry-After pauses, from an OutboundSource.
+//     over time, latency (p50, p95 and EWMA), throttles, the provider's
+//     stated limit (limit per window, remaining, reset) and the rate it
+//     implies, and Retry-After pauses (paused now, how many, the latest),
+//     from an OutboundSource.
 //   - Breakers (/ui/breakers): outbound breakers' states, and the job
 //     store's durable breaker transitions (seed 002 D6).
 //   - Leases (/ui/leases): holders (by fingerprint), fencing tokens,
-//     expiry countdowns and refused asks of the lease keys served.
+//     expiry countdowns, refused asks and waiters (holders refused within
+//     WaitWindow and not granted since) of the lease keys served.
 //   - Slots (/ui/slots): occupancy of the next windows of each config as a
 //     heatmap, CLOSED windows marked.
 //   - Jobs (/ui/jobs): connectors with pause/resume, jobs with next run,
@@ -33,7 +36,12 @@
 // a metric label. Key look-ups read a key with a take of cost 0, which
 // charges nothing. Counts are this server's own: in a fleet each server's
 // dashboard shows the decisions it made, while remaining, holders, slots
-// and jobs come from the shared stores.
+// and jobs come from the shared stores. Every section says which it is,
+// with a "Fleet" or a "This server only" badge.
+//
+// The policies are those of the limiter in force: Config.Current
+// (server.Server.Limiter) is asked on every page, so a configuration
+// reload shows on the next refresh.
 //
 // Actions (pause and resume a connector, release a lease, flush the slot
 // config cache) are POST forms confirmed in a dialog (without JavaScript,

@@ -7,10 +7,13 @@ import (
 )
 
 var funcs = template.FuncMap{
-	// dur formats a duration for people: 1.5s, 250ms, 2m0s.
+	// dur formats a duration for people: 1.5s, 250ms, 420µs, 2m0s.
 	"dur": func(d time.Duration) string {
 		if d <= 0 {
 			return "0s"
+		}
+		if d < time.Millisecond {
+			return d.Round(time.Microsecond).String()
 		}
 		if d < time.Second {
 			return d.Round(time.Millisecond).String()
@@ -36,6 +39,8 @@ var funcs = template.FuncMap{
 	"f1":    func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
 	"after": func(a, b time.Time) bool { return a.After(b) },
 	"add":   func(a, b int) int { return a + b },
+	// untilOf is the time d after t, for a countdown's data-until.
+	"untilOf": func(t time.Time, d time.Duration) time.Time { return t.Add(d) },
 }
 
 var confirmTemplate = template.Must(template.New("confirm").Parse(`<!doctype html>

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,15 @@ const (
 	// config names remembered for the leases and slots pages.
 	MaxLeaseKeys   = 64
 	MaxSlotConfigs = 32
+	// MaxWaiters bounds the waiting holders remembered per lease key.
+	MaxWaiters = 256
+	// WaitWindow is how long a holder refused a lease counts as waiting
+	// for it, unless granted sooner: a caller asking again within it
+	// (lease.AcquireWait backs off at most a few seconds) stays waiting;
+	// one that gave up drops out. An ask without a holder is given a
+	// fresh one by the server, so each such refused ask is a waiter of
+	// its own.
+	WaitWindow = time.Minute
 	// nearRatio: a key is near its limit when its remaining is at most
 	// this fraction of its limit.
 	nearRatio = 0.5
@@ -75,9 +85,14 @@ type series struct {
 	counts [Buckets][numKinds]int64
 	top    topK
 	near   map[string]nearSeen
-	recent [RecentDecisions]Decision
-	nrec   int // decisions ever recorded (ring position)
-	last   Decision
+	// worst is the key of near farthest from its limit (the oldest of
+	// equals) when worstOK: a decision for a key not near enough to
+	// displace it costs a comparison, not a scan of near.
+	worst   string
+	worstOK bool
+	recent  [RecentDecisions]Decision
+	nrec    int // decisions ever recorded (ring position)
+	last    Decision
 }
 
 // Decision is one recorded decision: a plain value.
@@ -100,7 +115,12 @@ type leaseSeen struct {
 	policy, key string
 	last        time.Time
 	refused     []time.Time // within leaseWindow, bounded
+	// waiting maps the fingerprint of each holder refused and not granted
+	// since to when it was first and last refused; at most MaxWaiters.
+	waiting map[string]waitSpan
 }
+
+type waitSpan struct{ first, last time.Time }
 
 func (r *Recorder) series(policy string) *series {
 	if v, ok := r.policies.Load(policy); ok {
@@ -152,6 +172,11 @@ func (s *series) noteNear(key string, d limiter.Decision, now time.Time) {
 	e := nearSeen{remaining: d.Remaining, limit: d.Limit, at: now}
 	if _, ok := s.near[key]; ok {
 		s.near[key] = e
+		if s.worstOK && key != s.worst && e.ratio() > s.near[s.worst].ratio() {
+			s.worst = key // now the farthest (a later at never wins a tie)
+		} else if key == s.worst {
+			s.worstOK = false // it may have come nearer than another
+		}
 		return
 	}
 	if float64(d.Remaining) > nearRatio*float64(d.Limit) {
@@ -159,26 +184,33 @@ func (s *series) noteNear(key string, d limiter.Decision, now time.Time) {
 	}
 	if len(s.near) < NearKeys {
 		s.near[key] = e
+		s.worstOK = false
 		return
 	}
 	// Replace the entry farthest from its limit, or the oldest of equals.
-	var worst string
-	var wr float64 = -1
-	var wat time.Time
-	for k, v := range s.near {
-		r := float64(v.remaining) / float64(v.limit)
-		if r > wr || (r == wr && v.at.Before(wat)) {
-			worst, wr, wat = k, r, v.at
+	if !s.worstOK {
+		var wr float64 = -1
+		var wat time.Time
+		for k, v := range s.near {
+			if r := v.ratio(); r > wr || (r == wr && v.at.Before(wat)) {
+				s.worst, wr, wat = k, r, v.at
+			}
 		}
+		s.worstOK = true
 	}
-	if float64(d.Remaining)/float64(d.Limit) <= wr {
-		delete(s.near, worst)
+	if e.ratio() <= s.near[s.worst].ratio() {
+		delete(s.near, s.worst)
 		s.near[key] = e
+		s.worstOK = false
 	}
 }
 
-// ObserveLease records a lease acquire (server.Observer).
-func (r *Recorder) ObserveLease(policy, key string, acquired bool) {
+// ratio is remaining over limit (limit > 0).
+func (e nearSeen) ratio() float64 { return float64(e.remaining) / float64(e.limit) }
+
+// ObserveLease records a lease acquire (server.Observer): a refused
+// holder waits until it is granted or WaitWindow passes without it asking.
+func (r *Recorder) ObserveLease(policy, key, holder string, acquired bool) {
 	now := r.clk.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -202,6 +234,31 @@ func (r *Recorder) ObserveLease(policy, key string, acquired bool) {
 	if !acquired && len(l.refused) < 1000 {
 		l.refused = append(l.refused, now)
 	}
+	if acquired && len(l.waiting) == 0 {
+		return // the common case: no fingerprint to compute
+	}
+	fp := holderHash(holder)
+	for h, w := range l.waiting {
+		if now.Sub(w.last) > WaitWindow {
+			delete(l.waiting, h)
+		}
+	}
+	if acquired {
+		delete(l.waiting, fp)
+		return
+	}
+	if l.waiting == nil {
+		l.waiting = map[string]waitSpan{}
+	}
+	w, ok := l.waiting[fp]
+	if !ok && len(l.waiting) >= MaxWaiters {
+		return
+	}
+	if !ok {
+		w.first = now
+	}
+	w.last = now
+	l.waiting[fp] = w
 }
 
 // ObserveSlotConfig records a slot config name (server.Observer).
@@ -371,11 +428,21 @@ func (r *Recorder) Last(policy string) (Decision, bool) {
 }
 
 // LeaseKey is a lease key the server served, with the acquires refused
-// within the last five minutes (callers waiting for a permit).
+// within the last five minutes and the holders waiting for a permit (refused
+// within WaitWindow and not granted since), by fingerprint, longest
+// waiting first.
 type LeaseKey struct {
 	Policy, Key string
 	Last        time.Time
 	Refused     int
+	Waiting     []Waiter
+}
+
+// Waiter is a holder waiting for a lease: its fingerprint (as GET
+// /v1/leases shows holders) and when it was first refused.
+type Waiter struct {
+	HolderHash string
+	Since      time.Time
 }
 
 // LeaseKeys returns the lease keys seen, most recently seen first.
@@ -391,7 +458,16 @@ func (r *Recorder) LeaseKeys() []LeaseKey {
 				n++
 			}
 		}
-		out = append(out, LeaseKey{Policy: l.policy, Key: l.key, Last: l.last, Refused: n})
+		k := LeaseKey{Policy: l.policy, Key: l.key, Last: l.last, Refused: n}
+		for h, w := range l.waiting {
+			if now.Sub(w.last) <= WaitWindow {
+				k.Waiting = append(k.Waiting, Waiter{HolderHash: h, Since: w.first})
+			}
+		}
+		slices.SortFunc(k.Waiting, func(a, b Waiter) int {
+			return cmp.Or(a.Since.Compare(b.Since), strings.Compare(a.HolderHash, b.HolderHash))
+		})
+		out = append(out, k)
 	}
 	slices.SortFunc(out, func(a, b LeaseKey) int { return b.Last.Compare(a.Last) })
 	return out

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -166,14 +167,14 @@ func TestRecorderLeasesAndConfigsBounded(t *testing.T) {
 	r := NewRecorder(clk)
 	for i := range MaxLeaseKeys + 5 {
 		clk.Advance(time.Second)
-		r.ObserveLease("conc", fmt.Sprintf("k%d", i), true)
+		r.ObserveLease("conc", fmt.Sprintf("k%d", i), "h", true)
 	}
 	ks := r.LeaseKeys()
 	require.Len(t, ks, MaxLeaseKeys)
 	require.Equal(t, fmt.Sprintf("k%d", MaxLeaseKeys+4), ks[0].Key, "most recent first")
-	r.ObserveLease("conc", "busy", true)
-	r.ObserveLease("conc", "busy", false)
-	r.ObserveLease("conc", "busy", false)
+	r.ObserveLease("conc", "busy", "a", true)
+	r.ObserveLease("conc", "busy", "b", false)
+	r.ObserveLease("conc", "busy", "b", false)
 	require.Equal(t, 2, r.LeaseKeys()[0].Refused)
 	clk.Advance(leaseWindow + time.Second)
 	require.Equal(t, 0, r.LeaseKeys()[0].Refused, "refusals older than the window do not count")
@@ -187,9 +188,85 @@ func TestRecorderLeasesAndConfigsBounded(t *testing.T) {
 	require.Equal(t, "c10", cs[0])
 }
 
+// Waiters are the holders refused and not granted since, each once however
+// often it asks again, until granted or WaitWindow passes without an ask.
+func TestRecorderWaiters(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	r := NewRecorder(clk)
+	waiting := func() []Waiter { return r.LeaseKeys()[0].Waiting }
+	r.ObserveLease("conc", "k", "a", true)
+	require.Empty(t, waiting())
+	r.ObserveLease("conc", "k", "b", false)
+	clk.Advance(time.Second)
+	r.ObserveLease("conc", "k", "c", false)
+	r.ObserveLease("conc", "k", "b", false) // b asks again: still one waiter, since its first ask
+	require.Equal(t, []Waiter{{HolderHash: holderHash("b"), Since: t0}, {HolderHash: holderHash("c"), Since: t0.Add(time.Second)}}, waiting())
+	r.ObserveLease("conc", "k", "b", true) // granted: no longer waiting
+	require.Equal(t, []Waiter{{HolderHash: holderHash("c"), Since: t0.Add(time.Second)}}, waiting())
+	clk.Advance(WaitWindow + time.Second) // c gave up
+	require.Empty(t, waiting())
+	for i := range MaxWaiters + 10 {
+		r.ObserveLease("conc", "k", fmt.Sprintf("w%d", i), false)
+	}
+	require.Len(t, waiting(), MaxWaiters, "bounded")
+}
+
 func TestNiceCeil(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ in, want float64 }{{0, 1}, {1, 1}, {1.5, 2}, {3, 5}, {7, 10}, {10, 10}, {11, 20}, {260, 500}, {999, 1000}} {
 		require.Equal(t, c.want, niceCeil(c.in), "niceCeil(%v)", c.in)
+	}
+}
+
+// The near keys kept with the cached farthest entry are those a full scan
+// on every decision keeps (the recorder before the cache): a differential
+// test over random decisions, the clock moving on each, so ties of
+// remaining break by age alone.
+func TestRecorderNearMatchesScan(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	r := NewRecorder(clk)
+	type seen struct {
+		ratio float64
+		at    time.Time
+	}
+	ref := map[string]seen{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 20000 {
+		clk.Advance(time.Millisecond)
+		key := fmt.Sprintf("k%d", rng.IntN(200))
+		rem := rng.Int64N(101)
+		r.ObserveDecision(key, limiter.Decision{Policy: "p", Allowed: true, Limit: 100, Remaining: rem}, true)
+		e := seen{float64(rem) / 100, clk.Now()}
+		if _, ok := ref[key]; ok {
+			ref[key] = e
+		} else if e.ratio <= nearRatio {
+			if len(ref) < NearKeys {
+				ref[key] = e
+			} else {
+				worst, wr, wat := "", -1.0, time.Time{}
+				for k, v := range ref {
+					if v.ratio > wr || (v.ratio == wr && v.at.Before(wat)) {
+						worst, wr, wat = k, v.ratio, v.at
+					}
+				}
+				if e.ratio <= wr {
+					delete(ref, worst)
+					ref[key] = e
+				}
+			}
+		}
+		if i%97 == 0 || i == 19999 {
+			got := map[string]bool{}
+			for _, k := range r.Nearest("p", NearKeys, time.Hour) {
+				got[k.Key] = true
+			}
+			want := map[string]bool{}
+			for k := range ref {
+				want[k] = true
+			}
+			require.Equal(t, want, got, "after %d decisions", i+1)
+		}
 	}
 }

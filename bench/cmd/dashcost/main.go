@@ -3,8 +3,11 @@
 // alone, and against the API as `sluice serve` mounts it with the
 // dashboard, whose Recorder sees every decision, while an open overview
 // page refreshes (its live part rendered every -refresh). Runs alternate,
-// A B A B ..., so that a machine's changing load falls on both; it prints
-// each run and the medians.
+// A B, B A, A B ..., so that a machine's changing load falls on both and
+// neither side always runs second; it prints
+// each run and the medians: of takes per second, and of the process's CPU
+// time per take (server, load generator and the page's refreshes), which a
+// busy machine disturbs far less than throughput.
 //
 //	go run ./cmd/dashcost -rounds 3 -duration 5s
 package main
@@ -37,10 +40,14 @@ func main() {
 
 func run(rounds int, dur time.Duration, conns int, every time.Duration) error {
 	ctx := context.Background()
-	var without, with []float64
+	var without, with, cpuWithout, cpuWith []float64
 	var renders, bad atomic.Int64
 	for r := range rounds {
-		for _, dash := range []bool{false, true} {
+		order := []bool{false, true}
+		if r%2 == 1 { // B A in every other round: neither side always runs second
+			order = []bool{true, false}
+		}
+		for _, dash := range order {
 			lim, err := bench.TakeLimiter()
 			if err != nil {
 				return err
@@ -85,16 +92,21 @@ func run(rounds int, dur time.Duration, conns int, every time.Duration) error {
 			if dash {
 				name = "api+dashboard "
 				with = append(with, res.RPS())
+				cpuWith = append(cpuWith, float64(res.CPUPerRequest()))
 			} else {
 				without = append(without, res.RPS())
+				cpuWithout = append(cpuWithout, float64(res.CPUPerRequest()))
 			}
-			fmt.Printf("round %d %s %10.0f takes/s  p50 %s  p99 %s  errors %d\n", r+1, name, res.RPS(), res.P50, res.P99, res.Errors)
+			fmt.Printf("round %d %s %10.0f takes/s  %6.1f µs CPU/take  p50 %s  p99 %s  errors %d\n", r+1, name, res.RPS(),
+				float64(res.CPUPerRequest())/1e3, res.P50, res.P99, res.Errors)
 		}
 	}
 	a, b := median(without), median(with)
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("median: api alone %.0f takes/s, with the dashboard open %.0f takes/s: %.1f%% cost (%d overview renders, %d failed)\n",
 		a, b, 100*(a-b)/a, renders.Load(), bad.Load())
+	ca, cb := median(cpuWithout), median(cpuWith)
+	fmt.Printf("median CPU per take: api alone %.1f µs, with the dashboard open %.1f µs: %.1f%% cost\n", ca/1e3, cb/1e3, 100*(cb-ca)/ca)
 	fmt.Printf("%d CPUs, GOMAXPROCS %d, load average %s", runtime.NumCPU(), runtime.GOMAXPROCS(0), load)
 	return nil
 }
