@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicerl/sluice/aimd"
 	"github.com/sluicerl/sluice/breaker"
+	"github.com/sluicerl/sluice/clock/clocktest"
 	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/retry"
 	"github.com/sluicerl/sluice/store"
@@ -186,12 +187,15 @@ func TestLayerConfigErrors(t *testing.T) {
 // With SharedRate, a decrease seen by one process is the fleet's rate.
 func TestSharedRate(t *testing.T) {
 	t.Parallel()
-	st := memstore.New(memstore.Config{})
+	// One fake clock for both clients and the store: the rates compared
+	// move only by what the calls say, not by how slowly they ran.
+	clk := clocktest.New(t0)
+	st := memstore.New(memstore.Config{Clock: clk})
 	a := &scripted{resps: []func() *http.Response{response(200, "ok"), response(429, "")}}
 	b := &scripted{resps: []func() *http.Response{response(200, "ok")}}
 	cfgA, cfgB := fast(a), fast(b)
 	for _, c := range []*outbound.Config{&cfgA, &cfgB} {
-		c.Store, c.SharedRate = st, true
+		c.Store, c.SharedRate, c.Clock = st, true, clk
 		c.Retry.MaxAttempts = 1
 	}
 	ca, err := outbound.New(cfgA)
