@@ -134,19 +134,8 @@ func Parse(name string, data []byte) ([]Policy, error) {
 		}
 		return nil, ConfigErrors{{File: name, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}}
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		p.errAt(&extra, "", "a policy file holds one YAML document; found another")
-	} else if !errors.Is(err, io.EOF) {
-		// A second document that does not even parse is still a second
-		// document, and an error.
-		p.errAt(nil, "", "a policy file holds one YAML document; found another: %s", strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	root := &doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
-	}
-	policies := p.top(root)
+	p.Rest(dec, "policy file")
+	policies := p.top(yamlconf.Root(&doc))
 	if len(p.errs) > 0 {
 		slices.SortStableFunc(p.errs, func(a, b *ConfigError) int {
 			return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))

@@ -190,17 +190,8 @@ func (p *parser) parse(data []byte) {
 		p.syntaxError(err)
 		return
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		p.errAt(&extra, "", "a configuration file holds one YAML document; found another")
-	} else if !errors.Is(err, io.EOF) {
-		p.errAt(nil, "", "a configuration file holds one YAML document; found another: %s", strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	root := &doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
-	}
-	root = yamlconf.Deref(root)
+	p.Rest(dec, "configuration file")
+	root := yamlconf.Deref(yamlconf.Root(&doc))
 	var domainNode, descNode, domainKey *yaml.Node
 	for _, kv := range p.Pairs(root, "") {
 		switch k, v := kv[0], kv[1]; k.Value {

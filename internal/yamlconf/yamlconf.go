@@ -5,7 +5,10 @@
 package yamlconf
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -68,6 +71,26 @@ func (w *Walker) Scalar(v *yaml.Node, path, want string) (string, bool) {
 // Str is Scalar wanting a string.
 func (w *Walker) Str(v *yaml.Node, path string) (string, bool) {
 	return w.Scalar(v, path, "a string")
+}
+
+// Rest reports through Errorf a document that dec holds after the one
+// decoded, even one that does not parse: a file (a "policy file") holds
+// one YAML document.
+func (w *Walker) Rest(dec *yaml.Decoder, file string) {
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		w.Errorf(&extra, "", "a %s holds one YAML document; found another", file)
+	} else if !errors.Is(err, io.EOF) {
+		w.Errorf(nil, "", "a %s holds one YAML document; found another: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+}
+
+// Root returns the top node of a decoded document.
+func Root(doc *yaml.Node) *yaml.Node {
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		return doc.Content[0]
+	}
+	return doc
 }
 
 // Deref follows an alias to the node it names.
