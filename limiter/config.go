@@ -14,6 +14,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluicerl/sluice/internal/yamlconf"
+
 	"github.com/sluicerl/sluice/store"
 )
 
@@ -123,6 +125,7 @@ func Parse(name string, data []byte) ([]Policy, error) {
 		return nil, ConfigErrors{{File: name, Msg: fmt.Sprintf("file is larger than %d bytes", maxConfigSize)}}
 	}
 	p := parser{file: name}
+	p.Errorf = p.errAt
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
@@ -131,19 +134,8 @@ func Parse(name string, data []byte) ([]Policy, error) {
 		}
 		return nil, ConfigErrors{{File: name, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}}
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		p.errAt(&extra, "", "a policy file holds one YAML document; found another")
-	} else if !errors.Is(err, io.EOF) {
-		// A second document that does not even parse is still a second
-		// document, and an error.
-		p.errAt(nil, "", "a policy file holds one YAML document; found another: %s", strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	root := &doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
-	}
-	policies := p.top(root)
+	p.Rest(dec, "policy file")
+	policies := p.top(yamlconf.Root(&doc))
 	if len(p.errs) > 0 {
 		slices.SortStableFunc(p.errs, func(a, b *ConfigError) int {
 			return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
@@ -154,8 +146,9 @@ func Parse(name string, data []byte) ([]Policy, error) {
 }
 
 type parser struct {
-	file string
-	errs ConfigErrors
+	yamlconf.Walker // refuses aliases, takes any scalar as a key
+	file            string
+	errs            ConfigErrors
 }
 
 func (p *parser) errAt(n *yaml.Node, path, format string, args ...any) {
@@ -166,35 +159,10 @@ func (p *parser) errAt(n *yaml.Node, path, format string, args ...any) {
 	p.errs = append(p.errs, e)
 }
 
-// pairs returns the key/value pairs of a mapping node, reporting duplicate
-// and non-string keys.
-func (p *parser) pairs(n *yaml.Node, path string) [][2]*yaml.Node {
-	if n.Kind != yaml.MappingNode {
-		p.errAt(n, path, "want a mapping, got %s", kind(n))
-		return nil
-	}
-	seen := map[string]int{}
-	var out [][2]*yaml.Node
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind != yaml.ScalarNode {
-			p.errAt(k, path, "keys must be strings, got %s", kind(k))
-			continue
-		}
-		if line, dup := seen[k.Value]; dup {
-			p.errAt(k, join(path, k.Value), "duplicate key (first at line %d)", line)
-			continue
-		}
-		seen[k.Value] = k.Line
-		out = append(out, [2]*yaml.Node{k, v})
-	}
-	return out
-}
-
 func (p *parser) top(n *yaml.Node) []Policy {
 	var policies []Policy
 	found := false
-	for _, kv := range p.pairs(n, "") {
+	for _, kv := range p.Pairs(n, "") {
 		k, v := kv[0], kv[1]
 		switch k.Value {
 		case "policies":
@@ -202,7 +170,7 @@ func (p *parser) top(n *yaml.Node) []Policy {
 			if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
 				continue // an empty list of policies is allowed
 			}
-			for _, pv := range p.pairs(v, "policies") {
+			for _, pv := range p.Pairs(v, "policies") {
 				if pol, ok := p.policy(pv[0], pv[1]); ok {
 					policies = append(policies, pol)
 				}
@@ -220,7 +188,7 @@ func (p *parser) top(n *yaml.Node) []Policy {
 }
 
 func (p *parser) policy(name, n *yaml.Node) (Policy, bool) {
-	path := join("policies", name.Value)
+	path := yamlconf.Join("policies", name.Value)
 	pol := Policy{Name: name.Value}
 	before := len(p.errs)
 	if err := validName(name.Value); err != nil {
@@ -229,12 +197,12 @@ func (p *parser) policy(name, n *yaml.Node) (Policy, bool) {
 	var rateKey, periodKey *yaml.Node
 	var burstKey, shareKey *yaml.Node
 	var permitsKey, ttlKey *yaml.Node
-	for _, kv := range p.pairs(n, path) {
+	for _, kv := range p.Pairs(n, path) {
 		k, v := kv[0], kv[1]
-		kp := join(path, k.Value)
+		kp := yamlconf.Join(path, k.Value)
 		switch k.Value {
 		case "algorithm":
-			if s, ok := p.str(v, kp); ok {
+			if s, ok := p.Str(v, kp); ok {
 				a, err := store.ParseAlgorithm(s)
 				if s == "concurrency" {
 					a, err = store.Concurrency, nil
@@ -268,7 +236,7 @@ func (p *parser) policy(name, n *yaml.Node) (Policy, bool) {
 		case "shadow":
 			pol.Shadow, _ = p.boolean(v, kp)
 		case "on_store_outage":
-			if s, ok := p.str(v, kp); ok {
+			if s, ok := p.Str(v, kp); ok {
 				m, err := store.ParseOutageMode(s)
 				if err != nil {
 					p.errAt(v, kp, "want fail_closed, fail_open or local, got %q", s)
@@ -279,7 +247,7 @@ func (p *parser) policy(name, n *yaml.Node) (Policy, bool) {
 			shareKey = k
 			pol.Outage.Share, _ = p.fraction(v, kp)
 		case "description":
-			pol.Description, _ = p.str(v, kp)
+			pol.Description, _ = p.Str(v, kp)
 		case "permits":
 			permitsKey = k
 			pol.Permits, _ = p.positive(v, kp)
@@ -296,7 +264,7 @@ func (p *parser) policy(name, n *yaml.Node) (Policy, bool) {
 	if pol.Algorithm == store.Concurrency {
 		for _, k := range []*yaml.Node{rateKey, periodKey, burstKey} {
 			if k != nil {
-				p.errAt(k, join(path, k.Value), "%s does not apply to concurrency (want permits and ttl)", k.Value)
+				p.errAt(k, yamlconf.Join(path, k.Value), "%s does not apply to concurrency (want permits and ttl)", k.Value)
 			}
 		}
 		if permitsKey == nil {
@@ -309,7 +277,7 @@ func (p *parser) policy(name, n *yaml.Node) (Policy, bool) {
 	} else {
 		for _, k := range []*yaml.Node{permitsKey, ttlKey} {
 			if k != nil {
-				p.errAt(k, join(path, k.Value), "%s applies only to algorithm: concurrency", k.Value)
+				p.errAt(k, yamlconf.Join(path, k.Value), "%s applies only to algorithm: concurrency", k.Value)
 			}
 		}
 	}
@@ -320,10 +288,10 @@ func (p *parser) policy(name, n *yaml.Node) (Policy, bool) {
 		p.errAt(name, path, "missing period (or window, or unit)")
 	}
 	if shareKey != nil && pol.Outage.Mode != store.FailLocal {
-		p.errAt(shareKey, join(path, "local_share"), "local_share applies only with on_store_outage: local")
+		p.errAt(shareKey, yamlconf.Join(path, "local_share"), "local_share applies only with on_store_outage: local")
 	}
 	if burstKey != nil && pol.Algorithm != store.GCRA {
-		p.errAt(burstKey, join(path, "burst"), "burst applies only to gcra, not %s", pol.Algorithm)
+		p.errAt(burstKey, yamlconf.Join(path, "burst"), "burst applies only to gcra, not %s", pol.Algorithm)
 	}
 	if len(p.errs) > before {
 		return pol, false
@@ -336,20 +304,8 @@ func (p *parser) policy(name, n *yaml.Node) (Policy, bool) {
 	return pol, true
 }
 
-func (p *parser) scalar(v *yaml.Node, path, want string) (string, bool) {
-	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
-		p.errAt(v, path, "want %s, got %s", want, kind(v))
-		return "", false
-	}
-	return v.Value, true
-}
-
-func (p *parser) str(v *yaml.Node, path string) (string, bool) {
-	return p.scalar(v, path, "a string")
-}
-
 func (p *parser) positive(v *yaml.Node, path string) (int64, bool) {
-	s, ok := p.scalar(v, path, "a positive integer")
+	s, ok := p.Scalar(v, path, "a positive integer")
 	if !ok {
 		return 0, false
 	}
@@ -362,7 +318,7 @@ func (p *parser) positive(v *yaml.Node, path string) (int64, bool) {
 }
 
 func (p *parser) fraction(v *yaml.Node, path string) (float64, bool) {
-	s, ok := p.scalar(v, path, "a number in (0, 1]")
+	s, ok := p.Scalar(v, path, "a number in (0, 1]")
 	if !ok {
 		return 0, false
 	}
@@ -375,7 +331,7 @@ func (p *parser) fraction(v *yaml.Node, path string) (float64, bool) {
 }
 
 func (p *parser) duration(v *yaml.Node, path string) (time.Duration, bool) {
-	s, ok := p.scalar(v, path, "a duration such as 1s, 10s, 1m or 24h")
+	s, ok := p.Scalar(v, path, "a duration such as 1s, 10s, 1m or 24h")
 	if !ok {
 		return 0, false
 	}
@@ -392,7 +348,7 @@ var units = map[string]time.Duration{
 }
 
 func (p *parser) unit(v *yaml.Node, path string) (time.Duration, bool) {
-	s, ok := p.scalar(v, path, "second, minute, hour or day")
+	s, ok := p.Scalar(v, path, "second, minute, hour or day")
 	if !ok {
 		return 0, false
 	}
@@ -404,7 +360,7 @@ func (p *parser) unit(v *yaml.Node, path string) (time.Duration, bool) {
 }
 
 func (p *parser) boolean(v *yaml.Node, path string) (bool, bool) {
-	s, ok := p.scalar(v, path, "true or false")
+	s, ok := p.Scalar(v, path, "true or false")
 	if !ok {
 		return false, false
 	}
@@ -416,28 +372,4 @@ func (p *parser) boolean(v *yaml.Node, path string) (bool, bool) {
 	}
 	p.errAt(v, path, "want true or false, got %q", s)
 	return false, false
-}
-
-func kind(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.AliasNode:
-		return "an alias"
-	case yaml.ScalarNode:
-		if n.Tag == "!!null" {
-			return "nothing"
-		}
-		return fmt.Sprintf("%q", n.Value)
-	}
-	return "a document"
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
 }

@@ -17,6 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluicerl/sluice/internal/yamlconf"
 	"github.com/sluicerl/sluice/limiter"
 )
 
@@ -130,7 +131,8 @@ func Parse(files ...File) (*Rules, error) {
 	r := &Rules{domains: map[string]*domain{}}
 	var errs limiter.ConfigErrors
 	for _, f := range files {
-		p := parser{file: f.Name, rules: r}
+		p := parser{Walker: yamlconf.Walker{Aliases: true, StringKeys: true}, file: f.Name, rules: r}
+		p.Errorf = p.errAt
 		p.parse(f.Data)
 		errs = append(errs, p.errs...)
 	}
@@ -159,9 +161,10 @@ var units = map[string]time.Duration{
 }
 
 type parser struct {
-	file  string
-	rules *Rules
-	errs  limiter.ConfigErrors
+	yamlconf.Walker // follows aliases, wants string keys, as yaml.v2 reads
+	file            string
+	rules           *Rules
+	errs            limiter.ConfigErrors
 }
 
 func (p *parser) errAt(n *yaml.Node, path, format string, args ...any) {
@@ -187,19 +190,10 @@ func (p *parser) parse(data []byte) {
 		p.syntaxError(err)
 		return
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		p.errAt(&extra, "", "a configuration file holds one YAML document; found another")
-	} else if !errors.Is(err, io.EOF) {
-		p.errAt(nil, "", "a configuration file holds one YAML document; found another: %s", strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	root := &doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
-	}
-	root = deref(root)
+	p.Rest(dec, "configuration file")
+	root := yamlconf.Deref(yamlconf.Root(&doc))
 	var domainNode, descNode, domainKey *yaml.Node
-	for _, kv := range p.pairs(root, "") {
+	for _, kv := range p.Pairs(root, "") {
 		switch k, v := kv[0], kv[1]; k.Value {
 		case "domain":
 			domainKey, domainNode = k, v
@@ -215,7 +209,7 @@ func (p *parser) parse(data []byte) {
 	name := ""
 	if domainNode == nil {
 		p.errAt(root, "", "missing domain")
-	} else if s, ok := p.str(domainNode, "domain"); ok {
+	} else if s, ok := p.Str(domainNode, "domain"); ok {
 		if s == "" {
 			p.errAt(domainNode, "domain", "empty domain")
 		}
@@ -254,66 +248,30 @@ func (p *parser) syntaxError(err error) {
 	p.errs = append(p.errs, e)
 }
 
-// deref follows an alias to the node it names.
-func deref(n *yaml.Node) *yaml.Node {
-	for n != nil && n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
-}
-
-// pairs returns the key/value pairs of a mapping, reporting duplicate and
-// non-string keys.
-func (p *parser) pairs(n *yaml.Node, path string) [][2]*yaml.Node {
-	n = deref(n)
-	if n.Kind != yaml.MappingNode {
-		p.errAt(n, path, "want a mapping, got %s", kind(n))
-		return nil
-	}
-	seen := map[string]int{}
-	var out [][2]*yaml.Node
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], deref(n.Content[i+1])
-		if k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str" {
-			p.errAt(k, path, "keys must be strings, got %s", kind(k))
-			continue
-		}
-		if line, dup := seen[k.Value]; dup {
-			p.errAt(k, join(path, k.Value), "duplicate key (first at line %d)", line)
-			continue
-		}
-		seen[k.Value] = k.Line
-		out = append(out, [2]*yaml.Node{k, v})
-	}
-	return out
-}
-
-func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
-
 func (p *parser) descriptors(d *domain, parent *node, n *yaml.Node, path, statPrefix string) {
-	if isNull(n) {
+	if yamlconf.IsNull(n) {
 		return
 	}
 	if n.Kind != yaml.SequenceNode {
-		p.errAt(n, path, "want a list of descriptors, got %s", kind(n))
+		p.errAt(n, path, "want a list of descriptors, got %s", yamlconf.Kind(n))
 		return
 	}
 	for i, item := range n.Content {
-		p.descriptor(d, parent, deref(item), fmt.Sprintf("%s[%d]", path, i), statPrefix)
+		p.descriptor(d, parent, yamlconf.Deref(item), fmt.Sprintf("%s[%d]", path, i), statPrefix)
 	}
 }
 
 func (p *parser) descriptor(d *domain, parent *node, n *yaml.Node, path, statPrefix string) {
 	if n.Kind != yaml.MappingNode {
-		p.errAt(n, path, "want a descriptor (a mapping with key, value, rate_limit, descriptors...), got %s", kind(n))
+		p.errAt(n, path, "want a descriptor (a mapping with key, value, rate_limit, descriptors...), got %s", yamlconf.Kind(n))
 		return
 	}
 	var keyNode, valueNode, rlNode, subNode *yaml.Node
 	var flags struct{ shadow, quota, detailed, valueToMetric, share bool }
 	var shareNode *yaml.Node
-	for _, kv := range p.pairs(n, path) {
+	for _, kv := range p.Pairs(n, path) {
 		k, v := kv[0], kv[1]
-		kp := join(path, k.Value)
+		kp := yamlconf.Join(path, k.Value)
 		switch k.Value {
 		case "key":
 			keyNode = v
@@ -347,22 +305,22 @@ func (p *parser) descriptor(d *domain, parent *node, n *yaml.Node, path, statPre
 		p.errAt(n, path, "descriptor has no key")
 		return
 	}
-	key, ok := p.str(keyNode, join(path, "key"))
+	key, ok := p.Str(keyNode, yamlconf.Join(path, "key"))
 	if !ok {
 		return
 	}
 	if key == "" {
-		p.errAt(keyNode, join(path, "key"), "descriptor has an empty key")
+		p.errAt(keyNode, yamlconf.Join(path, "key"), "descriptor has an empty key")
 		return
 	}
-	if valueNode != nil && !isNull(valueNode) {
-		if value, ok = p.str(valueNode, join(path, "value")); !ok {
+	if valueNode != nil && !yamlconf.IsNull(valueNode) {
+		if value, ok = p.Str(valueNode, yamlconf.Join(path, "value")); !ok {
 			return
 		}
 	}
 	wildcard := strings.HasSuffix(value, "*")
 	if flags.share && !wildcard {
-		p.errAt(shareNode, join(path, "share_threshold"), "share_threshold applies only to a wildcard value (one ending with '*'), not %q", value)
+		p.errAt(shareNode, yamlconf.Join(path, "share_threshold"), "share_threshold applies only to a wildcard value (one ending with '*'), not %q", value)
 	}
 	statKey := key
 	if value != "" {
@@ -374,12 +332,12 @@ func (p *parser) descriptor(d *domain, parent *node, n *yaml.Node, path, statPre
 		statPath: strings.TrimPrefix(strings.TrimPrefix(full, d.name), "."),
 	}
 	if prev := parent.find(key, value); prev != nil {
-		p.errAt(keyNode, join(path, "key"), "duplicate descriptor %q (first at line %d)", full, prev.line)
+		p.errAt(keyNode, yamlconf.Join(path, "key"), "duplicate descriptor %q (first at line %d)", full, prev.line)
 		return
 	}
 	parent.add(child, wildcard)
 	if rlNode != nil {
-		child.leaf = p.rateLimit(d, rlNode, join(path, "rate_limit"), child)
+		child.leaf = p.rateLimit(d, rlNode, yamlconf.Join(path, "rate_limit"), child)
 		if child.leaf != nil {
 			child.leaf.shadow = flags.shadow
 			child.leaf.quota = flags.quota
@@ -387,7 +345,7 @@ func (p *parser) descriptor(d *domain, parent *node, n *yaml.Node, path, statPre
 		}
 	}
 	if subNode != nil {
-		p.descriptors(d, child, subNode, join(path, "descriptors"), full)
+		p.descriptors(d, child, subNode, yamlconf.Join(path, "descriptors"), full)
 	}
 }
 
@@ -399,15 +357,15 @@ func (p *parser) rateLimit(d *domain, n *yaml.Node, path string, at *node) *leaf
 	l := &leaf{domain: d.name, statKey: at.statPath, file: p.file, line: n.Line, multiplier: 1}
 	before := len(p.errs)
 	var unitNode, unitKey, rpuKey *yaml.Node
-	for _, kv := range p.pairs(n, path) {
+	for _, kv := range p.Pairs(n, path) {
 		k, v := kv[0], kv[1]
-		kp := join(path, k.Value)
+		kp := yamlconf.Join(path, k.Value)
 		switch k.Value {
 		case "unit":
 			unitKey, unitNode = k, v
 		case "requests_per_unit":
 			rpuKey = k
-			if s, ok := p.scalar(v, kp, "a whole number from 0 to 4294967295"); ok {
+			if s, ok := p.Scalar(v, kp, "a whole number from 0 to 4294967295"); ok {
 				x, err := strconv.ParseUint(s, 10, 32)
 				if err != nil || v.ShortTag() != "!!int" {
 					p.errAt(v, kp, "want a whole number from 0 to 4294967295, got %q", s)
@@ -415,7 +373,7 @@ func (p *parser) rateLimit(d *domain, n *yaml.Node, path string, at *node) *leaf
 				l.rpu = uint32(x)
 			}
 		case "unit_multiplier":
-			if s, ok := p.scalar(v, kp, "a positive whole number"); ok {
+			if s, ok := p.Scalar(v, kp, "a positive whole number"); ok {
 				x, err := strconv.ParseUint(s, 10, 32)
 				if err != nil || x == 0 || v.ShortTag() != "!!int" {
 					p.errAt(v, kp, "want a positive whole number, got %q", s)
@@ -425,8 +383,8 @@ func (p *parser) rateLimit(d *domain, n *yaml.Node, path string, at *node) *leaf
 		case "unlimited":
 			l.unlimited, _ = p.boolean(v, kp)
 		case "name":
-			if !isNull(v) {
-				l.name, _ = p.str(v, kp)
+			if !yamlconf.IsNull(v) {
+				l.name, _ = p.Str(v, kp)
 			}
 		case "replaces":
 			p.replaces(l, v, kp)
@@ -438,13 +396,13 @@ func (p *parser) rateLimit(d *domain, n *yaml.Node, path string, at *node) *leaf
 		return nil
 	}
 	if unitNode != nil {
-		if s, ok := p.str(unitNode, join(path, "unit")); ok {
+		if s, ok := p.Str(unitNode, yamlconf.Join(path, "unit")); ok {
 			u, known := units[strings.ToLower(s)]
 			switch {
 			case l.unlimited:
-				p.errAt(unitKey, join(path, "unit"), "an unlimited rate limit takes no unit")
+				p.errAt(unitKey, yamlconf.Join(path, "unit"), "an unlimited rate limit takes no unit")
 			case !known:
-				p.errAt(unitNode, join(path, "unit"), "invalid rate limit unit %q (want second, minute, hour, day, week, month or year)", s)
+				p.errAt(unitNode, yamlconf.Join(path, "unit"), "invalid rate limit unit %q (want second, minute, hour, day, week, month or year)", s)
 			default:
 				l.unit, l.unitName = u, strings.ToLower(s)
 			}
@@ -457,11 +415,11 @@ func (p *parser) rateLimit(d *domain, n *yaml.Node, path string, at *node) *leaf
 	}
 	for i, r := range l.replaces {
 		if r == l.name && l.name != "" {
-			p.errAt(n, join(path, fmt.Sprintf("replaces[%d]", i)), "a rate limit cannot replace itself (%q)", r)
+			p.errAt(n, yamlconf.Join(path, fmt.Sprintf("replaces[%d]", i)), "a rate limit cannot replace itself (%q)", r)
 		}
 	}
 	if time.Duration(l.multiplier) > maxPeriod/max(l.unit, 1) {
-		p.errAt(n, join(path, "unit_multiplier"), "the period (%d %ss) is too long", l.multiplier, l.unitName)
+		p.errAt(n, yamlconf.Join(path, "unit_multiplier"), "the period (%d %ss) is too long", l.multiplier, l.unitName)
 	}
 	if len(p.errs) > before {
 		return nil
@@ -473,7 +431,7 @@ func (p *parser) rateLimit(d *domain, n *yaml.Node, path string, at *node) *leaf
 			if i := strings.LastIndex(msg, ": "); i >= 0 {
 				msg = msg[i+2:]
 			}
-			p.errAt(rpuKey, join(path, "requests_per_unit"), "%d per %s cannot be enforced: %s", l.rpu, l.period(), msg)
+			p.errAt(rpuKey, yamlconf.Join(path, "requests_per_unit"), "%d per %s cannot be enforced: %s", l.rpu, l.period(), msg)
 			return nil
 		}
 	}
@@ -481,27 +439,27 @@ func (p *parser) rateLimit(d *domain, n *yaml.Node, path string, at *node) *leaf
 }
 
 func (p *parser) replaces(l *leaf, v *yaml.Node, path string) {
-	if isNull(v) {
+	if yamlconf.IsNull(v) {
 		return
 	}
 	if v.Kind != yaml.SequenceNode {
-		p.errAt(v, path, "want a list of {name: ...}, got %s", kind(v))
+		p.errAt(v, path, "want a list of {name: ...}, got %s", yamlconf.Kind(v))
 		return
 	}
 	for i, item := range v.Content {
 		ip := fmt.Sprintf("%s[%d]", path, i)
 		name := ""
-		for _, kv := range p.pairs(item, ip) {
+		for _, kv := range p.Pairs(item, ip) {
 			k, val := kv[0], kv[1]
 			if k.Value != "name" {
-				p.errAt(k, join(ip, k.Value), "unknown key (want name)")
+				p.errAt(k, yamlconf.Join(ip, k.Value), "unknown key (want name)")
 				continue
 			}
-			if !isNull(val) {
-				name, _ = p.str(val, join(ip, "name"))
+			if !yamlconf.IsNull(val) {
+				name, _ = p.Str(val, yamlconf.Join(ip, "name"))
 			}
 		}
-		if deref(item).Kind != yaml.MappingNode {
+		if yamlconf.Deref(item).Kind != yaml.MappingNode {
 			continue
 		}
 		if name == "" {
@@ -512,22 +470,10 @@ func (p *parser) replaces(l *leaf, v *yaml.Node, path string) {
 	}
 }
 
-func (p *parser) scalar(v *yaml.Node, path, want string) (string, bool) {
-	if v.Kind != yaml.ScalarNode || isNull(v) {
-		p.errAt(v, path, "want %s, got %s", want, kind(v))
-		return "", false
-	}
-	return v.Value, true
-}
-
-func (p *parser) str(v *yaml.Node, path string) (string, bool) {
-	return p.scalar(v, path, "a string")
-}
-
 // boolean accepts YAML 1.1's booleans, which envoyproxy/ratelimit's YAML
 // library (yaml.v2) reads.
 func (p *parser) boolean(v *yaml.Node, path string) (bool, bool) {
-	s, ok := p.scalar(v, path, "true or false")
+	s, ok := p.Scalar(v, path, "true or false")
 	if !ok {
 		return false, false
 	}
@@ -539,30 +485,6 @@ func (p *parser) boolean(v *yaml.Node, path string) (bool, bool) {
 	}
 	p.errAt(v, path, "want true or false, got %q", s)
 	return false, false
-}
-
-func kind(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.AliasNode:
-		return "an alias"
-	case yaml.ScalarNode:
-		if isNull(n) {
-			return "nothing"
-		}
-		return fmt.Sprintf("%q", n.Value)
-	}
-	return "a document"
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
 }
 
 // name gives every enforced leaf its Sluice policy name: "rls:" followed

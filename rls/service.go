@@ -128,12 +128,13 @@ type Service struct {
 
 // leafState is what the Service precomputes for one rate_limit.
 type leafState struct {
-	l       *leaf
-	handle  *limiter.Handle // nil unless l.limits()
-	limit   *pb.RateLimitResponse_RateLimit
-	stats   *counters // under the configured key
-	ietfPol string    // RateLimit-Policy member
-	nearAt  int64     // hits above it are near the limit
+	l        *leaf
+	handle   *limiter.Handle // nil unless l.limits()
+	limit    *pb.RateLimitResponse_RateLimit
+	stats    *counters // under the configured key
+	ietfPol  string    // RateLimit-Policy member
+	limitStr string    // requests_per_unit, for X-RateLimit-Limit
+	nearAt   int64     // hits above it are near the limit
 }
 
 // New returns a Service for cfg.
@@ -184,6 +185,7 @@ func New(cfg Config) (*Service, error) {
 		}
 		ls.nearAt = int64(math.Floor(float64(l.rpu) * s.near))
 		ls.ietfPol = policyItem(l)
+		ls.limitStr = strconv.FormatUint(uint64(l.rpu), 10)
 		if !l.limits() {
 			continue
 		}
@@ -419,11 +421,15 @@ func (s *Service) storeError(err error) error {
 // respond builds the response and counts the hits.
 func (s *Service) respond(items []item) *pb.RateLimitResponse {
 	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(items))}
+	// One allocation each for the statuses and their durations.
+	sts := make([]pb.RateLimitResponse_DescriptorStatus, len(items))
+	durs := make([]durationpb.Duration, len(items))
 	var pick *item
 	var pickStatus *pb.RateLimitResponse_DescriptorStatus
 	for i := range items {
 		it := &items[i]
-		st := &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+		st := &sts[i]
+		st.Code = pb.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		switch {
 		case it.ls == nil:
@@ -436,14 +442,15 @@ func (s *Service) respond(items []item) *pb.RateLimitResponse {
 		st.CurrentLimit = it.ls.limit
 		soft := l.shadow || l.quota
 		over := it.over || !it.dec.Allowed || it.dec.Shadowed
+		st.DurationUntilReset = &durs[i]
 		if it.over {
-			st.DurationUntilReset = seconds(l.period())
+			durs[i].Seconds = seconds(l.period())
 		} else {
 			st.LimitRemaining = uint32(min(max(it.dec.Remaining, 0), math.MaxUint32))
 			if over {
-				st.DurationUntilReset = seconds(it.dec.RetryAfter)
+				durs[i].Seconds = seconds(it.dec.RetryAfter)
 			} else {
-				st.DurationUntilReset = seconds(it.dec.ResetAfter)
+				durs[i].Seconds = seconds(it.dec.ResetAfter)
 			}
 		}
 		if over && !soft {
@@ -484,29 +491,45 @@ func (s *Service) count(it *item, over bool) {
 }
 
 // seconds rounds d up to whole seconds, as Envoy reads the duration.
-func seconds(d time.Duration) *durationpb.Duration {
+func seconds(d time.Duration) int64 {
 	s := int64(d / time.Second)
 	if d%time.Second > 0 {
 		s++
 	}
-	return &durationpb.Duration{Seconds: max(s, 0)}
+	return max(s, 0)
 }
 
 func (s *Service) headersFor(it *item, st *pb.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
-	var out []*corev3.HeaderValue
-	reset := strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10)
-	if s.headers == HeadersXRateLimit || s.headers == HeadersBoth {
-		out = append(out,
-			&corev3.HeaderValue{Key: "x-ratelimit-limit", Value: strconv.FormatUint(uint64(it.ls.l.rpu), 10)},
-			&corev3.HeaderValue{Key: "x-ratelimit-remaining", Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
-			&corev3.HeaderValue{Key: "x-ratelimit-reset", Value: reset},
-		)
+	// The headers in one allocation, their pointers in another.
+	x := s.headers == HeadersXRateLimit || s.headers == HeadersBoth
+	ietf := s.headers == HeadersIETF || s.headers == HeadersBoth
+	count := 0
+	if x {
+		count += 3
 	}
-	if s.headers == HeadersIETF || s.headers == HeadersBoth {
-		out = append(out,
-			&corev3.HeaderValue{Key: "ratelimit-policy", Value: it.ls.ietfPol},
-			&corev3.HeaderValue{Key: "ratelimit", Value: sfString(it.ls.l.policy) + ";r=" + strconv.FormatUint(uint64(st.LimitRemaining), 10) + ";t=" + reset},
-		)
+	if ietf {
+		count += 2
+	}
+	hv := make([]corev3.HeaderValue, count)
+	n := 0
+	add := func(k, v string) {
+		hv[n].Key, hv[n].Value = k, v
+		n++
+	}
+	reset := strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10)
+	remaining := strconv.FormatUint(uint64(st.LimitRemaining), 10)
+	if x {
+		add("x-ratelimit-limit", it.ls.limitStr)
+		add("x-ratelimit-remaining", remaining)
+		add("x-ratelimit-reset", reset)
+	}
+	if ietf {
+		add("ratelimit-policy", it.ls.ietfPol)
+		add("ratelimit", sfString(it.ls.l.policy)+";r="+remaining+";t="+reset)
+	}
+	out := make([]*corev3.HeaderValue, n)
+	for i := range out {
+		out[i] = &hv[i]
 	}
 	return out
 }

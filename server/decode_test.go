@@ -147,6 +147,7 @@ func TestNotFoundListsEveryEndpoint(t *testing.T) {
 		"POST /api/v1/slots", "POST /api/v1/slots/batch", "GET /api/v1/slots/{eventId...}",
 		"POST /admin/rate-limit/config", "GET /admin/rate-limit/config/{name}",
 		"POST /admin/rate-limit/config/{name}/deactivate", "POST /admin/rate-limit/cache/flush",
+		"GET /admin/rate-limit/verify",
 	}, got)
 }
 

@@ -22,7 +22,7 @@
 // /api/v1/slots, POST /api/v1/slots/batch, GET /api/v1/slots/{eventId},
 // POST /admin/rate-limit/config, GET /admin/rate-limit/config/{name}, POST
 // /admin/rate-limit/config/{name}/deactivate, POST
-// /admin/rate-limit/cache/flush.
+// /admin/rate-limit/cache/flush, GET /admin/rate-limit/verify.
 //
 // Config.Observer, when set, sees every counted decision with its key,
 // every lease acquire and the slot configs served (observer.go): the live
@@ -149,8 +149,9 @@
 //	slots  POST /api/v1/slots, POST /api/v1/slots/batch
 //	jobs   POST /v1/jobs/claim, POST /v1/jobs/{id}/{op} (worker protocol, trigger)
 //	admin  POST /v1/admin/reload, slot configs (POST /admin/rate-limit/...),
-//	       PUT connectors and jobs, pause and resume
-//	read   every GET but /healthz and /metrics
+//	       GET /admin/rate-limit/verify, PUT connectors and jobs, pause and
+//	       resume
+//	read   every other GET but /healthz and /metrics
 //
 // With auth, a lease's holder is bound to the token that acquired it: it is
 // stored as "<token name>/<holder>" (the answer's holder field shows it),

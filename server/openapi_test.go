@@ -217,6 +217,8 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 	c.reloadErr = errors.New("policies.yaml:3:7: policies[0].rate: must be > 0")
 	c.want(422, "POST", "/v1/admin/reload", "")
 	c.want(405, "GET", "/v1/admin/reload", "")
+	c.want(200, "GET", "/admin/rate-limit/verify", "")
+	c.want(405, "POST", "/admin/rate-limit/verify", "")
 	c.want(200, "POST", "/admin/rate-limit/cache/flush", "")
 	c.want(405, "GET", "/admin/rate-limit/cache/flush", "")
 	c.want(200, "POST", "/admin/rate-limit/config/default/deactivate", "")

@@ -39,6 +39,7 @@ const (
 	routeSlotConfigName = "/admin/rate-limit/config/{name}"
 	routeSlotDeactivate = "/admin/rate-limit/config/{name}/deactivate"
 	routeSlotFlush      = "/admin/rate-limit/cache/flush"
+	routeSlotVerify     = "/admin/rate-limit/verify"
 )
 
 // slotMetrics count slot assignments. Labels are fixed words, never config
@@ -84,6 +85,7 @@ func (s *Server) slotRoutes() []route {
 		{http.MethodGet, routeSlotConfigName, s.getSlotConfig, auth.Read},
 		{http.MethodPost, routeSlotDeactivate, s.deactivateSlotConfig, auth.Admin},
 		{http.MethodPost, routeSlotFlush, s.flushSlotConfigs, auth.Admin},
+		{http.MethodGet, routeSlotVerify, s.verifySlots, auth.Admin},
 	}
 }
 
@@ -428,6 +430,25 @@ func (s *Server) flushSlotConfigs(w http.ResponseWriter, r *http.Request) {
 	}
 	s.slots.Flush(names...)
 	writeJSON(w, http.StatusOK, contentJSON, map[string]any{"flushed": true})
+}
+
+// verifySlots checks the slot invariants over the whole records database
+// (slot.Scheduler.Verify: a full scan, hence scope admin) and answers the
+// counts and the problems found, ok when there are none.
+func (s *Server) verifySlots(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	rep, err := s.slots.Verify(r.Context())
+	if err != nil {
+		s.slotError(w, err, "")
+		return
+	}
+	problems := rep.Problems
+	if problems == nil {
+		problems = []string{}
+	}
+	writeJSON(w, http.StatusOK, contentJSON, map[string]any{
+		"ok": len(problems) == 0, "configs": rep.Configs, "windows": rep.Windows, "slots": rep.Slots, "problems": problems,
+	})
 }
 
 // slotError answers an error of the slot scheduler.

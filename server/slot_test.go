@@ -187,3 +187,30 @@ func TestSlotBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestSlotVerify: GET /admin/rate-limit/verify answers the counts of the
+// records database's slot tables and that no invariant fails.
+func TestSlotVerify(t *testing.T) {
+	t.Parallel()
+	b := fullSetup(t, server.Config{})
+	rec := b.do(t, http.MethodPost, "/admin/rate-limit/config", "application/json",
+		`{"configName":"v","maxPerWindow":2,"windowSize":"PT1S"}`)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	rec = b.do(t, http.MethodPost, "/api/v1/slots/batch", "application/json",
+		`{"configName":"v","events":[{"eventId":"a","requestedTime":"2025-06-01T12:00:00Z"},{"eventId":"b","requestedTime":"2025-06-01T12:00:00Z"},{"eventId":"c","requestedTime":"2025-06-01T12:00:00Z"}]}`)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	rec = b.do(t, http.MethodGet, "/admin/rate-limit/verify", "", "")
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	var out struct {
+		OK                      bool
+		Configs, Windows, Slots int64
+		Problems                []string
+	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out))
+	require.True(t, out.OK)
+	require.Equal(t, int64(1), out.Configs)
+	require.Equal(t, int64(2), out.Windows)
+	require.Equal(t, int64(3), out.Slots)
+	require.NotNil(t, out.Problems)
+	require.Empty(t, out.Problems)
+}

@@ -78,31 +78,43 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// call makes one request and returns its status, headers and body.
+// call makes one request with a JSON body (none when body is nil) and
+// returns its status, headers and body.
 func (f *clientFlags) call(ctx context.Context, method, path string, body any) (int, http.Header, []byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	var b []byte
+	if body != nil {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
+			return 0, nil, nil, err
+		}
+	}
+	return request(ctx, f.server, f.token, f.timeout, method, path, b)
+}
+
+// request makes one request to server (a base URL) within timeout, with
+// the token as a bearer Authorization when set and body as JSON when not
+// nil, and returns the answer's status, headers and body (at most 8 MiB).
+// Every client command calls the server through it.
+func request(ctx context.Context, server, token string, timeout time.Duration, method, path string, body []byte) (int, http.Header, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var r io.Reader
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return 0, nil, nil, err
-		}
-		r = bytes.NewReader(b)
+		r = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, f.server+path, r)
+	req, err := http.NewRequestWithContext(ctx, method, server+path, r)
 	if err != nil {
 		return 0, nil, nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if f.token != "" {
-		req.Header.Set("Authorization", "Bearer "+f.token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, nil, nil, fmt.Errorf("%s %s: %w", method, f.server, err)
+		return 0, nil, nil, fmt.Errorf("%s %s: %w", method, server, err)
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))

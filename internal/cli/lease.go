@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -159,34 +157,10 @@ holder may release early), and never later than the server's Retry-After.`,
 	return cmd
 }
 
-// call makes one request and returns its status, headers and body.
+// call makes one request (request, in client.go) and returns its status,
+// headers and body.
 func (f *leaseFlags) call(ctx context.Context, method, path string, body []byte) (int, http.Header, []byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, f.timeout)
-	defer cancel()
-	var r io.Reader
-	if body != nil {
-		r = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, f.server+path, r)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if f.token != "" {
-		req.Header.Set("Authorization", "Bearer "+f.token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, nil, nil, fmt.Errorf("lease: %w", err)
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return 0, nil, nil, fmt.Errorf("lease: reading the answer: %w", err)
-	}
-	return resp.StatusCode, resp.Header, out, nil
+	return request(ctx, f.server, f.token, f.timeout, method, path, body)
 }
 
 // answer prints a successful body, or turns a problem into an error.

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -87,6 +88,41 @@ func toSlotOut(s slot.Slot) slotOut {
 	return slotOut{s.EventID, s.ConfigName, s.ConfigVersion, f(s.RequestedTime), f(s.WindowStart), f(s.ScheduledTime), s.Status.String()}
 }
 
+// slotsRemote binds --server (empty: work on --db), --token, --timeout and
+// --output (client.go) to c, and returns the flags and a func that reports
+// whether --server was given, after reading SLUICE_TOKEN and checking them.
+func slotsRemote(c *cobra.Command, opts *Options, what string) (*clientFlags, func() (bool, error)) {
+	remote := &clientFlags{}
+	remote.bind(c, opts, false)
+	c.Flags().StringVar(&remote.server, "server", "", what+" through a running server at this base `URL` instead of --db")
+	return remote, func() (bool, error) {
+		source, err := applyEnv(c.Flags(), opts.Getenv, []envFlag{{"token", "SLUICE_TOKEN"}})
+		if err != nil {
+			return false, err
+		}
+		if remote.server == "" {
+			if remote.output != "json" && remote.output != "table" {
+				return false, usagef("invalid --output %q: want json or table", remote.output)
+			}
+			return false, nil
+		}
+		return true, remote.check(source)
+	}
+}
+
+// send makes one request of a slots command over the server and returns
+// the answer's body, or the server's problem as an error.
+func (f *clientFlags) send(c *cobra.Command, what, method, path string, body any, ok ...int) ([]byte, error) {
+	code, h, out, err := f.call(c.Context(), method, path, body)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(ok, code) {
+		return nil, problemError(what, code, h, out)
+	}
+	return out, nil
+}
+
 func newSlotsCmd(opts *Options) *cobra.Command {
 	var dbURL string
 	cmd := &cobra.Command{
@@ -123,10 +159,19 @@ one 'sluice serve' uses.`,
 		window   string
 		headroom int64
 	)
+	// Each command's --server, --token, --timeout and --output
+	// (slotsRemote), bound after the command is made.
+	var (
+		configRemote, remote, loadFlags, verifyFlags     *clientFlags
+		configReady, assignReady, loadReady, verifyReady func() (bool, error)
+	)
 	config := &cobra.Command{
 		Use:   "config NAME --max N --window PT4S",
 		Short: "Store a new version of a slot config and make it active",
-		Args:  usageArgs(cobra.ExactArgs(1)),
+		Long: `Store a new version of a slot config in the records database (--db), or
+with --server through a running 'sluice serve' (POST /admin/rate-limit/config,
+scope admin), and make it active.`,
+		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := requireFlags(c, "max", "window"); err != nil {
 				return err
@@ -138,6 +183,19 @@ one 'sluice serve' uses.`,
 			cfg := store.SlotConfig{Name: args[0], MaxPerWindow: maxPer, WindowSize: d, Headroom: headroom}
 			if err := cfg.Validate(); err != nil {
 				return usagef("%v", strings.TrimPrefix(err.Error(), "store: "))
+			}
+			if remote, err := configReady(); err != nil {
+				return err
+			} else if remote {
+				body := map[string]any{"configName": args[0], "maxPerWindow": maxPer, "windowSize": window}
+				if headroom > 0 {
+					body["headroom"] = headroom
+				}
+				out, err := configRemote.send(c, "slots config", http.MethodPost, "/admin/rate-limit/config", body, http.StatusCreated)
+				if err != nil {
+					return err
+				}
+				return configRemote.print(opts, out)
 			}
 			return with(c, slot.Config{}, func(s *slot.Scheduler) error {
 				out, err := s.PutConfig(c.Context(), cfg)
@@ -153,9 +211,9 @@ one 'sluice serve' uses.`,
 	config.Flags().Int64Var(&maxPer, "max", 0, "most events per window (required)")
 	config.Flags().StringVar(&window, "window", "", "window size, an ISO-8601 duration such as PT4S (required)")
 	config.Flags().Int64Var(&headroom, "headroom", 0, fmt.Sprintf("windows searched past the first open one (0 means %d)", store.DefaultSlotHeadroom))
+	configRemote, configReady = slotsRemote(config, opts, "store the config")
 
 	var cfgName, at string
-	var remote clientFlags // --server: over a running server's HTTP API (client.go)
 	assign := &cobra.Command{
 		Use:   "assign EVENT_ID --config NAME --at TIME",
 		Short: "Assign one event a slot (or print the one it has)",
@@ -176,19 +234,13 @@ through a running 'sluice serve' (POST /api/v1/slots).`,
 			if err != nil {
 				return usagef("invalid --at %q: want an RFC 3339 time such as 2025-06-01T12:00:00Z", at)
 			}
-			if source, err := applyEnv(c.Flags(), opts.Getenv, []envFlag{{"token", "SLUICE_TOKEN"}}); err != nil {
+			if isRemote, err := assignReady(); err != nil {
 				return err
-			} else if remote.server != "" {
-				if err := remote.check(source); err != nil {
-					return err
-				}
-				code, h, out, err := remote.call(c.Context(), http.MethodPost, "/api/v1/slots",
-					map[string]string{"eventId": args[0], "configName": cfgName, "requestedTime": at})
+			} else if isRemote {
+				out, err := remote.send(c, "slots assign", http.MethodPost, "/api/v1/slots",
+					map[string]string{"eventId": args[0], "configName": cfgName, "requestedTime": at}, http.StatusOK, http.StatusCreated)
 				if err != nil {
 					return err
-				}
-				if code != http.StatusOK && code != http.StatusCreated {
-					return problemError("slots assign", code, h, out)
 				}
 				return remote.print(opts, out)
 			}
@@ -197,9 +249,6 @@ through a running 'sluice serve' (POST /api/v1/slots).`,
 				if err != nil {
 					return err
 				}
-				if remote.output != "json" && remote.output != "table" {
-					return usagef("invalid --output %q: want json or table", remote.output)
-				}
 				b, _ := json.Marshal(toSlotOut(sl))
 				return remote.print(opts, append(b, '\n'))
 			})
@@ -207,8 +256,7 @@ through a running 'sluice serve' (POST /api/v1/slots).`,
 	}
 	assign.Flags().StringVar(&cfgName, "config", "default", "slot config `name`")
 	assign.Flags().StringVar(&at, "at", "", "requested time, RFC 3339 (required)")
-	remote.bind(assign, opts, false)
-	assign.Flags().StringVar(&remote.server, "server", "", "assign through a running server at this base `URL` instead of --db")
+	remote, assignReady = slotsRemote(assign, opts, "assign")
 
 	var (
 		loadCfg, format string
@@ -222,7 +270,10 @@ through a running 'sluice serve' (POST /api/v1/slots).`,
 stderr and a summary at the end. FILE is CSV (eventId,requestedTime; a
 header line is skipped) or JSON lines ({"eventId":...,"requestedTime":...});
 the format follows the extension (.csv, .jsonl, .ndjson, .json) or, failing
-that, the first character. Use - for standard input.`,
+that, the first character. Use - for standard input. With --server the
+batches go to a running 'sluice serve' (POST /api/v1/slots/batch, whose
+--batch must not exceed the server's limit) and the summary is printed in
+the --output format.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
 			if batch < 1 || batch > 100_000 {
@@ -234,9 +285,16 @@ that, the first character. Use - for standard input.`,
 			if err := checkID("--config", loadCfg, store.MaxConfigNameLen); err != nil {
 				return err
 			}
+			isRemote, err := loadReady()
+			if err != nil {
+				return err
+			}
 			events, err := readEvents(args[0], format)
 			if err != nil {
 				return err
+			}
+			if isRemote {
+				return loadRemote(c, opts, loadFlags, loadCfg, events, batch)
 			}
 			return with(c, slot.Config{MaxBatch: batch}, func(s *slot.Scheduler) error {
 				return loadEvents(c.Context(), opts, s, loadCfg, events, batch, quiet)
@@ -247,6 +305,7 @@ that, the first character. Use - for standard input.`,
 	load.Flags().StringVar(&format, "format", "", "csv or jsonl (default: from the file)")
 	load.Flags().IntVar(&batch, "batch", 5000, "events per batch")
 	load.Flags().BoolVar(&quiet, "quiet", false, "no progress bar (there is none unless stderr is a terminal)")
+	loadFlags, loadReady = slotsRemote(load, opts, "assign the slots")
 
 	verify := &cobra.Command{
 		Use:   "verify",
@@ -254,9 +313,33 @@ that, the first character. Use - for standard input.`,
 		Long: `Check, over every window and slot: no window holds more than its config's
 maximum; every window's counter equals its rows; every slot lies inside its
 window and not before its requested time; every CLOSED window is followed by
-a window row. Prints what is wrong, if anything.`,
+a window row. Prints what is wrong, if anything. With --server, the server
+checks its records database (GET /admin/rate-limit/verify, scope admin) and
+the answer is printed in the --output format.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(c *cobra.Command, _ []string) error {
+			if isRemote, err := verifyReady(); err != nil {
+				return err
+			} else if isRemote {
+				out, err := verifyFlags.send(c, "slots verify", http.MethodGet, "/admin/rate-limit/verify", nil, http.StatusOK)
+				if err != nil {
+					return err
+				}
+				var rep struct {
+					OK       bool     `json:"ok"`
+					Problems []string `json:"problems"`
+				}
+				if err := json.Unmarshal(out, &rep); err != nil {
+					return fmt.Errorf("slots verify: the server's answer is not JSON: %w", err)
+				}
+				if err := verifyFlags.print(opts, out); err != nil {
+					return err
+				}
+				if !rep.OK {
+					return fmt.Errorf("slots verify: %d problems (at most %d listed)", len(rep.Problems), store.MaxReportedProblems)
+				}
+				return nil
+			}
 			return with(c, slot.Config{}, func(s *slot.Scheduler) error {
 				rep, err := s.Verify(c.Context())
 				if err != nil {
@@ -274,8 +357,54 @@ a window row. Prints what is wrong, if anything.`,
 			})
 		},
 	}
+	verifyFlags, verifyReady = slotsRemote(verify, opts, "verify")
 	cmd.AddCommand(config, assign, load, verify)
 	return cmd
+}
+
+// loadRemote assigns events in batches through the server (POST
+// /api/v1/slots/batch) and prints the totals; events that got no slot
+// make it fail after the summary, as the local load does.
+func loadRemote(c *cobra.Command, opts *Options, f *clientFlags, cfgName string, events []slot.Event, batch int) error {
+	type batchEvent struct {
+		EventID       string `json:"eventId"`
+		RequestedTime string `json:"requestedTime"`
+	}
+	var sum struct {
+		ConfigName string `json:"configName"`
+		Events     int    `json:"events"`
+		Assigned   int    `json:"assigned"`
+		Existing   int    `json:"existing"`
+		Exhausted  int    `json:"exhausted"`
+	}
+	sum.ConfigName, sum.Events = cfgName, len(events)
+	for i := 0; i < len(events); i += batch {
+		part := events[i:min(i+batch, len(events))]
+		evs := make([]batchEvent, len(part))
+		for j, e := range part {
+			evs[j] = batchEvent{e.EventID, e.RequestedTime.UTC().Format(time.RFC3339Nano)}
+		}
+		out, err := f.send(c, fmt.Sprintf("slots load: events %d to %d", i+1, i+len(part)), http.MethodPost, "/api/v1/slots/batch",
+			map[string]any{"configName": cfgName, "events": evs}, http.StatusOK)
+		if err != nil {
+			return err
+		}
+		var res struct{ Assigned, Existing, Exhausted int }
+		if err := json.Unmarshal(out, &res); err != nil {
+			return fmt.Errorf("slots load: the server's answer is not JSON: %w", err)
+		}
+		sum.Assigned += res.Assigned
+		sum.Existing += res.Existing
+		sum.Exhausted += res.Exhausted
+	}
+	b, _ := json.Marshal(sum)
+	if err := f.print(opts, append(b, '\n')); err != nil {
+		return err
+	}
+	if sum.Exhausted > 0 {
+		return fmt.Errorf("%d events got no slot within the headroom", sum.Exhausted)
+	}
+	return nil
 }
 
 type fileEvent struct {

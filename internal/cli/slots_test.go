@@ -154,3 +154,67 @@ func TestServeSlotsSeedVerification(t *testing.T) {
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "1 slots in 1 windows of 1 configs")
 }
+
+// TestSlotsOverServer: slots config, load and verify with --server go
+// through a running 'sluice serve' (started here, with tokens) and its
+// records database, with --token and --output json or table; a token
+// without scope admin is refused with the server's 403.
+func TestSlotsOverServer(t *testing.T) {
+	t.Parallel()
+	admin, adminLine := mint(t, "ops", "*")
+	taker, takerLine := mint(t, "taker", "take")
+	tokens := writeFile(t, "tokens", "# name scopes hash\n"+adminLine+"\n"+takerLine+"\n")
+	config := writeFile(t, "p.yaml", reloadPolicies)
+	s := startServe(t, nil, "--addr", "127.0.0.1:0", "--config", config, "--tokens", tokens, "--watch=false")
+	server := "http://" + s.addr
+
+	r := run(t, nil, "slots", "config", "feed", "--max", "2", "--window", "PT4S", "--server", server, "--token", admin)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"configName":"feed"`)
+	r = run(t, map[string]string{"SLUICE_TOKEN": admin}, "slots", "config", "feed", "--max", "3", "--window", "PT4S",
+		"--headroom", "50", "--server", server, "--output", "table")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^version\s+2$`, r.stdout)
+	r = run(t, nil, "slots", "config", "feed", "--max", "3", "--window", "PT4S", "--server", server, "--token", taker)
+	require.Equal(t, cli.ExitFailure, r.code)
+	require.Contains(t, r.stderr, "(403)")
+	r = run(t, nil, "slots", "config", "feed", "--max", "3", "--window", "PT4S", "--server", server)
+	require.Equal(t, cli.ExitFailure, r.code)
+	require.Contains(t, r.stderr, "(401)")
+
+	// 7 events in batches of 2: one window holds 3.
+	var csv strings.Builder
+	csv.WriteString("eventId,requestedTime\n")
+	for i := range 7 {
+		fmt.Fprintf(&csv, "e%d,2025-06-01T12:00:00Z\n", i)
+	}
+	feed := writeFile(t, "feed.csv", csv.String())
+	r = run(t, nil, "slots", "load", feed, "--config", "feed", "--batch", "2", "--server", server, "--token", admin)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.JSONEq(t, `{"configName":"feed","events":7,"assigned":7,"existing":0,"exhausted":0}`, r.stdout)
+	r = run(t, nil, "slots", "load", feed, "--config", "feed", "--server", server, "--token", admin, "--output", "table")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^existing\s+7$`, r.stdout)
+	r = run(t, nil, "slots", "load", feed, "--config", "nope", "--server", server, "--token", admin)
+	require.Equal(t, cli.ExitFailure, r.code)
+	require.Contains(t, r.stderr, "slots load: events 1 to 7")
+	require.Contains(t, r.stderr, "(422)")
+
+	r = run(t, nil, "slots", "verify", "--server", server, "--token", admin)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.JSONEq(t, `{"ok":true,"configs":1,"windows":3,"slots":7,"problems":[]}`, r.stdout)
+	r = run(t, nil, "slots", "verify", "--server", server, "--token", admin, "--output", "table")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^ok\s+true$`, r.stdout)
+	r = run(t, nil, "slots", "verify", "--server", server, "--token", taker)
+	require.Equal(t, cli.ExitFailure, r.code)
+	require.Contains(t, r.stderr, "(403)")
+
+	// Bad flags name what is wrong, before any request.
+	r = run(t, nil, "slots", "verify", "--server", "ftp://x", "--token", admin)
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.stderr, `invalid --server "ftp://x"`)
+	r = run(t, nil, "slots", "verify", "--server", server, "--output", "yaml")
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.stderr, `invalid --output "yaml"`)
+}

@@ -194,6 +194,8 @@ type Store struct {
 	down       atomic.Bool  // the store is held down
 	probing    atomic.Bool  // one call is probing the store
 
+	direct bool // the primary returns by its deadline: call it on the caller's goroutine
+
 	debts   debts // keys granted locally, to charge into the store
 	logging logLimiter
 }
@@ -241,6 +243,9 @@ func New(primary store.RateStore, cfg Config) (*Store, error) {
 		notify:      cfg.OnFallback,
 		log:         cfg.Logger,
 		backoff:     MinBackoff,
+	}
+	if h, ok := primary.(DeadlineHonourer); ok {
+		s.direct = h.HonoursDeadline()
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -376,6 +381,21 @@ type verdict struct {
 	err    error
 }
 
+// DeadlineHonourer is implemented by a primary store whose rate
+// operations (Take, TakeAll, Settle, Sync, Reset) return by their
+// context's deadline when HonoursDeadline reports true (redisstore's do).
+// The guard then calls them on the caller's goroutine: no goroutine,
+// channel and select per call.
+type DeadlineHonourer interface {
+	HonoursDeadline() bool
+}
+
+// rateCall is call for the primary's rate operations: on the caller's
+// goroutine when the primary returns by its deadline by itself.
+func rateCall[T any](s *Store, ctx context.Context, f func(ctx context.Context) (T, error)) (T, verdict) {
+	return guarded(s, ctx, s.direct, f)
+}
+
 // call runs f against the store with the timeout, waiting no longer than
 // the timeout even if f does. While the store is down (or the call is
 // skipped during the backoff) the verdict is FallbackStoreDown; a call that
@@ -384,6 +404,11 @@ type verdict struct {
 // f runs on a goroutine of its own and hands its result over the channel
 // only: a call abandoned at the deadline writes nothing the caller reads.
 func call[T any](s *Store, ctx context.Context, f func(ctx context.Context) (T, error)) (T, verdict) {
+	return guarded(s, ctx, false, f)
+}
+
+// guarded is call, with f on the caller's goroutine when direct.
+func guarded[T any](s *Store, ctx context.Context, direct bool, f func(ctx context.Context) (T, error)) (T, verdict) {
 	var zero T
 	if !s.usable() {
 		return zero, verdict{reason: store.FallbackStoreDown}
@@ -399,12 +424,16 @@ func call[T any](s *Store, ctx context.Context, f func(ctx context.Context) (T, 
 		r   T
 		err error
 	}
+	var a answer
+	if direct {
+		a.r, a.err = f(cctx)
+		return a.r, s.verdict(ctx, cctx, start, a.err)
+	}
 	done := make(chan answer, 1)
 	go func() {
 		r, err := f(cctx)
 		done <- answer{r, err}
 	}()
-	var a answer
 	select {
 	case a = <-done:
 	case <-cctx.Done():
@@ -412,11 +441,17 @@ func call[T any](s *Store, ctx context.Context, f func(ctx context.Context) (T, 
 		// request, a dead socket); its answer no longer matters.
 		a.err = cctx.Err()
 	}
-	v := s.judge(ctx, cctx, a.err)
+	return a.r, s.verdict(ctx, cctx, start, a.err)
+}
+
+// verdict judges a call that started at start and samples its latency
+// when the store answered.
+func (s *Store) verdict(ctx, cctx context.Context, start time.Time, err error) verdict {
+	v := s.judge(ctx, cctx, err)
 	if v.ok && v.err == nil || v.ok && requestError(v.err) {
 		s.dl.observe(time.Since(start))
 	}
-	return a.r, v
+	return v
 }
 
 // judge turns a store call's error into a verdict and updates the health
@@ -470,7 +505,7 @@ func denied(l store.Limit, retry time.Duration, v verdict, mode store.OutageMode
 
 // Take implements store.RateStore.
 func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, error) {
-	res, v := call(s, ctx, func(ctx context.Context) (store.Result, error) {
+	res, v := rateCall(s, ctx, func(ctx context.Context) (store.Result, error) {
 		if err := s.chargeDebt(ctx, p.Key, p.Limit); err != nil {
 			return store.Result{}, err
 		}
@@ -523,7 +558,7 @@ func (s *Store) Take(ctx context.Context, p store.TakeParams) (store.Result, err
 // all-or-nothing from the local store; FailOpen limits are allowed. A call
 // that timed out while the store is up is denied whole.
 func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllResult, error) {
-	res, v := call(s, ctx, func(ctx context.Context) (store.AllResult, error) {
+	res, v := rateCall(s, ctx, func(ctx context.Context) (store.AllResult, error) {
 		for _, it := range p.Items {
 			if err := s.chargeDebt(ctx, it.Key, it.Limit); err != nil {
 				return store.AllResult{}, err
@@ -604,7 +639,7 @@ func (s *Store) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllRe
 // correction is applied to the local store; when the call timed out while
 // the store is up (it may still apply it) it fails with ErrUnavailable.
 func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result, error) {
-	res, v := call(s, ctx, func(ctx context.Context) (store.Result, error) { return s.primary.Settle(ctx, p) })
+	res, v := rateCall(s, ctx, func(ctx context.Context) (store.Result, error) { return s.primary.Settle(ctx, p) })
 	if v.ok {
 		return res, v.err
 	}
@@ -633,7 +668,7 @@ func (s *Store) Settle(ctx context.Context, p store.SettleParams) (store.Result,
 // it; when the call timed out while the store is up it fails with
 // ErrUnavailable.
 func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, error) {
-	res, v := call(s, ctx, func(ctx context.Context) (store.Result, error) { return s.primary.Sync(ctx, p) })
+	res, v := rateCall(s, ctx, func(ctx context.Context) (store.Result, error) { return s.primary.Sync(ctx, p) })
 	if v.ok {
 		return res, v.err
 	}
@@ -652,7 +687,7 @@ func (s *Store) Sync(ctx context.Context, p store.SyncParams) (store.Result, err
 // Reset implements store.RateStore. It fails with ErrUnavailable when the
 // store could not answer (the local state is reset too).
 func (s *Store) Reset(ctx context.Context, p store.ResetParams) error {
-	_, v := call(s, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, s.primary.Reset(ctx, p) })
+	_, v := rateCall(s, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, s.primary.Reset(ctx, p) })
 	_ = s.local.Reset(ctx, p)
 	s.debts.drop(p.Limit.Name, p.Key)
 	if v.ok {

@@ -77,16 +77,19 @@ func (s *Store) run(ctx context.Context, r request, items []item) (now int64, al
 		// Nothing to wait for: go now, alone.
 		s.inFlight++
 		s.mu.Unlock()
-		if ctx.Done() == nil {
-			// Nothing can end the wait early: stay on this goroutine.
+		if ctx.Done() == nil || s.deadlines && hasDeadline(ctx) {
+			// Nothing can end the wait early, or the client bounds the
+			// round trip's I/O by the context's deadline: stay on this
+			// goroutine (no goroutine, channel or select per call).
 			now, all, one, err := r.do(ctx, s.client, items)
 			s.next()
 			return now, all, one, err
 		}
-		// go-redis honours a context only with ContextTimeoutEnabled:
-		// make the round trip on a goroutine of its own, so that the
-		// caller returns when its context ends whatever the client's
-		// settings.
+		// go-redis honours a context only with ContextTimeoutEnabled,
+		// and then only its deadline: make the round trip on a goroutine
+		// of its own, so that the caller returns when its context ends
+		// whatever the client's settings.
+		s.spawned.Add(1)
 		c := newCall(ctx, r, items)
 		c.state.Store(sent)
 		go s.alone(c)
@@ -96,6 +99,11 @@ func (s *Store) run(ctx context.Context, r request, items []item) (now int64, al
 	s.queue = append(s.queue, c)
 	s.mu.Unlock()
 	return wait(ctx, c)
+}
+
+func hasDeadline(ctx context.Context) bool {
+	_, ok := ctx.Deadline()
+	return ok
 }
 
 // newCall returns a call of r whose reply goes into items, or when items

@@ -106,7 +106,14 @@
 // whose context ends while its round trip is under way returns at once
 // too, though Redis may already have decided (and charged) it. This holds
 // whether or not the client has ContextTimeoutEnabled: a call with a
-// context that can end waits on a channel, not inside go-redis. A call
-// whose context can never end (context.Background()) makes its lone round
-// trip on the caller's goroutine.
+// context that can end waits on a channel, not inside go-redis, except
+// where go-redis itself bounds the wait. A call whose context can never
+// end (context.Background()) makes its lone round trip on the caller's
+// goroutine, and so does one whose context has a deadline on a client with
+// ContextTimeoutEnabled (a *redis.Client, ClusterClient or Ring): go-redis
+// then bounds the round trip's I/O by that deadline, and the call returns
+// when it passes without a goroutine of its own; a cancellation before the
+// deadline is seen when the answer comes or the deadline passes. The
+// store's HonoursDeadline says so to package guard, which then calls it on
+// the caller's goroutine too.
 package redisstore

@@ -81,6 +81,7 @@ type Store struct {
 	prefix      string
 	routing     routing
 	unbatched   bool
+	deadlines   bool // the client bounds its I/O by a context's deadline
 	maxInFlight int
 	maxBatch    int
 
@@ -88,8 +89,9 @@ type Store struct {
 	inFlight int     // round trips under way (direct calls and pipelines)
 	queue    []*call // calls waiting for the next pipeline
 
-	// For tests: pipelines sent by the batcher and the calls they carried.
-	pipelines, batched atomic.Int64
+	// For tests: pipelines sent by the batcher and the calls they carried,
+	// and the lone round trips made on a goroutine of their own.
+	pipelines, batched, spawned atomic.Int64
 
 	sub store.LeaseListener // lease.go: the subscription to released permits
 }
@@ -130,11 +132,15 @@ func New(client Client, cfg Config) (*Store, error) {
 	if s.maxBatch == 0 {
 		s.maxBatch = 128
 	}
-	switch client.(type) {
+	switch c := client.(type) {
+	case *redis.Client:
+		s.deadlines = c.Options().ContextTimeoutEnabled
 	case *redis.ClusterClient:
 		s.routing = cluster
+		s.deadlines = c.Options().ContextTimeoutEnabled
 	case *redis.Ring:
 		s.routing = ring
+		s.deadlines = c.Options().ContextTimeoutEnabled
 	}
 	if prefixTag {
 		s.routing = standalone // one tag for every key
@@ -186,6 +192,12 @@ func nowArg(t time.Time) (int64, error) {
 	}
 	return t.UnixMicro(), nil
 }
+
+// HonoursDeadline reports that every rate operation returns by its
+// context's deadline, whatever the client's settings (see the package
+// documentation), so that package guard need not wait for it on a
+// goroutine of its own.
+func (s *Store) HonoursDeadline() bool { return true }
 
 // Rates returns s (store.RateSharer): its leases' mixed operations charge
 // its own rates.

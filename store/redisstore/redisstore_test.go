@@ -676,3 +676,47 @@ func FuzzDifferential(f *testing.F) {
 	storetest.FuzzDifferential(f, func(*testing.T) store.RateStore { return s },
 		func() store.RateStore { return memstore.New(memstore.Config{}) })
 }
+
+// TestDeadlineOnTheCallersGoroutine: on a client with
+// ContextTimeoutEnabled a lone call whose context has a deadline makes its
+// round trip on the caller's goroutine, and still returns at its deadline
+// while the answer is held back; without the option it takes a goroutine
+// of its own.
+func TestDeadlineOnTheCallersGoroutine(t *testing.T) {
+	t.Parallel()
+	direct := single(t)
+	p := newProxy(t, direct.Options().Addr)
+	for _, enabled := range []bool{true, false} {
+		opt, err := redis.ParseURL(testRedisURL())
+		require.NoError(t, err)
+		opt.Addr = p.addr()
+		opt.MaxRetries = -1
+		opt.ContextTimeoutEnabled = enabled
+		c := redis.NewClient(opt)
+		t.Cleanup(func() { _ = c.Close() })
+		s := newStore(t, c, Config{})
+		require.True(t, s.HonoursDeadline())
+		l := store.Limit{Name: "l", Algorithm: store.GCRA, Rate: 100, Period: time.Hour}
+		take := func(ctx context.Context) error {
+			_, err := s.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		require.NoError(t, take(ctx))
+		cancel()
+		if enabled {
+			require.Zero(t, s.spawned.Load(), "the round trip ran on the caller's goroutine")
+		} else {
+			require.Equal(t, int64(1), s.spawned.Load(), "the round trip ran on a goroutine of its own")
+		}
+
+		// A round trip under way: the caller returns at its deadline.
+		p.pause()
+		dctx, dcancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		require.Error(t, returns(t, func() error { return take(dctx) }))
+		dcancel()
+		p.resume()
+		waitFor(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.inFlight == 0 })
+		require.NoError(t, take(context.Background()), "the store works again")
+	}
+}
