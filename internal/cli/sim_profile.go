@@ -83,14 +83,14 @@ func runSimProfile(cmd *cobra.Command, opts *Options, f *simFlags) error {
 	}
 	fmt.Fprintf(opts.Stdout, "%d workers in %d processes, state %s, %v per profile\n\n", f.workers, f.processes, strings.SplitN(f.state, ":", 2)[0], f.duration)
 	tw := tabwriter.NewWriter(opts.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "profile\thidden limit/s\tgoodput/limit\tthrottled\tbans\tprovider refused\tMAX_COST_EXCEEDED\t")
+	fmt.Fprintln(tw, "profile\thidden limit/s\tgoodput/limit\tthrottled\tbans\tprovider refused\tMAX_COST_EXCEEDED")
 	for _, r := range rows {
 		ps := r.sp.Stats()
 		gp, th := "n/a", "n/a"
 		if r.s.GoodputRatio >= 0 {
 			gp, th = fmt.Sprintf("%.3f", r.s.GoodputRatio), fmt.Sprintf("%.2f%%", 100*r.s.ThrottleRatio)
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%s\t%d\t%d\t%d\t\n", r.name, r.limit, gp, th, r.s.Bans, ps.Throttled+ps.Banned, ps.TooCostly)
+		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%s\t%d\t%d\t%d\n", r.name, r.limit, gp, th, r.s.Bans, ps.Throttled+ps.Banned, ps.TooCostly)
 	}
 	return tw.Flush()
 }
