@@ -87,7 +87,10 @@ func (r *Run) Stats() (requests, retries, slices int64) {
 // attempt first takes one unit of each of the connector's limiter policies
 // (all or nothing, keyed by the connector id), then goes through the
 // outbound client (breaker, adaptive rate, retries, retry budget,
-// Retry-After shared by the fleet) under the connector's profile (or id).
+// Retry-After shared by the fleet) under the connector's profile (or id),
+// and the limits of that provider profile (package provider) for the
+// connector's id; a profile the outbound client does not hold is an error
+// wrapping outbound.ErrUnknownProfile.
 // fn reports its outcome as outbound.Do reads it: nil, a
 // *outbound.StatusError, or another error.
 //
@@ -135,7 +138,11 @@ func (r *Run) CallCost(ctx context.Context, cost int64, fn func(ctx context.Cont
 		if key == "" {
 			key = "connector:" + r.connector.ID
 		}
-		err = w.out.Do(ctx, key, &outbound.DoOpts{Idempotent: true}, attempt)
+		// The connector's provider profile applies to every attempt: its
+		// limits for the connector (the shop, the account) reserved before
+		// and settled after (outbound.DoOpts.Profile).
+		err = w.out.Do(ctx, key, &outbound.DoOpts{Idempotent: true, Profile: r.connector.Profile,
+			Call: outbound.ProviderCall{Key: r.connector.ID}}, attempt)
 	}
 	return w.classify(err)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicerl/sluice/aimd"
 	"github.com/sluicerl/sluice/breaker"
 	"github.com/sluicerl/sluice/clock"
+	"github.com/sluicerl/sluice/provider"
 	"github.com/sluicerl/sluice/retry"
 	"github.com/sluicerl/sluice/signal"
 	"github.com/sluicerl/sluice/store"
@@ -55,6 +56,17 @@ type Config struct {
 	// Profiles maps host keys (see HostKey) to a provider profile name:
 	// every host of a profile shares one key, the profile name.
 	Profiles map[string]string
+	// Profile names the provider profile (package provider) every call of
+	// the client applies unless the call names its own (AcquireOpts.Profile,
+	// DoOpts.Profile): the provider's own limits reserved before each
+	// attempt and settled after it, its outcome rules, its key
+	// normalization (see provider.go). Empty: none. A name that
+	// ProviderProfiles lacks is ErrInvalidConfig.
+	Profile string
+	// ProviderProfiles holds the profiles that Profile and the calls'
+	// profiles name; a server swaps its set in on reload. Nil means the
+	// profiles built into Sluice (provider.Embedded).
+	ProviderProfiles *provider.Registry
 	// MaxConcurrent bounds the calls in flight per key (the bulkhead).
 	// Zero means no bound.
 	MaxConcurrent int
@@ -135,7 +147,10 @@ type Client struct {
 	keyLabels  bool
 	instance   string
 	parser     *signal.Parser
+	signalCfg  signal.Config
 	metrics    *metrics
+	profile    string
+	providers  *providers
 
 	keys *registry
 
@@ -182,6 +197,7 @@ func New(cfg Config) (*Client, error) {
 		timeout: cfg.Timeout, burst: cfg.Burst, maxReserve: cfg.MaxReserve,
 		ctl: ctl, shared: cfg.SharedRate, idempotent: cfg.Idempotent,
 		keyLabels: cfg.KeyLabels, parser: parser, instance: cfg.Instance,
+		signalCfg: cfg.Signal, profile: cfg.Profile,
 	}
 	if c.instance == "" {
 		var b [8]byte
@@ -196,6 +212,16 @@ func New(cfg Config) (*Client, error) {
 	}
 	if c.prefix == "" {
 		c.prefix = "outbound:"
+	}
+	if c.providers, err = newProviders(c, cfg.ProviderProfiles); err != nil {
+		return nil, err
+	}
+	if c.profile != "" {
+		rt, err := c.providers.runtime(c.profile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: Profile: %w", ErrInvalidConfig, err)
+		}
+		c.base = profileTransport(rt, c.base)
 	}
 	if len(cfg.Profiles) > 0 {
 		c.profiles = make(map[string]string, len(cfg.Profiles))

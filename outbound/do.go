@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/sluicerl/sluice/provider"
 	"github.com/sluicerl/sluice/signal"
 	"github.com/sluicerl/sluice/store"
 )
@@ -29,6 +30,12 @@ type DoOpts struct {
 	// Idempotent says the call may be retried when its outcome is
 	// unknown (a timeout after sending, a 5xx).
 	Idempotent bool
+	// Profile names the call's provider profile (see provider.go); empty
+	// means Config.Profile. Every attempt is reserved against its limits
+	// (waiting for room, within the call's context) before fn and settled
+	// with fn's outcome after it; Call describes the call to it.
+	Profile string
+	Call    ProviderCall
 }
 
 // Do runs fn through the layers under key. fn reports its outcome by its
@@ -53,17 +60,38 @@ func (c *Client) Do(ctx context.Context, key string, opts *DoOpts, fn func(conte
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
+	var o DoOpts
+	if opts != nil {
+		o = *opts
+	}
+	rt, err := c.profileFor(o.Profile)
+	if err != nil {
+		return err
+	}
 	var last error
-	_, err := c.call(ctx, key, label, opts != nil && opts.Idempotent, true, func(ctx context.Context) attemptResult {
+	_, err = c.call(ctx, key, label, o.Idempotent, true, func(ctx context.Context) attemptResult {
+		var t *provider.Ticket
+		if rt != nil {
+			if t, last = rt.Wait(ctx, o.Call.call(key)); last != nil {
+				return attemptResult{in: signal.Response{Err: last}}
+			}
+		}
 		last = fn(ctx)
 		var se *StatusError
+		var in signal.Response
 		switch {
 		case last == nil:
-			return attemptResult{in: signal.Response{Status: http.StatusOK}}
+			in = signal.Response{Status: http.StatusOK}
 		case errors.As(last, &se):
-			return attemptResult{in: signal.Response{Status: se.Status, Header: se.Header, Body: se.Body}}
+			in = signal.Response{Status: se.Status, Header: se.Header, Body: se.Body}
+		default:
+			in = signal.Response{Err: last}
 		}
-		return attemptResult{in: signal.Response{Err: last}}
+		if t != nil {
+			var v Verdict
+			_ = settle(ctx, rt, t, in, &v)
+		}
+		return attemptResult{in: in}
 	})
 	if err != nil {
 		return err

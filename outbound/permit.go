@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicerl/sluice/breaker"
+	"github.com/sluicerl/sluice/provider"
 	"github.com/sluicerl/sluice/retry"
 	"github.com/sluicerl/sluice/signal"
 	"github.com/sluicerl/sluice/store"
@@ -81,6 +82,11 @@ type AcquireOpts struct {
 	// Idempotent says the call may be retried when its outcome is unknown
 	// (a timeout after sending, a 5xx): Report's retry advice follows it.
 	Idempotent bool
+	// Profile names the call's provider profile (see provider.go); empty
+	// means Config.Profile. The key is normalized by it, and the turn is
+	// reserved against its limits as Call describes the call.
+	Profile string
+	Call    ProviderCall
 }
 
 // Permit is one attempt's turn, from Acquire to Report or Cancel, which
@@ -94,6 +100,9 @@ type Permit struct {
 	idempotent bool
 	granted    time.Time
 	closed     atomic.Bool
+	// rt and ticket: the call's reservation under its provider profile.
+	rt     *provider.Runtime
+	ticket *provider.Ticket
 }
 
 // Key returns the key the permit is for.
@@ -140,6 +149,10 @@ type Verdict struct {
 	// second; PausedFor how long the key is now paused (0: not paused).
 	Rate      float64
 	PausedFor time.Duration
+	// Profile is what the call's provider profile made of the outcome
+	// (provider.Kind: ok, throttled, banned, unknown, permanent, failed);
+	// empty for a call without a profile.
+	Profile string
 }
 
 // Acquire waits, at most opts.MaxWait, for a turn of key and returns a
@@ -161,6 +174,19 @@ func (c *Client) Acquire(ctx context.Context, key string, opts *AcquireOpts) (*P
 	}
 	if o.MaxWait < 0 {
 		return nil, fmt.Errorf("outbound: AcquireOpts.MaxWait must be >= 0, got %v", o.MaxWait)
+	}
+	deadline := c.now() + o.MaxWait.Microseconds()
+	rt, err := c.profileFor(o.Profile)
+	if err != nil {
+		return nil, err
+	}
+	if rt != nil {
+		if key, err = rt.Profile().NormalizeKey(key); err != nil {
+			return nil, err
+		}
+		if err := store.CheckKey(key); err != nil {
+			return nil, fmt.Errorf("outbound: %w", err)
+		}
 	}
 	label := "other"
 	if c.keyLabels {
@@ -210,8 +236,20 @@ func (c *Client) Acquire(ctx context.Context, key string, opts *AcquireOpts) (*P
 		}
 		return nil, oe
 	}
+	p := &Permit{c: c, ks: ks, done: done, idempotent: o.Idempotent, rt: rt}
+	if rt != nil {
+		// The provider's own limits, after the layers granted the turn:
+		// a call that would not fit is not made (nothing is charged).
+		t, err := c.reserve(ctx, rt, key, o.Call.call(key), deadline)
+		if err != nil {
+			done(c.now(), &signal.Report{Class: signal.ClassCanceled})
+			return nil, err
+		}
+		p.ticket = t
+	}
 	ok = true
-	return &Permit{c: c, ks: ks, done: done, idempotent: o.Idempotent, granted: c.clk.Now()}, nil
+	p.granted = c.clk.Now()
+	return p, nil
 }
 
 // Report feeds one attempt's outcome to the key's layers, as RoundTrip does
@@ -241,9 +279,13 @@ func (p *Permit) Report(ctx context.Context, o Outcome) (Verdict, error) {
 	}
 	v := Verdict{Class: rep.Class.String(), Throttled: rep.Throttled, Banned: rep.Banned, Unknown: rep.Unknown,
 		Retry: d.Retry, RetryAfter: time.Duration(d.Delay) * time.Microsecond, Stop: d.Stop}
+	var serr error
+	if p.ticket != nil {
+		serr = settle(ctx, p.rt, p.ticket, signal.Response{Status: o.Status, Header: o.Header, Body: o.Body, Err: o.Err}, &v)
+	}
 	view := ks.adapt.view(now)
 	v.Rate, v.PausedFor = view.rate, view.pausedFor
-	return v, nil
+	return v, serr
 }
 
 // Cancel ends a permit whose attempt was never made: nothing is observed,

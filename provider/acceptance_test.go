@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/clock/clocktest"
+	"github.com/sluicerl/sluice/signal"
 	"github.com/sluicerl/sluice/sim"
 	"github.com/sluicerl/sluice/store/memstore"
 )
@@ -172,4 +174,61 @@ func TestAcceptanceThrottledIsDelayed(t *testing.T) {
 	require.Positive(t, throttles.Load(), "the fleet met the empty bucket")
 	require.Equal(t, int64(workers*jobs), sent.Load()-throttles.Load(), "every job ran once; only throttled attempts were repeated")
 	require.Equal(t, shop.Stats().Admitted, int64(10+workers*jobs))
+}
+
+// TestAcceptanceGitHubAgainstItsDialect: one token's mixed work (GETs,
+// POSTs, searches and GraphQL queries) under the github profile against
+// the simulated GitHub (written from GitHub's documentation: primary
+// limits per resource, secondary points in a rolling minute): the
+// provider refuses nothing and bans nothing, because nothing is sent that
+// a limit cannot hold. The store, the runtime and the provider share a
+// manual clock, moved on by what the profile says to wait.
+func TestAcceptanceGitHubAgainstItsDialect(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clocktest.New(t0)
+	gh, err := sim.NewProfileProvider(sim.ProfileConfig{Profile: "github", Clock: clk})
+	require.NoError(t, err)
+	s, err := Embedded()
+	require.NoError(t, err)
+	p, _ := s.Get("github")
+	rt, err := NewRuntime(Config{Profile: p, Store: memstore.New(memstore.Config{Clock: clk}), Now: clk.Now})
+	require.NoError(t, err)
+	waited := time.Duration(0)
+	for i := range 600 {
+		method, path, cost := http.MethodGet, "/repos/o/r", int64(0)
+		switch {
+		case i%50 == 0:
+			path = "/search/code"
+		case i%7 == 0:
+			method, path, cost = http.MethodPost, "/graphql", 10
+		case i%2 == 0:
+			method, path = http.MethodPost, "/repos/o/r/issues"
+		}
+		for attempt := 0; ; attempt++ {
+			require.Less(t, attempt, 1000, "call %d never went", i)
+			tk, err := rt.Reserve(ctx, Call{Key: "Token-A", Method: method, Path: path, Cost: cost})
+			require.NoError(t, err)
+			if !tk.OK {
+				d := max(tk.Delay, time.Millisecond)
+				clk.Advance(d)
+				waited += d
+				continue
+			}
+			req := httptest.NewRequest(method, "https://api.github.com"+path, http.NoBody)
+			req.Header.Set("Authorization", "token a")
+			req.Header.Set("X-Sim-Query-Cost", fmt.Sprint(cost))
+			rec := httptest.NewRecorder()
+			gh.ServeHTTP(rec, req)
+			o, err := rt.Settle(ctx, tk, signal.Response{Status: rec.Code, Header: rec.Header(), Body: rec.Body.Bytes()})
+			require.NoError(t, err)
+			require.Equal(t, OK, o.Kind, "call %d (%s %s): %d %s", i, method, path, rec.Code, rec.Body)
+			break
+		}
+	}
+	st := gh.Stats()
+	require.Zero(t, st.Throttled, "nothing sent that a limit could not hold")
+	require.Zero(t, st.Banned)
+	require.EqualValues(t, 600, st.Admitted)
+	require.Positive(t, waited, "the secondary points and search's minute held calls back")
 }

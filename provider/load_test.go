@@ -61,7 +61,7 @@ func TestEmbeddedValues(t *testing.T) {
 	r, _ = gh.Route("GET", "/search/code")
 	require.Equal(t, "search", r.Resource)
 	r, _ = gh.Route("PATCH", "/repos/o/r")
-	require.Equal(t, int64(5), r.Costs["points"])
+	require.Equal(t, int64(5), r.Costs["rest_points"])
 }
 
 // TestParseErrors: every malformed profile is refused with the file, line

@@ -325,8 +325,13 @@ func TestGitHub(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Permanent, o.Kind)
 	require.False(t, o.Retry)
-	// GraphQL points come from the call's cost.
+	// GraphQL points come from the call's cost, against the graphql
+	// resource's 5000 an hour (the secondary 2000 a minute counts 1 a
+	// request, not the query's points).
 	tk, err = rt.Reserve(ctx, Call{Key: "tok", Method: "POST", Path: "/graphql", Cost: 2001})
+	require.NoError(t, err)
+	require.True(t, tk.OK)
+	tk, err = rt.Reserve(ctx, Call{Key: "tok", Method: "POST", Path: "/graphql", Cost: 5001})
 	require.ErrorIs(t, err, ErrCostExceedsLimit)
 	require.Nil(t, tk)
 }
@@ -359,4 +364,46 @@ func TestIETFDefaultLearns(t *testing.T) {
 		n++
 	}
 	require.Equal(t, 50, n)
+}
+
+// TestGitHubSecondaryPoints: REST calls (search included) share the
+// secondary points, a GET 1 and a POST 5, kept so that no minute holds
+// more than 900: a burst of 60, then 14 a second; GraphQL requests spend 1
+// of their own 2000 whatever their primary points.
+func TestGitHubSecondaryPoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, mk := fixture(t, "github", nil)
+	rt := mk()
+	n := 0
+	for ; n < 1000; n++ {
+		path := "/repos/o/r"
+		if n%2 == 1 {
+			path = "/search/code"
+		}
+		tk, err := rt.Reserve(ctx, Call{Key: "tok", Method: "GET", Path: path})
+		require.NoError(t, err)
+		if !tk.OK {
+			if n%2 == 1 {
+				require.Equal(t, "search", tk.Reason, "search's own 30 a minute")
+			} else {
+				require.Equal(t, "secondary-rest-points", tk.Reason)
+			}
+			break
+		}
+	}
+	require.Equal(t, 60, n, "30 GETs and 30 searches spend the burst of 60 points; the next GET waits")
+	tk, err := rt.Reserve(ctx, Call{Key: "tok2", Method: "POST", Path: "/repos/o/r/issues"})
+	require.NoError(t, err)
+	require.True(t, tk.OK)
+	for i := range 12 {
+		tk, err = rt.Reserve(ctx, Call{Key: "tok2", Method: "POST", Path: "/repos/o/r/issues"})
+		require.NoError(t, err)
+		require.Equal(t, i < 11, tk.OK, "a POST is 5 points: 12 of them spend the 60")
+	}
+	for range 100 {
+		tk, err = rt.Reserve(ctx, Call{Key: "tok2", Method: "POST", Path: "/graphql", Cost: 30})
+		require.NoError(t, err)
+		require.True(t, tk.OK, "GraphQL's secondary points are its own")
+	}
 }

@@ -126,6 +126,9 @@ func NewRegistry(s *Set) *Registry {
 // Set returns the current set.
 func (r *Registry) Set() *Set { return r.cur.Load() }
 
+// Swap makes s the current set.
+func (r *Registry) Swap(s *Set) { r.cur.Store(s) }
+
 // Reload loads the embedded profiles overridden by files and, if every file
 // parses, makes them current. On error the current set stays.
 func (r *Registry) Reload(files ...string) error {

@@ -131,6 +131,25 @@
 // server's, or expired) still feeds the key's rate and the fleet's pause
 // (permitKnown false) but not the breaker or retry budget. "profile" names
 // a provider profile through Config.Profiles (422 TypeUnknownProfile).
+//
+// # Provider profiles (providers.go)
+//
+// With Config.Providers (a provider.Registry; `sluice serve --profiles
+// FILE` overrides the built-in profiles, reloaded with the policies):
+//
+//	GET /v1/providers          {"providers":[{"name","revision","description","origin","scopes"}]}
+//	GET /v1/providers/{name}   one profile: its limits, leases and routes (404 TypeUnknownProfile)
+//
+// and acquire's "profile" (with "method", "path" and "cost" pricing the
+// call) applies it as outbound.AcquireOpts.Profile does: the key is
+// normalized by the profile's key rule, the provider's limits are reserved
+// before the permit is granted (a call that would not fit is 429 with how
+// long until it would), and the report settles them with the response (the
+// actual cost, the provider's own count, a Retry-After or a ban for the
+// fleet); the report's "profile" says what the profile made of it (ok,
+// throttled, banned, unknown, permanent, failed), and an unknown outcome or
+// a permanent error is never advised a retry (stop unknown_outcome,
+// permanent).
 // # Authentication (auth.go)
 //
 // With Config.Auth, every route needs "Authorization: Bearer <token>" of a

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/outbound"
+	"github.com/sluicerl/sluice/provider"
 	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store/memstore"
 	"github.com/sluicerl/sluice/store/sqlitestore"
@@ -38,7 +39,11 @@ func fullServer(t *testing.T) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Limiter: lim, Slots: sch, Jobs: memstore.NewJobStore(memstore.JobConfig{}), Outbound: oc})
+	set, err := provider.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Limiter: lim, Slots: sch, Jobs: memstore.NewJobStore(memstore.JobConfig{}), Outbound: oc, Providers: provider.NewRegistry(set)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicerl/sluice/clock/clocktest"
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/outbound"
+	"github.com/sluicerl/sluice/provider"
 	"github.com/sluicerl/sluice/server"
 	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store/memstore"
@@ -54,11 +55,14 @@ func newOpenAPIChecker(t *testing.T) *openAPIChecker {
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 	sch, err := slot.New(slot.Config{Store: st})
 	require.NoError(t, err)
-	oc, err := outbound.New(outbound.Config{Clock: clk, Store: memstore.New(memstore.Config{Clock: clk})})
+	set, err := provider.Embedded()
+	require.NoError(t, err)
+	reg := provider.NewRegistry(set)
+	oc, err := outbound.New(outbound.Config{Clock: clk, Store: memstore.New(memstore.Config{Clock: clk}), ProviderProfiles: reg})
 	require.NoError(t, err)
 	c := &openAPIChecker{t: t, seen: map[string][]int{}}
 	srv, err := server.New(server.Config{Limiter: lim, Slots: sch, Jobs: memstore.NewJobStore(memstore.JobConfig{}),
-		Outbound: oc, Profiles: fakeProfiles{}, Reload: func(context.Context) error { return c.reloadErr }})
+		Outbound: oc, Providers: reg, Reload: func(context.Context) error { return c.reloadErr }})
 	require.NoError(t, err)
 	c.h = srv.Handler()
 
@@ -236,6 +240,16 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 	c.want(429, "POST", "/v1/outbound/acquire", `{"key":"api.example.com"}`)
 	c.want(200, "GET", "/v1/outbound/api.example.com", "")
 	c.want(404, "GET", "/v1/outbound/never", "")
+	rec = c.want(200, "POST", "/v1/outbound/acquire", `{"key":"Shop-A.myshopify.com","profile":"shopify-rest","method":"GET","path":"/admin/api/2025-10/products.json","cost":1}`)
+	permit = decodeAs[permitAnswer](t, rec.Body.Bytes()).Permit
+	c.want(200, "POST", "/v1/outbound/report", fmt.Sprintf(`{"permit":%q,"status":200,"headers":{"X-Shopify-Shop-Api-Call-Limit":"1/40"}}`, permit))
+	c.want(422, "POST", "/v1/outbound/acquire", `{"key":"k","method":"GET"}`)
+
+	// Provider profiles.
+	c.want(200, "GET", "/v1/providers", "")
+	c.want(200, "GET", "/v1/providers/github", "")
+	c.want(200, "GET", "/v1/providers/shopify-bulk", "")
+	c.want(404, "GET", "/v1/providers/nope", "")
 
 	// Every operation answered a success and an error, each validated.
 	var missing []string

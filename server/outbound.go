@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicerl/sluice/auth"
 	"github.com/sluicerl/sluice/outbound"
+	"github.com/sluicerl/sluice/provider"
 	"github.com/sluicerl/sluice/retry"
 	"github.com/sluicerl/sluice/store"
 )
@@ -227,6 +228,10 @@ type outboundAcquireBody struct {
 	Profile    string `json:"profile"`
 	WaitMs     *int64 `json:"waitMs"`
 	Idempotent bool   `json:"idempotent"`
+	// The call as its profile prices it (with profile only).
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	Cost   *int64 `json:"cost"`
 }
 
 type permitJSON struct {
@@ -248,7 +253,7 @@ type outboundRefusal struct {
 func (s *Server) outboundAcquire(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	var body outboundAcquireBody
-	if p := s.readJSON(r, &body, "key, and optionally profile, waitMs and idempotent"); p != nil {
+	if p := s.readJSON(r, &body, "key, and optionally profile (with method, path and cost), waitMs and idempotent"); p != nil {
 		writeProblem(w, p)
 		return
 	}
@@ -262,12 +267,30 @@ func (s *Server) outboundAcquire(w http.ResponseWriter, r *http.Request) {
 			wait = time.Duration(*body.WaitMs) * time.Millisecond
 		}
 	}
+	opts := &outbound.AcquireOpts{MaxWait: wait, Idempotent: body.Idempotent}
+	if body.Cost != nil && (*body.Cost < 1 || *body.Cost > 1_000_000_000) {
+		errs.add(TypeInvalidRequest, []string{"cost"}, "must be from 1 to 1000000000, got %d", *body.Cost)
+	}
+	if (body.Method != "" || body.Path != "" || body.Cost != nil) && body.Profile == "" {
+		errs.add(TypeInvalidRequest, []string{"profile"}, "is required with method, path or cost: they price the call under its profile")
+	}
+	if len(body.Method) > 16 || len(body.Path) > 2048 {
+		errs.add(TypeInvalidRequest, []string{"path"}, "method is at most 16 bytes and path at most 2048")
+	}
+	if body.Profile != "" && s.providers != nil {
+		// The profile's limits, as outbound applies them.
+		opts.Profile = body.Profile
+		opts.Call = outbound.ProviderCall{Method: body.Method, Path: body.Path}
+		if body.Cost != nil {
+			opts.Call.Cost = *body.Cost
+		}
+	}
 	if len(errs) > 0 {
 		writeProblem(w, invalid(errs))
 		return
 	}
 	start := time.Now()
-	p, err := s.outbound.Acquire(r.Context(), key, &outbound.AcquireOpts{MaxWait: wait, Idempotent: body.Idempotent})
+	p, err := s.outbound.Acquire(r.Context(), key, opts)
 	var we *outbound.WaitError
 	var oe *outbound.OpenError
 	switch {
@@ -309,7 +332,12 @@ func (s *Server) outboundAcquire(w http.ResponseWriter, r *http.Request) {
 // key is the caller's (422), anything else the store's (503).
 func (s *Server) outboundError(w http.ResponseWriter, err error, ptr string) {
 	switch {
-	case errors.Is(err, store.ErrInvalidID), errors.Is(err, outbound.ErrEmptyKey):
+	case errors.Is(err, outbound.ErrUnknownProfile):
+		// Removed by a reload between the check and the call.
+		writeProblem(w, invalid([]fieldError{{Pointer: "#/profile", kind: TypeUnknownProfile, Detail: err.Error()}}))
+	case errors.Is(err, provider.ErrCostExceedsLimit):
+		writeProblem(w, invalid([]fieldError{{Pointer: "#/cost", kind: TypeInvalidRequest, Detail: err.Error() + " (never retry it: make the call smaller)"}}))
+	case errors.Is(err, store.ErrInvalidID), errors.Is(err, outbound.ErrEmptyKey), errors.Is(err, provider.ErrInvalidKey):
 		writeProblem(w, invalid([]fieldError{{Pointer: ptr, kind: TypeInvalidRequest, Detail: err.Error()}}))
 	case errors.Is(err, context.Canceled):
 		s.log.Debug("server: outbound request cancelled by the client")
@@ -362,6 +390,7 @@ type verdictJSON struct {
 	Stop         string  `json:"stop,omitempty"`
 	Rate         float64 `json:"rate"`
 	PausedForMs  int64   `json:"pausedForMs"`
+	Profile      string  `json:"profile,omitempty"`
 }
 
 func stopReason(err error) string {
@@ -371,6 +400,7 @@ func stopReason(err error) string {
 	}{
 		{retry.ErrBudgetExhausted, "budget_exhausted"}, {retry.ErrAttemptsExhausted, "attempts_exhausted"},
 		{retry.ErrNotIdempotent, "not_idempotent"}, {retry.ErrDelayTooLong, "delay_too_long"},
+		{outbound.ErrUnknownOutcome, "unknown_outcome"}, {outbound.ErrPermanent, "permanent"},
 	} {
 		if errors.Is(err, s.err) {
 			return s.name
@@ -461,7 +491,8 @@ func (s *Server) outboundReport(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, contentJSON, verdictJSON{Key: key, PermitKnown: found, Class: v.Class,
 		Throttled: v.Throttled, Banned: v.Banned, Unknown: v.Unknown, Retry: v.Retry,
-		RetryAfterMs: ceilMillis(v.RetryAfter), Stop: stopReason(v.Stop), Rate: v.Rate, PausedForMs: ceilMillis(v.PausedFor)})
+		RetryAfterMs: ceilMillis(v.RetryAfter), Stop: stopReason(v.Stop), Rate: v.Rate, PausedForMs: ceilMillis(v.PausedFor),
+		Profile: v.Profile})
 }
 
 // decodeHeaders reads a report's headers, {"Retry-After": "2"} or

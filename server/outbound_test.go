@@ -238,7 +238,7 @@ func TestOutboundRequestErrors(t *testing.T) {
 		{"no key", `{}`, 422, server.TypeInvalidRequest, "key is required"},
 		{"control char", `{"key":"a\u0001b"}`, 422, server.TypeInvalidRequest, "key"},
 		{"wait too long", `{"key":"k","waitMs":20001}`, 422, server.TypeInvalidRequest, "waitMs must be from 0 to 20000"},
-		{"unknown field", `{"key":"k","cost":2}`, 400, server.TypeMalformedRequest, "cost"},
+		{"unknown field", `{"key":"k","weight":2}`, 400, server.TypeMalformedRequest, "weight"},
 		{"unknown profile", `{"key":"k","profile":"nope"}`, 422, server.TypeUnknownProfile, "nope"},
 		{"profile refuses key", `{"key":"k","profile":"shopify"}`, 422, server.TypeInvalidRequest, "myshopify.com"},
 	} {

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicerl/sluice/clock"
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/outbound"
+	"github.com/sluicerl/sluice/provider"
 	"github.com/sluicerl/sluice/slot"
 	"github.com/sluicerl/sluice/store"
 )
@@ -72,6 +73,15 @@ type Config struct {
 	// Profiles resolves the "profile" field of outbound requests. Nil
 	// refuses any profile with 422.
 	Profiles OutboundProfiles
+	// Providers holds the provider profiles (package provider) the server
+	// lists at GET /v1/providers and applies to outbound calls naming one
+	// ("profile": the key normalized, the provider's limits reserved at
+	// acquire and settled at report, as outbound.AcquireOpts.Profile does;
+	// Outbound must be built over the same registry, its
+	// ProviderProfiles). A reload swaps the registry's set. When Profiles
+	// is nil it resolves the "profile" field too. Nil leaves the provider
+	// routes out.
+	Providers *provider.Registry
 	// PermitTTL is how long an outbound permit waits for its report
 	// before it is taken as never used. Zero means DefaultPermitTTL.
 	PermitTTL time.Duration
@@ -123,6 +133,7 @@ type Server struct {
 	obs         Observer         // observer.go; nil: none
 	outbound    *outbound.Client // outbound.go
 	profiles    OutboundProfiles
+	providers   *provider.Registry // providers.go
 	outPermits  *permitTable
 	openapiDoc  []byte // GET /openapi.json
 }
@@ -159,17 +170,21 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: config: MaxItems must be >= 0, got %d", cfg.MaxItems)
 	}
 	s := &Server{
-		log:      cfg.Logger,
-		reg:      cfg.Registry,
-		maxBody:  cfg.MaxBodyBytes,
-		maxItems: cfg.MaxItems,
-		slots:    cfg.Slots,
-		jobs:     cfg.Jobs,
-		obs:      cfg.Observer,
-		outbound: cfg.Outbound,
-		profiles: cfg.Profiles,
-		auth:     cfg.Auth,
-		reloadFn: cfg.Reload,
+		log:       cfg.Logger,
+		reg:       cfg.Registry,
+		maxBody:   cfg.MaxBodyBytes,
+		maxItems:  cfg.MaxItems,
+		slots:     cfg.Slots,
+		jobs:      cfg.Jobs,
+		obs:       cfg.Observer,
+		outbound:  cfg.Outbound,
+		profiles:  cfg.Profiles,
+		providers: cfg.Providers,
+		auth:      cfg.Auth,
+		reloadFn:  cfg.Reload,
+	}
+	if s.profiles == nil && s.providers != nil {
+		s.profiles = registryProfiles{s.providers}
 	}
 	if s.outbound != nil {
 		ttl, maxPermits := cfg.PermitTTL, cfg.MaxPermits
@@ -309,6 +324,7 @@ func (s *Server) endpoints() []route {
 	rts = append(rts, s.leaseRoutes()...)    // lease.go
 	rts = append(rts, s.jobRoutes()...)      // job.go
 	rts = append(rts, s.outboundRoutes()...) // outbound.go
+	rts = append(rts, s.providerRoutes()...) // providers.go
 	return append(rts, s.slotRoutes()...)    // slot.go
 }
 

@@ -46,11 +46,23 @@ func Profiles() []string {
 //     Retry-After until the window ends; a request that comes back before
 //     a Retry-After passed is a violation, and BanAfter (5) violations
 //     earn a 418 ban of BanFor (2 m), doubling with every ban.
-//   - github: a primary limit of Capacity (5000) requests per token (the
-//     Authorization header, else the host) per Window (1 h, aligned to the
-//     clock), reported by x-ratelimit-limit/-remaining/-used/-reset/
-//     -resource (core); a request over it gets 429 with x-ratelimit-remaining
-//     0, and one that comes back before the reset also gets retry-after.
+//   - github (GitHub's documented REST and GraphQL limits, per token: the
+//     Authorization header, else the host): primary limits per resource in
+//     windows aligned to the clock, reported by x-ratelimit-limit,
+//     -remaining, -used, -reset and -resource: core, Capacity (5000)
+//     requests per Window (1 h); search (GET /search/...), SearchCapacity
+//     (30) a minute; graphql (POST /graphql), GraphQLCapacity (5000)
+//     points per Window, a query costing its X-Sim-Query-Cost (else 1).
+//     Over a primary limit: 429 (403 with X-Sim-403) with
+//     x-ratelimit-remaining 0. Secondary limits: at most MaxConcurrent
+//     (100) requests in flight, SecondaryPoints (900) points in any
+//     SecondaryWindow (1 min, rolling) for REST (GET, HEAD and OPTIONS 1
+//     point, other methods 5) and SecondaryGraphQLPoints (2000) for
+//     GraphQL (a query 1, a mutation, X-Sim-Mutation, 5). Over a secondary
+//     limit: 403 with retry-after 60 ("You have exceeded a secondary rate
+//     limit"). A request refused before an earlier refusal's retry-after
+//     (or reset) passed is a violation; BanAfter of them within a minute
+//     ban the token for BanFor (403 without retry-after, counted Banned).
 type ProfileConfig struct {
 	Profile       string
 	Capacity      int64
@@ -62,6 +74,11 @@ type ProfileConfig struct {
 	MaxQueryCost  int64
 	BanAfter      int
 	BanFor        time.Duration
+	// GitHub's other limits (see above).
+	SearchCapacity, GraphQLCapacity         int64
+	SecondaryPoints, SecondaryGraphQLPoints int64
+	SecondaryWindow                         time.Duration
+	MaxConcurrent                           int64
 	// Latency is every response's service time. For shopify-graphql a
 	// query holds its requested cost for that long and is refunded the
 	// difference to its actual cost when it ends, as Shopify does. Zero
@@ -102,8 +119,19 @@ func (c *ProfileConfig) defaults() error {
 		if c.Window == 0 {
 			c.Window = time.Hour
 		}
+		def(&c.SearchCapacity, 30)
+		def(&c.GraphQLCapacity, 5000)
+		def(&c.SecondaryPoints, 900)
+		def(&c.SecondaryGraphQLPoints, 2000)
+		def(&c.MaxConcurrent, 100)
+		if c.SecondaryWindow == 0 {
+			c.SecondaryWindow = time.Minute
+		}
 	default:
 		return fmt.Errorf("%w: unknown profile %q (want one of %s)", ErrInvalidConfig, c.Profile, strings.Join(Profiles(), ", "))
+	}
+	if c.SearchCapacity < 0 || c.GraphQLCapacity < 0 || c.SecondaryPoints < 0 || c.SecondaryGraphQLPoints < 0 || c.MaxConcurrent < 0 || c.SecondaryWindow < 0 {
+		return fmt.Errorf("%w: %s: github limits must be >= 0", ErrInvalidConfig, c.Profile)
 	}
 	if c.Capacity < 0 || c.OrderCapacity < 0 || c.RequestedCost < 0 || c.ActualCost < 0 || c.MaxQueryCost < 0 || c.BanAfter < 0 {
 		return fmt.Errorf("%w: %s: counts must be >= 0", ErrInvalidConfig, c.Profile)
@@ -157,6 +185,12 @@ type profileKey struct {
 	// binance orders window
 	ordEnd  time.Time
 	ordUsed int64
+	// github: the resources' windows, the secondary points' rolling logs,
+	// the requests in flight
+	gh       map[string]*ghWindow
+	restLog  []pointsAt
+	gqlLog   []pointsAt
+	inFlight int64
 	// bans
 	backoffTill time.Time
 	violations  []time.Time
@@ -193,6 +227,10 @@ func (p *ProfileProvider) Limit(wt int64) float64 {
 		return c.Rate
 	case "binance":
 		return float64(c.Capacity) / float64(max(wt, 1)) / c.Window.Seconds()
+	case "github":
+		// A REST GET: the core limit or the secondary points, whichever
+		// is lower.
+		return min(float64(c.Capacity)/c.Window.Seconds(), float64(c.SecondaryPoints)/c.SecondaryWindow.Seconds())
 	}
 	return float64(c.Capacity) / c.Window.Seconds()
 }
@@ -218,6 +256,26 @@ func (p *ProfileProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.cfg.Profile == "shopify-graphql" {
 		p.shopifyGraphQL(w, r, now) // locks by itself, around its latency
 		return
+	}
+	if p.cfg.Profile == "github" {
+		// GitHub's concurrency limit counts the requests in flight,
+		// latency included.
+		p.mu.Lock()
+		s := p.key(githubToken(r), now)
+		s.inFlight++
+		over := s.inFlight > p.cfg.MaxConcurrent
+		if over {
+			p.secondary(w, s, now)
+		}
+		p.mu.Unlock()
+		defer func() {
+			p.mu.Lock()
+			s.inFlight--
+			p.mu.Unlock()
+		}()
+		if over {
+			return
+		}
 	}
 	if p.cfg.Latency > 0 && !p.wait(r) {
 		return
@@ -436,36 +494,136 @@ func (p *ProfileProvider) binance(w http.ResponseWriter, r *http.Request, now ti
 	_, _ = w.Write([]byte(`{}` + "\n"))
 }
 
+type ghWindow struct {
+	end  time.Time
+	used int64
+}
+
+type pointsAt struct {
+	at     time.Time
+	points int64
+}
+
+func githubToken(r *http.Request) string {
+	if k := r.Header.Get("Authorization"); k != "" {
+		return k
+	}
+	return strings.ToLower(r.Host)
+}
+
+// secondary answers a secondary rate limit (403, retry-after 60), or a ban
+// when the token keeps coming back before its retry-after.
+func (p *ProfileProvider) secondary(w http.ResponseWriter, s *profileKey, now time.Time) {
+	h := w.Header()
+	if now.Before(s.bannedTill) || p.violate(s, now, time.Minute) {
+		p.banned.Add(1)
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write([]byte(`{"message":"You have triggered an abuse detection mechanism. Please wait before making more requests."}` + "\n"))
+		return
+	}
+	p.throttled.Add(1)
+	h.Set("Retry-After", "60")
+	w.WriteHeader(http.StatusForbidden)
+	_, _ = w.Write([]byte(`{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}` + "\n"))
+}
+
+// spend adds points to a rolling log of window, or reports false when
+// they would take it above limit.
+func spend(log *[]pointsAt, now time.Time, window time.Duration, limit, points int64) bool {
+	cut, i, sum := now.Add(-window), 0, int64(0)
+	for i < len(*log) && !(*log)[i].at.After(cut) {
+		i++
+	}
+	*log = (*log)[i:]
+	for _, e := range *log {
+		sum += e.points
+	}
+	if sum+points > limit {
+		return false
+	}
+	*log = append(*log, pointsAt{now, points})
+	return true
+}
+
 func (p *ProfileProvider) github(w http.ResponseWriter, r *http.Request, now time.Time) {
 	c := p.cfg
-	k := r.Header.Get("Authorization")
-	if k == "" {
-		k = strings.ToLower(r.Host)
+	s := p.key(githubToken(r), now)
+	if now.Before(s.bannedTill) {
+		p.secondary(w, s, now)
+		return
 	}
-	s := p.key(k, now)
-	if !now.Before(s.winEnd) {
-		s.winEnd, s.used = now.Truncate(c.Window).Add(c.Window), 0
+	resource, capacity, window, cost := "core", c.Capacity, c.Window, int64(1)
+	graphql := r.Method == http.MethodPost && r.URL.Path == "/graphql"
+	switch {
+	case graphql:
+		resource, capacity, cost = "graphql", c.GraphQLCapacity, max(headerInt(r, "X-Sim-Query-Cost", 1), 1)
+	case strings.HasPrefix(r.URL.Path, "/search/"):
+		resource, capacity, window = "search", c.SearchCapacity, time.Minute
+	}
+	if s.gh == nil {
+		s.gh = map[string]*ghWindow{}
+	}
+	win := s.gh[resource]
+	if win == nil {
+		win = &ghWindow{}
+		s.gh[resource] = win
+	}
+	if !now.Before(win.end) {
+		win.end, win.used = now.Truncate(window).Add(window), 0
 	}
 	h := w.Header()
-	h.Set("X-Ratelimit-Limit", strconv.FormatInt(c.Capacity, 10))
-	h.Set("X-Ratelimit-Reset", strconv.FormatInt(s.winEnd.Unix(), 10))
-	h.Set("X-Ratelimit-Resource", "core")
-	if s.used >= c.Capacity {
-		p.throttled.Add(1)
-		if now.Before(s.backoffTill) {
-			h.Set("Retry-After", retryAfterSeconds(s.winEnd.Sub(now)))
+	h.Set("X-Ratelimit-Limit", strconv.FormatInt(capacity, 10))
+	h.Set("X-Ratelimit-Reset", strconv.FormatInt(int64(math.Ceil(float64(win.end.UnixMilli())/1000)), 10))
+	h.Set("X-Ratelimit-Resource", resource)
+	if win.used+cost > capacity {
+		// The primary limit: remaining 0, come back at the reset (said
+		// with retry-after too to a token that came back too early).
+		early := now.Before(s.backoffTill)
+		if p.violate(s, now, win.end.Sub(now)) {
+			p.secondary(w, s, now) // answers the ban
+			return
 		}
-		s.backoffTill = s.winEnd
+		p.throttled.Add(1)
 		h.Set("X-Ratelimit-Remaining", "0")
-		h.Set("X-Ratelimit-Used", strconv.FormatInt(s.used, 10))
-		w.WriteHeader(http.StatusTooManyRequests)
+		h.Set("X-Ratelimit-Used", strconv.FormatInt(win.used, 10))
+		if early {
+			h.Set("Retry-After", retryAfterSeconds(win.end.Sub(now)))
+		}
+		status := http.StatusTooManyRequests
+		if r.Header.Get("X-Sim-403") != "" {
+			status = http.StatusForbidden
+		}
+		w.WriteHeader(status)
 		_, _ = w.Write([]byte(`{"message":"API rate limit exceeded"}` + "\n"))
 		return
 	}
-	s.used++
+	// The secondary points, in a rolling window.
+	var ok bool
+	if graphql {
+		pts := int64(1)
+		if r.Header.Get("X-Sim-Mutation") != "" {
+			pts = 5
+		}
+		ok = spend(&s.gqlLog, now, c.SecondaryWindow, c.SecondaryGraphQLPoints, pts)
+	} else {
+		pts := int64(5)
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+			pts = 1
+		}
+		ok = spend(&s.restLog, now, c.SecondaryWindow, c.SecondaryPoints, pts)
+	}
+	if !ok {
+		p.secondary(w, s, now)
+		return
+	}
+	win.used += cost
 	p.admitted.Add(1)
-	h.Set("X-Ratelimit-Remaining", strconv.FormatInt(c.Capacity-s.used, 10))
-	h.Set("X-Ratelimit-Used", strconv.FormatInt(s.used, 10))
+	if graphql {
+		p.points.Add(cost)
+	}
+	h.Set("X-Ratelimit-Remaining", strconv.FormatInt(capacity-win.used, 10))
+	h.Set("X-Ratelimit-Used", strconv.FormatInt(win.used, 10))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write([]byte(`{}` + "\n"))
 }

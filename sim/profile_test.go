@@ -134,3 +134,82 @@ func TestProfileConfigErrors(t *testing.T) {
 	_, err = NewProfileProvider(ProfileConfig{Profile: "binance", Capacity: -1})
 	require.ErrorIs(t, err, ErrInvalidConfig)
 }
+
+// TestProfileGitHubResources: search and GraphQL have primary limits of
+// their own, reported with their resource; GraphQL spends a query's
+// points.
+func TestProfileGitHubResources(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(time.Unix(1_700_000_000, 0).Truncate(time.Hour))
+	p, err := NewProfileProvider(ProfileConfig{Profile: "github", Capacity: 100, SearchCapacity: 2, GraphQLCapacity: 10, Clock: clk})
+	require.NoError(t, err)
+	tok := map[string]string{"Authorization": "token a"}
+	for range 2 {
+		rec := serveProfile(p, "GET", "https://api.github.com/search/code", tok)
+		require.Equal(t, 200, rec.Code)
+		require.Equal(t, "search", rec.Header().Get("X-Ratelimit-Resource"))
+	}
+	rec := serveProfile(p, "GET", "https://api.github.com/search/code", tok)
+	require.Equal(t, 429, rec.Code)
+	require.Equal(t, "0", rec.Header().Get("X-Ratelimit-Remaining"))
+	require.Equal(t, 200, serveProfile(p, "GET", "https://api.github.com/repos/o/r", tok).Code, "core is another resource")
+
+	gql := map[string]string{"Authorization": "token a", "X-Sim-Query-Cost": "4"}
+	rec = serveProfile(p, "POST", "https://api.github.com/graphql", gql)
+	require.Equal(t, 200, rec.Code)
+	require.Equal(t, "graphql", rec.Header().Get("X-Ratelimit-Resource"))
+	require.Equal(t, "6", rec.Header().Get("X-Ratelimit-Remaining"))
+	require.Equal(t, "4", rec.Header().Get("X-Ratelimit-Used"))
+	require.Equal(t, 200, serveProfile(p, "POST", "https://api.github.com/graphql", gql).Code)
+	gql["X-Sim-403"] = "1"
+	rec = serveProfile(p, "POST", "https://api.github.com/graphql", gql)
+	require.Equal(t, 403, rec.Code, "8 of 10 points used: a query of 4 does not fit")
+	require.Equal(t, "0", rec.Header().Get("X-Ratelimit-Remaining"))
+	require.EqualValues(t, 8, p.Stats().Points)
+}
+
+// TestProfileGitHubSecondary: the secondary points (REST: a GET 1, a POST
+// 5) in a rolling minute answer 403 with retry-after 60; coming back
+// before it passed, again and again, earns a ban; the concurrency limit
+// refuses the request above MaxConcurrent in flight.
+func TestProfileGitHubSecondary(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(time.Unix(1_700_000_000, 0).Truncate(time.Hour))
+	p, err := NewProfileProvider(ProfileConfig{Profile: "github", SecondaryPoints: 7, BanAfter: 2, Clock: clk})
+	require.NoError(t, err)
+	tok := map[string]string{"Authorization": "token a"}
+	require.Equal(t, 200, serveProfile(p, "POST", "https://api.github.com/repos/o/r/issues", tok).Code)
+	require.Equal(t, 200, serveProfile(p, "GET", "https://api.github.com/repos/o/r", tok).Code)
+	require.Equal(t, 200, serveProfile(p, "GET", "https://api.github.com/repos/o/r", tok).Code)
+	clk.Advance(30 * time.Second)
+	rec := serveProfile(p, "GET", "https://api.github.com/repos/o/r", tok)
+	require.Equal(t, 403, rec.Code, "7 points in the rolling minute")
+	require.Equal(t, "60", rec.Header().Get("Retry-After"))
+	require.Contains(t, rec.Body.String(), "secondary rate limit")
+	require.EqualValues(t, 1, p.Stats().Throttled)
+	clk.Advance(31 * time.Second) // the first 7 points leave the minute
+	require.Equal(t, 200, serveProfile(p, "GET", "https://api.github.com/repos/o/r", map[string]string{"Authorization": "token b"}).Code)
+	for range 6 {
+		serveProfile(p, "GET", "https://api.github.com/repos/o/r", tok)
+	}
+	// Hammering on: violations, then a ban.
+	for range 3 {
+		serveProfile(p, "GET", "https://api.github.com/repos/o/r", tok)
+	}
+	require.EqualValues(t, 1, p.Stats().Bans)
+	require.Positive(t, p.Stats().Banned)
+
+	// Concurrency: with one place, a request arriving while one is in
+	// flight is refused.
+	clk2 := clocktest.New(time.Unix(1_700_000_000, 0))
+	q, err := NewProfileProvider(ProfileConfig{Profile: "github", MaxConcurrent: 1, Latency: time.Second, Clock: clk2})
+	require.NoError(t, err)
+	done := make(chan int)
+	go func() { done <- serveProfile(q, "GET", "https://api.github.com/repos/o/r", tok).Code }()
+	clk2.BlockUntilTimers(1) // the first request waits its latency
+	rec = serveProfile(q, "GET", "https://api.github.com/repos/o/r", tok)
+	require.Equal(t, 403, rec.Code)
+	require.Equal(t, "60", rec.Header().Get("Retry-After"))
+	clk2.Advance(time.Second)
+	require.Equal(t, 200, <-done)
+}

@@ -5,7 +5,7 @@
 //
 // Commands:
 //
-//	sluice serve [--addr host:port] [--config FILE] [--log-level L] [--log-format text|json] [--shutdown-timeout D] [--max-body SIZE]
+//	sluice serve [--addr host:port] [--config FILE] [--profiles FILE] [--log-level L] [--log-format text|json] [--shutdown-timeout D] [--max-body SIZE]
 //	sluice policies check FILE
 //	sluice lease acquire|renew|release|list ... [--server URL] [--token T]
 //	sluice take POLICY KEY [--cost N]                 (client.go: these four, and slots assign

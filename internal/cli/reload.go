@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicerl/sluice/auth"
 	"github.com/sluicerl/sluice/limiter"
+	"github.com/sluicerl/sluice/provider"
 	"github.com/sluicerl/sluice/server"
 )
 
@@ -75,6 +76,7 @@ func loadLive(config, tokensFile string) (*liveConfig, error) {
 type reloader struct {
 	mu             sync.Mutex
 	config, tokens string
+	profiles       []string // --profiles
 	st             *stateStore
 	srv            *server.Server
 	keys           *auth.Keyring // nil: auth is off
@@ -84,7 +86,7 @@ type reloader struct {
 	// keeps answering from the same store.
 	extra []limiter.Policy
 	// hooks are further configuration reloaded with the policies
-	// (provider profiles, when serve gets them): each checks its part of
+	// (the provider profiles, profileHook): each checks its part of
 	// the new configuration and returns the function that swaps it in,
 	// or an error that refuses the whole reload. Every check runs before
 	// any swap.
@@ -137,6 +139,19 @@ func (r *reloader) reload(_ context.Context) error {
 	}
 	r.log.Info("configuration reloaded", "policies", len(lc.policies), "config", lc.from, "tokens", lc.tokens.Len())
 	return nil
+}
+
+// profileHook rereads the --profiles files with the rest of the
+// configuration: a malformed file refuses the whole reload (its error names
+// the file, the line and the field) and reg keeps the profiles it had.
+func (r *reloader) profileHook(reg *provider.Registry) func(*liveConfig) (func(), error) {
+	return func(*liveConfig) (func(), error) {
+		s, err := provider.Load(r.profiles...)
+		if err != nil {
+			return nil, fmt.Errorf("--profiles: %w", err)
+		}
+		return func() { reg.Swap(s) }, nil
+	}
 }
 
 // reloadLoop reloads on SIGHUP (from hup) and, with watch, when a configuration
@@ -195,7 +210,7 @@ func (r *reloader) watch(files map[string]bool) (*fsnotify.Watcher, error) {
 		return nil, fmt.Errorf("watch configuration: %w", err)
 	}
 	dirs := map[string]bool{}
-	for _, f := range []string{r.config, r.tokens} {
+	for _, f := range append([]string{r.config, r.tokens}, r.profiles...) {
 		if f == "" {
 			continue
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicerl/sluice/auth"
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/outbound"
+	"github.com/sluicerl/sluice/provider"
 	"github.com/sluicerl/sluice/server"
 	"github.com/sluicerl/sluice/server/dashboard"
 	"github.com/sluicerl/sluice/slot"
@@ -56,7 +57,8 @@ type serveFlags struct {
 	maxBody         byteSize
 	rls             rlsFlags // rls.go
 	maxHeader       byteSize
-	tokens          string // reload.go
+	tokens          string   // reload.go
+	profiles        []string // provider profile files (reload.go)
 	insecureNoAuth  bool
 	watch           bool
 }
@@ -128,8 +130,12 @@ but /healthz and /metrics needs "Authorization: Bearer <token>" with the
 route's scope ('sluice token create' mints one). Without tokens, serve
 refuses an address that is not loopback-only unless --insecure-no-auth.
 
-Reload: SIGHUP, a change to --config or --tokens (unless --watch=false),
-or POST /v1/admin/reload (scope admin) rereads both files. A configuration
+Provider profiles: --profiles FILE (repeatable) overrides or adds to the
+built-in profiles, as 'sluice providers --file' does; GET /v1/providers
+lists them, and POST /v1/outbound/acquire with "profile" applies one.
+
+Reload: SIGHUP, a change to --config, --tokens or --profiles (unless
+--watch=false), or POST /v1/admin/reload (scope admin) rereads them all. A configuration
 that fails validation is refused whole and the old one stays in force; a
 reload cannot turn auth on or off, nor change on_store_outage on a shared
 --state (restart for those).
@@ -182,7 +188,8 @@ command line wins.`,
 	fs.Var(&f.maxHeader, "max-header", "largest request header block the server reads (request line and headers), in bytes or with a unit; larger ones get 431 (env SLUICE_MAX_HEADER)")
 	fs.StringVar(&f.tokens, "tokens", "", "token `file` (env SLUICE_TOKENS): lines of NAME SCOPES sha256:HEX ('sluice token create' prints one); with it, or an auth section in --config, every route but /healthz and /metrics needs a bearer token")
 	fs.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "serve without tokens on an address that is not loopback-only (env SLUICE_INSECURE_NO_AUTH); without it serve refuses to")
-	fs.BoolVar(&f.watch, "watch", true, "reload --config and --tokens when they change (env SLUICE_WATCH); SIGHUP and POST /v1/admin/reload always reload")
+	fs.StringSliceVar(&f.profiles, "profiles", nil, "provider profile YAML `file` overriding or adding to the built-in profiles ('sluice providers list --file FILE' shows the result; repeatable): GET /v1/providers lists them and the outbound endpoints' \"profile\" field applies them; reloaded with --config")
+	fs.BoolVar(&f.watch, "watch", true, "reload --config, --tokens and --profiles when they change (env SLUICE_WATCH); SIGHUP and POST /v1/admin/reload always reload")
 	fs.Int64Var(&f.memoryMaxBytes, "memory-max-bytes", memstore.DefaultMaxBytes,
 		"with --state memory:, the most `bytes` the keys holding state may take (key length plus 96 each); a new key beyond it is refused with 503, never by forgetting a key that owes (env SLUICE_MEMORY_MAX_BYTES)")
 	f.rls.add(fs)
@@ -327,16 +334,22 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	// The adaptive calls of workers in any language (/v1/outbound/...):
 	// pauses, learned budgets and the adapted rate are shared through the
 	// rate store with every server of the fleet.
-	ob, err := outbound.New(outbound.Config{Store: st.store, SharedRate: true, Metrics: reg})
+	profSet, err := provider.Load(f.profiles...)
+	if err != nil {
+		return fmt.Errorf("--profiles: %w", err)
+	}
+	profiles := provider.NewRegistry(profSet)
+	ob, err := outbound.New(outbound.Config{Store: st.store, SharedRate: true, Metrics: reg, ProviderProfiles: profiles})
 	if err != nil {
 		return err
 	}
-	rl := &reloader{config: f.config, tokens: f.tokens, st: st, keys: keys, log: log}
+	rl := &reloader{config: f.config, tokens: f.tokens, profiles: f.profiles, st: st, keys: keys, log: log}
+	rl.hooks = append(rl.hooks, rl.profileHook(profiles))
 	if rules != nil {
 		rl.extra = rules.Policies()
 	}
 	srv, err := server.New(server.Config{Limiter: lim, Logger: log, Registry: reg, Slots: slots, Jobs: jobs, MaxBodyBytes: int64(f.maxBody),
-		Outbound: ob, Auth: keys, Reload: rl.reload, Observer: rec})
+		Outbound: ob, Providers: profiles, Auth: keys, Reload: rl.reload, Observer: rec})
 	if err != nil {
 		return err
 	}
@@ -384,7 +397,7 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	reloads, hup := make(chan struct{}), notifySIGHUP()
 	go func() {
 		defer close(reloads)
-		rl.reloadLoop(cctx, hup, f.watch && (f.config != "" || f.tokens != "")) // reload.go
+		rl.reloadLoop(cctx, hup, f.watch && (f.config != "" || f.tokens != "" || len(f.profiles) > 0)) // reload.go
 	}()
 	defer func() { stopCleanups(); <-reloads }()
 	go func() { // the dashboard's learned-rate history of the outbound keys

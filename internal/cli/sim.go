@@ -119,7 +119,7 @@ its rows.`,
 		"longest a sluice client's call waits for a shared --state store before it fails closed (0: serve's --store-timeout default)")
 	fs.StringVar(&f.serve, "serve", "", "serve the simulated provider over HTTP on this address for --duration, for other processes' --target")
 	f.req.register(fs)
-	fs.StringVar(&f.profile, "profile", "", "apply this provider profile (sluice providers list) against its simulated provider (sim_profile.go)")
+	fs.StringVar(&f.profile, "profile", "", "apply this provider profile (sluice providers list) against its simulated provider, or all: every simulated profile in turn, as one table (sim_profile.go)")
 	fs.StringVar(&f.state, "state", "memory:", "store the sluice clients' processes share: memory:, redis://..., postgres://..., sqlite:PATH (as serve --state)")
 	return cmd
 }
