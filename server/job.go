@@ -209,12 +209,14 @@ type jobBody struct {
 	Disabled    bool            `json:"disabled"`
 	Priority    int             `json:"priority"`
 	IntervalMs  int64           `json:"interval_ms"`
+	Cron        string          `json:"cron"`
+	TimeZone    string          `json:"time_zone"`
 	GroupKey    string          `json:"group_key"`
 }
 
 func (s *Server) putJob(w http.ResponseWriter, r *http.Request) {
 	var b jobBody
-	if p := s.readJSON(r, &b, "connector_id, type, params, disabled, priority, interval_ms, group_key"); p != nil {
+	if p := s.readJSON(r, &b, "connector_id, type, params, disabled, priority, interval_ms, cron, time_zone, group_key"); p != nil {
 		writeProblem(w, p)
 		return
 	}
@@ -225,7 +227,7 @@ func (s *Server) putJob(w http.ResponseWriter, r *http.Request) {
 	}
 	j, created, err := s.jobs.UpsertJob(r.Context(), store.JobSpec{ID: r.PathValue("id"), ConnectorID: b.ConnectorID, Type: b.Type,
 		Params: b.Params, Disabled: b.Disabled, Priority: b.Priority, Interval: time.Duration(b.IntervalMs) * time.Millisecond,
-		GroupKey: b.GroupKey}, time.Time{})
+		GroupKey: b.GroupKey, Cron: b.Cron, TimeZone: b.TimeZone}, time.Time{})
 	if err != nil {
 		s.jobError(w, err)
 		return

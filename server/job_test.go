@@ -128,3 +128,31 @@ func TestJobAPIBadInput(t *testing.T) {
 		require.Equal(t, tc.code, rec.Code, "%s %s %s: %s", tc.method, tc.path, tc.body, rec.Body.String())
 	}
 }
+
+// TestJobCronOverHTTP: a job's cron schedule and time zone go in and come
+// back out; a bad one is a 422 naming the job and the expression.
+func TestJobCronOverHTTP(t *testing.T) {
+	t.Parallel()
+	b := jobSetup(t)
+	const js = "application/json"
+	require.Equal(t, http.StatusCreated, b.do(t, "PUT", "/v1/connectors/shop", js, `{}`).Code)
+	rec := b.do(t, "PUT", "/v1/jobs/shop:orders", js, `{"connector_id":"shop","type":"orders","cron":"*/15 * * * *","time_zone":"America/New_York"}`)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	j := decodeAs[map[string]any](t, rec.Body.Bytes())
+	require.Equal(t, "*/15 * * * *", j["cron"])
+	require.Equal(t, "America/New_York", j["time_zone"])
+	require.EqualValues(t, 0, j["interval_ms"])
+	rec = b.do(t, "GET", "/v1/jobs?connector=shop", "", "")
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.Contains(t, rec.Body.String(), `"cron":"*/15 * * * *"`)
+	for _, tc := range []struct{ body, want string }{
+		{`{"connector_id":"shop","type":"orders","cron":"*/15 * * *"}`, `job \"shop:orders\": store: invalid job record: cron \"*/15 * * *\"`},
+		{`{"connector_id":"shop","type":"orders","cron":"@hourly","interval_ms":1000}`, "not both"},
+		{`{"connector_id":"shop","type":"orders","cron":"@hourly","time_zone":"Mars/Base"}`, `time_zone \"Mars/Base\"`},
+		{`{"connector_id":"shop","type":"orders","cron":7}`, "cron"},
+	} {
+		rec := b.do(t, "PUT", "/v1/jobs/shop:orders", js, tc.body)
+		require.Contains(t, []int{http.StatusUnprocessableEntity, http.StatusBadRequest}, rec.Code, tc.body)
+		require.Contains(t, rec.Body.String(), tc.want, tc.body)
+	}
+}

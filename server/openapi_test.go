@@ -180,6 +180,8 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 	c.want(201, "PUT", job, `{"connector_id":"binance","type":"ohlcv","params":{"symbol":"BTC/USDT"},"interval_ms":60000,"priority":5}`)
 	c.want(200, "PUT", job, `{"connector_id":"binance","type":"ohlcv","interval_ms":60000}`)
 	c.want(404, "PUT", "/v1/jobs/x", `{"connector_id":"nope","type":"ohlcv","interval_ms":60000}`)
+	c.want(201, "PUT", "/v1/jobs/binance:cron", `{"connector_id":"binance","type":"report","cron":"0 9 * * MON-FRI","time_zone":"Europe/Paris","disabled":true}`)
+	c.want(422, "PUT", "/v1/jobs/binance:cron", `{"connector_id":"binance","type":"report","cron":"0 9 * *"}`)
 	c.want(200, "GET", "/v1/jobs", "")
 	c.want(422, "GET", "/v1/jobs?limit=x", "")
 	c.want(200, "GET", job, "")

@@ -112,3 +112,28 @@ func TestJobsCommandsBadInput(t *testing.T) {
 	r = run(t, nil, "jobs", "list", "--db", "redis://127.0.0.1:6379")
 	require.Equal(t, cli.ExitUsage, r.code)
 }
+
+func TestJobsCronImportAndList(t *testing.T) {
+	t.Parallel()
+	db := "sqlite:" + filepath.Join(t.TempDir(), "jobs.db")
+	file := writeFile(t, "jobs.yaml", `
+connectors:
+  - id: shop
+    pairs: [orders]
+    timeframes: [1d]
+    types: [export]
+    cron: "30 2 * * *"
+    time_zone: Europe/Berlin
+`)
+	r := run(t, nil, "connectors", "import", file, "--db", db)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "jobs: 1 created")
+	r = run(t, nil, "jobs", "list", "--db", db)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"cron":"30 2 * * *"`)
+	require.Contains(t, r.stdout, `"time_zone":"Europe/Berlin"`)
+	bad := writeFile(t, "bad.yaml", `connectors: [{id: shop, pairs: [o], timeframes: [1d], types: [export], cron: "30 25 * * *"}]`)
+	r = run(t, nil, "connectors", "import", bad, "--db", db)
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.stderr, `cron "30 25 * * *"`)
+}

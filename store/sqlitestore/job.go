@@ -145,11 +145,13 @@ func (s *Store) UpsertJob(ctx context.Context, spec store.JobSpec, now time.Time
 		}
 		created = n == 0
 		mark(tx)
-		if _, err := conn.ExecContext(tx.ctx, `INSERT INTO sluice_jobs (id, connector_id, type, params, disabled, priority, interval_us, group_key, next_run_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		if _, err := conn.ExecContext(tx.ctx, `INSERT INTO sluice_jobs (id, connector_id, type, params, disabled, priority, interval_us, group_key, next_run_at, cron, time_zone)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO UPDATE SET connector_id = excluded.connector_id, type = excluded.type, params = excluded.params,
-    disabled = excluded.disabled, priority = excluded.priority, interval_us = excluded.interval_us, group_key = excluded.group_key`,
-			spec.ID, spec.ConnectorID, spec.Type, spec.NormalParams(), spec.Disabled, spec.Priority, spec.Interval.Microseconds(), spec.Group(), tx.now); err != nil {
+    disabled = excluded.disabled, priority = excluded.priority, interval_us = excluded.interval_us, group_key = excluded.group_key,
+    cron = excluded.cron, time_zone = excluded.time_zone`,
+			spec.ID, spec.ConnectorID, spec.Type, spec.NormalParams(), spec.Disabled, spec.Priority, spec.Interval.Microseconds(), spec.Group(), tx.now,
+			spec.Cron, spec.TimeZone); err != nil {
 			return wrap(err)
 		}
 		if _, err := conn.ExecContext(tx.ctx, `INSERT INTO sluice_job_groups (group_key) VALUES (?) ON CONFLICT DO NOTHING`, spec.Group()); err != nil {
