@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -43,6 +44,8 @@ const (
 	routeRuns           = "/v1/runs"
 	routeGaps           = "/v1/gaps"
 	routeTransitions    = "/v1/breaker-transitions"
+	routeGroups         = "/v1/job-groups"
+	routeGroup          = "/v1/job-groups/{group}"
 )
 
 // jobRoutes are the job endpoints, when the server has a job store.
@@ -64,6 +67,9 @@ func (s *Server) jobRoutes() []route {
 		{"GET", routeRuns, s.listRuns, auth.Read},
 		{"GET", routeGaps, s.listGaps, auth.Read},
 		{"GET", routeTransitions, s.listTransitions, auth.Read},
+		{"GET", routeGroups, s.listGroups, auth.Read},
+		{"GET", routeGroup, s.getGroup, auth.Read},
+		{"PUT", routeGroup, s.putGroup, auth.Admin},
 	}
 }
 
@@ -145,6 +151,56 @@ func (s *Server) listGaps(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listTransitions(w http.ResponseWriter, r *http.Request) {
 	list(s, w, r, s.jobs.ListBreakerTransitions, func(x store.BreakerTransition) string { return strconv.FormatInt(x.ID, 10) })
+}
+
+func (s *Server) listGroups(w http.ResponseWriter, r *http.Request) {
+	list(s, w, r, s.jobs.ListGroups, func(g store.Group) string { return g.Key })
+}
+
+func (s *Server) getGroup(w http.ResponseWriter, r *http.Request) {
+	g := r.PathValue("group")
+	if err := store.CheckGroupWeight(g, 1); err != nil {
+		s.jobError(w, err)
+		return
+	}
+	weight, err := s.jobs.GroupWeight(r.Context(), g)
+	if err != nil {
+		s.jobError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, contentJSON, store.Group{Key: g, Weight: weight})
+}
+
+// groupBody is the body of PUT /v1/job-groups/{group}. Weight is read as
+// any JSON value so that a wrong one (1.5, "3", null) is named, with the
+// range, in a 422.
+type groupBody struct {
+	Weight any `json:"weight"`
+}
+
+func (s *Server) putGroup(w http.ResponseWriter, r *http.Request) {
+	var b groupBody
+	if p := s.readJSON(r, &b, "weight"); p != nil {
+		writeProblem(w, p)
+		return
+	}
+	f, ok := b.Weight.(float64)
+	if !ok || f != math.Trunc(f) || f < 1 || f > store.MaxGroupWeight {
+		got := "no weight (or null)"
+		if b.Weight != nil {
+			raw, _ := json.Marshal(b.Weight)
+			got = truncate(string(raw), 32)
+		}
+		writeProblem(w, &problem{Type: TypeInvalidRequest, Status: http.StatusUnprocessableEntity,
+			Detail: fmt.Sprintf("weight must be an integer from 1 to %d, got %s", store.MaxGroupWeight, got)})
+		return
+	}
+	g := r.PathValue("group")
+	if err := s.jobs.SetGroupWeight(r.Context(), g, int(f)); err != nil {
+		s.jobError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, contentJSON, store.Group{Key: g, Weight: int(f)})
 }
 
 func (s *Server) getConnector(w http.ResponseWriter, r *http.Request) {

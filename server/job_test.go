@@ -156,3 +156,48 @@ func TestJobCronOverHTTP(t *testing.T) {
 		require.Contains(t, rec.Body.String(), tc.want, tc.body)
 	}
 }
+
+// TestJobGroupWeightsOverHTTP: a fairness group's weight is set and read
+// over HTTP; a bad weight is a 422 naming the field.
+func TestJobGroupWeightsOverHTTP(t *testing.T) {
+	t.Parallel()
+	b := jobSetup(t)
+	const js = "application/json"
+	require.Equal(t, http.StatusCreated, b.do(t, "PUT", "/v1/connectors/shopify", js, `{}`).Code)
+	rec := b.do(t, "PUT", "/v1/jobs/shopify:orders:a", js, `{"connector_id":"shopify","type":"orders","group_key":"shop-a"}`)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	rec = b.do(t, "GET", "/v1/job-groups", "", "")
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.JSONEq(t, `{"items":[{"group":"shop-a","weight":1}]}`, rec.Body.String())
+	rec = b.do(t, "PUT", "/v1/job-groups/shop-a", js, `{"weight":3}`)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.JSONEq(t, `{"group":"shop-a","weight":3}`, rec.Body.String())
+	rec = b.do(t, "PUT", "/v1/job-groups/shop-b", js, `{"weight":1000}`)
+	require.Equal(t, http.StatusOK, rec.Code, "a group without jobs yet")
+	rec = b.do(t, "GET", "/v1/job-groups/shop-a", "", "")
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.JSONEq(t, `{"group":"shop-a","weight":3}`, rec.Body.String())
+	rec = b.do(t, "GET", "/v1/job-groups/never-set", "", "")
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.JSONEq(t, `{"group":"never-set","weight":1}`, rec.Body.String())
+	rec = b.do(t, "GET", "/v1/job-groups?limit=1", "", "")
+	require.JSONEq(t, `{"items":[{"group":"shop-a","weight":3}],"next":"shop-a"}`, rec.Body.String())
+	rec = b.do(t, "GET", "/v1/job-groups?after=shop-a", "", "")
+	require.JSONEq(t, `{"items":[{"group":"shop-b","weight":1000}]}`, rec.Body.String())
+
+	for _, body := range []string{`{"weight":0}`, `{"weight":-2}`, `{"weight":1001}`, `{"weight":1e30}`, `{"weight":1.5}`,
+		`{"weight":"3"}`, `{"weight":true}`, `{"weight":null}`, `{}`, `{"weight":[3]}`} {
+		rec := b.do(t, "PUT", "/v1/job-groups/shop-a", js, body)
+		require.Equal(t, http.StatusUnprocessableEntity, rec.Code, body)
+		require.Contains(t, rec.Body.String(), "weight must be an integer from 1 to 1000", body)
+	}
+	rec = b.do(t, "PUT", "/v1/job-groups/shop-a", js, `{"wieght":3}`)
+	require.Equal(t, http.StatusBadRequest, rec.Code)
+	require.Contains(t, rec.Body.String(), "wieght")
+	rec = b.do(t, "PUT", "/v1/job-groups/a%01b", js, `{"weight":3}`)
+	require.Equal(t, http.StatusUnprocessableEntity, rec.Code)
+	require.Contains(t, rec.Body.String(), "group key")
+	require.Equal(t, http.StatusUnprocessableEntity, b.do(t, "GET", "/v1/job-groups/a%01b", "", "").Code)
+	rec = b.do(t, "GET", "/v1/job-groups/shop-a", "", "")
+	require.JSONEq(t, `{"group":"shop-a","weight":3}`, rec.Body.String(), "no bad weight was written")
+}

@@ -197,7 +197,11 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 	c.want(409, "POST", job+"/commit", fmt.Sprintf(`{"token":%d,"cursor":"c1"}`, tok+1))
 	c.want(204, "POST", job+"/finish", fmt.Sprintf(`{"token":%d,"requests":3}`, tok))
 	c.want(404, "POST", job+"/explode", `{}`)
-	for _, list := range []string{"/v1/runs", "/v1/gaps", "/v1/breaker-transitions"} {
+	c.want(200, "PUT", "/v1/job-groups/binance", `{"weight":3}`)
+	c.want(422, "PUT", "/v1/job-groups/binance", `{"weight":0}`)
+	c.want(200, "GET", "/v1/job-groups/binance", "")
+	c.want(422, "GET", "/v1/job-groups/a%01b", "")
+	for _, list := range []string{"/v1/runs", "/v1/gaps", "/v1/breaker-transitions", "/v1/job-groups"} {
 		c.want(200, "GET", list, "")
 		c.want(422, "GET", list+"?limit=-1", "")
 	}

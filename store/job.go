@@ -504,6 +504,11 @@ type JobStore interface {
 	SetGroupWeight(ctx context.Context, group string, weight int) error
 	// GroupWeight returns a group's weight (1 for a group never set).
 	GroupWeight(ctx context.Context, group string) (int, error)
+	// ListGroups lists the fairness groups (every group a job was ever
+	// upserted into, and every group given a weight) with their weights,
+	// by key; ListParams.After is the last key of the previous page. The
+	// filters are ignored.
+	ListGroups(ctx context.Context, p ListParams) ([]Group, error)
 
 	ListRuns(ctx context.Context, p ListParams) ([]RunRecord, error)
 	ListGaps(ctx context.Context, p ListParams) ([]GapRecord, error)
@@ -587,6 +592,12 @@ type GroupLoad struct {
 	Running   int64
 	LastClaim int64
 	Weight    int64
+}
+
+// Group is a fairness group and its weight: a plain value.
+type Group struct {
+	Key    string `json:"group"`
+	Weight int    `json:"weight"`
 }
 
 // MaxGroupWeight bounds a group's weight.

@@ -226,7 +226,48 @@ type, params, priority, schedule, fairness group, cursors and stats.`}
 				return nil
 			})
 		}}
-	cmd.AddCommand(list, get, trigger)
+	cmd.AddCommand(list, get, trigger, newGroupsCmd(j))
+	return cmd
+}
+
+// newGroupsCmd builds "jobs groups": the fairness groups and their weights.
+func newGroupsCmd(j *jobCmds) *cobra.Command {
+	cmd := &cobra.Command{Use: "groups", Short: "List fairness groups and set their weights",
+		Long: `A fairness group (a shop, an account; a job's group_key, or its
+connector) is served in claim rounds: per round a group gives up to its
+weight in jobs (1 to 1000; 1 for a group never set), and groups with fewer
+running jobs per unit of weight go first.`,
+		Args: usageArgs(noSubcommand), RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
+	var lp store.ListParams
+	list := &cobra.Command{Use: "list", Short: "List groups with their weights, one JSON object a line", Args: usageArgs(cobra.NoArgs),
+		RunE: func(c *cobra.Command, _ []string) error {
+			return j.with(c, func(s store.JobStore) error {
+				gs, err := s.ListGroups(c.Context(), lp)
+				if err != nil {
+					return storeErr(err)
+				}
+				for _, g := range gs {
+					j.print(g)
+				}
+				return nil
+			})
+		}}
+	listFlags(list, &lp)
+	weight := &cobra.Command{Use: "weight GROUP N", Short: "Set a group's weight (1 to 1000)", Args: usageArgs(cobra.ExactArgs(2)),
+		RunE: func(c *cobra.Command, args []string) error {
+			n, err := strconv.Atoi(args[1])
+			if err != nil || n < 1 || n > store.MaxGroupWeight {
+				return usagef("weight must be an integer from 1 to %d, got %q", store.MaxGroupWeight, args[1])
+			}
+			return j.with(c, func(s store.JobStore) error {
+				if err := s.SetGroupWeight(c.Context(), args[0], n); err != nil {
+					return storeErr(err)
+				}
+				j.print(store.Group{Key: args[0], Weight: n})
+				return nil
+			})
+		}}
+	cmd.AddCommand(list, weight)
 	return cmd
 }
 

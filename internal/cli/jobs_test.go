@@ -137,3 +137,34 @@ connectors:
 	require.Equal(t, cli.ExitUsage, r.code)
 	require.Contains(t, r.stderr, `cron "30 25 * * *"`)
 }
+
+func TestJobsGroupsCommands(t *testing.T) {
+	t.Parallel()
+	db := "sqlite:" + filepath.Join(t.TempDir(), "jobs.db")
+	file := writeFile(t, "jobs.yaml", jobsYAML)
+	r := run(t, nil, "connectors", "import", file, "--db", db)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	r = run(t, nil, "jobs", "groups", "list", "--db", db)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, `{"group":"binance","weight":1}`+"\n", r.stdout)
+	r = run(t, nil, "jobs", "groups", "weight", "binance", "4", "--db", db)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, `{"group":"binance","weight":4}`+"\n", r.stdout)
+	r = run(t, nil, "jobs", "groups", "weight", "shop-z", "2", "--db", db)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	r = run(t, nil, "jobs", "groups", "list", "--db", db)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, `{"group":"binance","weight":4}`+"\n"+`{"group":"shop-z","weight":2}`+"\n", r.stdout)
+	r = run(t, nil, "jobs", "groups", "list", "--after", "binance", "--db", db)
+	require.Equal(t, `{"group":"shop-z","weight":2}`+"\n", r.stdout)
+	for _, bad := range []string{"0", "-1", "1001", "1.5", "many"} {
+		r = run(t, nil, "jobs", "groups", "weight", "--db", db, "--", "binance", bad)
+		require.Equal(t, cli.ExitUsage, r.code, bad)
+		require.Contains(t, r.stderr, "weight must be an integer from 1 to 1000", bad)
+	}
+	r = run(t, nil, "jobs", "groups", "weight", "a\x01b", "2", "--db", db)
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.stderr, "group key")
+	r = run(t, nil, "jobs", "groups", "explode", "--db", db)
+	require.Equal(t, cli.ExitUsage, r.code)
+}

@@ -54,6 +54,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"FairnessRoundRobinGroups", fairness},
 		{"FairnessWeightedGroups", weighted},
 		{"FairnessManyGroupsBatch", manyGroups},
+		{"GroupsListedWithWeights", groupsList},
 		{"TriggerMakesDue", trigger},
 		{"BreakerTransitions", transitions},
 		{"ListPaging", paging},
@@ -715,6 +716,36 @@ func manyGroups(t *testing.T, s store.JobStore) {
 	}
 	require.Len(t, seen, 42)
 	require.Empty(t, claim(t, s, "w", 3, at(time.Minute)))
+}
+
+func groupsList(t *testing.T, s store.JobStore) {
+	ctx := context.Background()
+	gs, err := s.ListGroups(ctx, store.ListParams{})
+	require.NoError(t, err)
+	require.Empty(t, gs)
+	require.NotNil(t, gs, "an empty list, not nil")
+	conn(t, s, "c")
+	job(t, s, store.JobSpec{ID: "j1", ConnectorID: "c", GroupKey: "shop-b"})
+	job(t, s, store.JobSpec{ID: "j2", ConnectorID: "c", GroupKey: "shop-b"})
+	job(t, s, store.JobSpec{ID: "j3", ConnectorID: "c"})   // group: the connector
+	require.NoError(t, s.SetGroupWeight(ctx, "shop-a", 5)) // no jobs yet
+	require.NoError(t, s.SetGroupWeight(ctx, "shop-b", 2))
+	gs, err = s.ListGroups(ctx, store.ListParams{})
+	require.NoError(t, err)
+	require.Equal(t, []store.Group{{Key: "c", Weight: 1}, {Key: "shop-a", Weight: 5}, {Key: "shop-b", Weight: 2}}, gs)
+	gs, err = s.ListGroups(ctx, store.ListParams{Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []store.Group{{Key: "c", Weight: 1}, {Key: "shop-a", Weight: 5}}, gs)
+	gs, err = s.ListGroups(ctx, store.ListParams{After: "shop-a"})
+	require.NoError(t, err)
+	require.Equal(t, []store.Group{{Key: "shop-b", Weight: 2}}, gs)
+	// Upserting a job again keeps its group's weight.
+	job(t, s, store.JobSpec{ID: "j1", ConnectorID: "c", GroupKey: "shop-b"})
+	w, err := s.GroupWeight(ctx, "shop-b")
+	require.NoError(t, err)
+	require.Equal(t, 2, w)
+	_, err = s.ListGroups(ctx, store.ListParams{Limit: store.MaxListLimit + 1})
+	require.ErrorIs(t, err, store.ErrInvalidJob)
 }
 
 func trigger(t *testing.T, s store.JobStore) {

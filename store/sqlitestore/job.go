@@ -449,6 +449,34 @@ func (s *Store) GroupWeight(ctx context.Context, group string) (int, error) {
 	return w, nil
 }
 
+// ListGroups implements store.JobStore.
+func (s *Store) ListGroups(ctx context.Context, p store.ListParams) ([]store.Group, error) {
+	limit, err := p.EffectiveLimit()
+	if err != nil {
+		return nil, err
+	}
+	out := []store.Group{}
+	err = s.read(ctx, func(conn *sql.Conn) error {
+		rows, err := conn.QueryContext(ctx, `SELECT group_key, weight FROM sluice_job_groups WHERE group_key > ? ORDER BY group_key LIMIT ?`, p.After, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var g store.Group
+			if err := rows.Scan(&g.Key, &g.Weight); err != nil {
+				return err
+			}
+			out = append(out, g)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return out, nil
+}
+
 // readNow is the store time for a read outside a transaction: the override,
 // or the process clock clamped to the file's high-water mark.
 func (s *Store) readNow(ctx context.Context, conn *sql.Conn, override time.Time) (int64, error) {
