@@ -149,7 +149,7 @@
 //	slots  POST /api/v1/slots, POST /api/v1/slots/batch
 //	jobs   POST /v1/jobs/claim, POST /v1/jobs/{id}/{op} (worker protocol, trigger)
 //	admin  POST /v1/admin/reload, slot configs (POST /admin/rate-limit/...),
-//	       PUT connectors and jobs, pause and resume
+//	       PUT connectors, jobs and job-group weights, pause and resume
 //	read   every GET but /healthz and /metrics
 //
 // With auth, a lease's holder is bound to the token that acquired it: it is

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/sluicerl/sluice/auth"
+	"github.com/sluicerl/sluice/job"
 	"github.com/sluicerl/sluice/store"
 )
 
@@ -316,8 +318,12 @@ func (s *Server) claimJobs(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
+	// Gate before claiming: a connector whose policies have no capacity
+	// now has its due jobs moved to when it returns instead of claimed.
+	// Policies this server's limiter does not hold are not asked.
+	lim := s.live.Load().lim
 	cs, err := s.jobs.ClaimJobs(r.Context(), store.ClaimParams{Holder: b.Holder, Limit: b.Limit, Types: b.Types,
-		LeaseTTL: msDuration(b.LeaseTTLMs)})
+		LeaseTTL: msDuration(b.LeaseTTLMs), Gate: job.CapacityGate(lim, job.KnownPolicies(lim, s.connPolicies))})
 	if err != nil {
 		s.jobError(w, err)
 		return
@@ -329,6 +335,18 @@ func (s *Server) claimJobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, contentJSON, struct {
 		Claims []claimJSON `json:"claims"`
 	}{out})
+}
+
+// scheduleDelay is how long after now (on the server's clock) a job
+// finished with "schedule": true is due again: its interval plus jitter,
+// or its next cron time plus jitter short of the cron time after it, as a
+// job.Worker with the default jitter (0.1) schedules it.
+func (s *Server) scheduleDelay(ctx context.Context, id string) (time.Duration, error) {
+	j, err := s.jobs.GetJob(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	return store.ScheduleDelay(&j.JobSpec, s.clk.Now().Truncate(time.Microsecond), rand.Float64(), 0.1)
 }
 
 // msDuration converts client milliseconds, saturating instead of
@@ -351,6 +369,7 @@ type opBody struct {
 	Reason     string `json:"reason"`       // park, defer
 	Error      string `json:"error"`        // fail
 	Permanent  bool   `json:"permanent"`    // fail
+	Schedule   bool   `json:"schedule"`     // finish: due again by the job's schedule
 	Requests   int64  `json:"requests"`     // ends
 	Retries    int64  `json:"retries"`      // ends
 }
@@ -368,7 +387,7 @@ func (s *Server) jobOp(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var b opBody
-	if p := s.readJSON(r, &b, "token, lease_ttl_ms, cursor, catch_up, delay_ms, reason, error, permanent, requests, retries"); p != nil {
+	if p := s.readJSON(r, &b, "token, lease_ttl_ms, cursor, catch_up, delay_ms, reason, error, permanent, schedule, requests, retries"); p != nil {
 		writeProblem(w, p)
 		return
 	}
@@ -389,6 +408,16 @@ func (s *Server) jobOp(w http.ResponseWriter, r *http.Request) {
 	case "commit":
 		err = s.jobs.CommitCursor(ctx, store.CommitParams{Fence: f, Cursor: b.Cursor, CatchUp: b.CatchUp})
 	case "finish":
+		if b.Schedule {
+			if b.DelayMs != 0 {
+				writeProblem(w, &problem{Type: TypeInvalidRequest, Status: http.StatusUnprocessableEntity,
+					Detail: "give delay_ms or schedule, not both"})
+				return
+			}
+			if end.Delay, err = s.scheduleDelay(ctx, id); err != nil {
+				break
+			}
+		}
 		err = s.jobs.FinishJob(ctx, end)
 	case "fail":
 		err = s.jobs.FailJob(ctx, end)
