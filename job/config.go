@@ -48,11 +48,16 @@ type ImportConnector struct {
 	Group    string `yaml:"group"`
 	// Pairs, Timeframes and Types make the jobs: id
 	// "<connector>:<pair>:<timeframe>:<type>", params {"symbol", "timeframe"},
-	// run every timeframe unless Interval is set.
+	// run every timeframe unless Interval or Cron is set.
 	Pairs      []string `yaml:"pairs"`
 	Timeframes []string `yaml:"timeframes"`
 	Types      []string `yaml:"types"`
 	Interval   string   `yaml:"interval"`
+	// Cron, instead of Interval, runs every job of the connector on a cron
+	// schedule ("*/5 * * * *", "@hourly"; see store.ParseCron) read in
+	// TimeZone (an IANA name; empty means UTC).
+	Cron     string `yaml:"cron"`
+	TimeZone string `yaml:"time_zone"`
 }
 
 // Import is a parsed jobs file: the connectors and jobs to upsert.
@@ -107,6 +112,20 @@ func ParseImport(data []byte) (*Import, error) {
 			continue
 		}
 		var fixed time.Duration
+		if c.Cron != "" && c.Interval != "" {
+			bad("give interval or cron, not both")
+			continue
+		}
+		if c.TimeZone != "" && c.Cron == "" {
+			bad("time_zone %q needs cron", c.TimeZone)
+			continue
+		}
+		if c.Cron != "" {
+			if _, err := store.ParseCron(c.Cron, c.TimeZone); err != nil {
+				bad("%v", err)
+				continue
+			}
+		}
 		if c.Interval != "" {
 			d, err := ParseTimeframe(c.Interval)
 			if err != nil {
@@ -117,7 +136,7 @@ func ParseImport(data []byte) (*Import, error) {
 		}
 		for _, tf := range c.Timeframes {
 			iv := fixed
-			if iv == 0 {
+			if iv == 0 && c.Cron == "" {
 				d, err := ParseTimeframe(tf)
 				if err != nil {
 					bad("timeframe %q: %v (set interval to run it on another schedule)", tf, err)
@@ -132,7 +151,8 @@ func ParseImport(data []byte) (*Import, error) {
 						Timeframe string `json:"timeframe"`
 					}{pair, tf})
 					spec := store.JobSpec{ID: c.ID + ":" + pair + ":" + tf + ":" + typ, ConnectorID: c.ID, Type: typ,
-						Params: params, Priority: c.Priority, Interval: iv, GroupKey: c.Group}
+						Params: params, Priority: c.Priority, Interval: iv, GroupKey: c.Group,
+						Cron: c.Cron, TimeZone: c.TimeZone}
 					if err := spec.Check(); err != nil {
 						bad("%v", err)
 						continue
@@ -245,5 +265,6 @@ func nonNil(s []string) []string {
 
 func sameSpec(a, b *store.JobSpec) bool {
 	return a.ID == b.ID && a.ConnectorID == b.ConnectorID && a.Type == b.Type && a.NormalParams() == b.NormalParams() &&
-		a.Disabled == b.Disabled && a.Priority == b.Priority && a.Interval == b.Interval && a.Group() == b.Group()
+		a.Disabled == b.Disabled && a.Priority == b.Priority && a.Interval == b.Interval && a.Group() == b.Group() &&
+		a.Cron == b.Cron && a.TimeZone == b.TimeZone
 }

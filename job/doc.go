@@ -3,7 +3,8 @@
 //
 // A connector (one per provider account: status, the limiter policies
 // that pace it, a provider profile) owns jobs (type, opaque params,
-// priority, an interval schedule, a fairness group). Records live in a
+// priority, a schedule (an interval, or a cron expression in a time zone),
+// a fairness group). Records live in a
 // store.JobStore: store/memstore for embedding and tests, SQLite or
 // PostgreSQL when they must survive restarts or be shared.
 //
@@ -32,7 +33,8 @@
 //
 // The handler's outcome decides what happens to the job:
 //
-//   - nil: success; due again after its interval plus jitter.
+//   - nil: success; due again after its interval plus jitter, or at its
+//     next cron time plus jitter short of the cron time after it.
 //   - *GapError (a budget ran out): a resumable gap record quotes the
 //     committed cursor; due again soon; no failure and no source-pressure
 //     cooldown.

@@ -89,3 +89,25 @@ func ConnectorPolicies(st store.JobStore, ttl time.Duration, clk clock.Clock) fu
 		return c.Policies, nil
 	}
 }
+
+// KnownPolicies wraps a policies function for CapacityGate so that it
+// drops the names lim does not hold: a connector that names a policy the
+// limiter lacks is then gated by the others (or claimed ungated, and its
+// Run.Call fails naming the policy), instead of failing every claim of the
+// worker or server that asks the gate (a connector's configuration is not
+// a store outage).
+func KnownPolicies(lim *limiter.Limiter, policies func(ctx context.Context, connectorID string) ([]string, error)) func(ctx context.Context, connectorID string) ([]string, error) {
+	return func(ctx context.Context, id string) ([]string, error) {
+		names, err := policies(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		known := make([]string, 0, len(names))
+		for _, n := range names {
+			if _, err := lim.Handle(n); err == nil {
+				known = append(known, n)
+			}
+		}
+		return known, nil
+	}
+}

@@ -2,6 +2,7 @@ package job_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -93,4 +94,33 @@ func TestConnectorPoliciesCached(t *testing.T) {
 	require.Equal(t, []string{"b"}, got)
 	_, err = pol(ctx, "missing")
 	require.ErrorIs(t, err, store.ErrConnectorNotFound)
+}
+
+// KnownPolicies drops the policies the limiter does not hold, so that a
+// connector naming one does not fail the claim for everyone.
+func TestKnownPoliciesDropsUnknown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clocktest.New(t0)
+	lim, err := limiter.New(limiter.Config{Store: memstore.New(memstore.Config{Clock: clk}), Clock: clk, Policies: []limiter.Policy{
+		{Name: "win", Algorithm: store.FixedWindow, Rate: 1, Period: time.Hour},
+	}})
+	require.NoError(t, err)
+	known := job.KnownPolicies(lim, func(context.Context, string) ([]string, error) { return []string{"nope", "win"}, nil })
+	names, err := known(ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, []string{"win"}, names)
+	gate := job.CapacityGate(lim, known)
+	w, err := gate(ctx, "c")
+	require.NoError(t, err)
+	require.Zero(t, w)
+	d, err := lim.Allow(ctx, "win", "c")
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	w, err = gate(ctx, "c")
+	require.NoError(t, err)
+	require.Greater(t, w, time.Duration(0), "the known policy still gates")
+	boom := errors.New("boom")
+	_, err = job.KnownPolicies(lim, func(context.Context, string) ([]string, error) { return nil, boom })(ctx, "c")
+	require.ErrorIs(t, err, boom)
 }

@@ -62,7 +62,9 @@ type Config struct {
 	// means 30 seconds.
 	PressureWait time.Duration
 	// Jitter spreads scheduled runs: a finished job is due again after
-	// its interval plus up to Jitter times it. Zero means 0.1; negative
+	// its interval plus up to Jitter times it, or at its next cron time
+	// plus up to Jitter times the gap to the cron time after that (always
+	// short of it). Zero means 0.1; negative
 	// means none.
 	Jitter float64
 	// BackoffBase and BackoffMax bound the full-jitter backoff after a
@@ -385,7 +387,7 @@ func (w *Worker) execute(hctx, stop context.Context, c store.Claim) {
 	case lost || errors.Is(herr, store.ErrStaleToken):
 		w.event(Event{Kind: EventLeaseLost, JobID: j.ID, Token: fence.Token, Err: herr})
 	case herr == nil:
-		p.Delay = w.scheduleDelay(j.Interval)
+		p.Delay = w.scheduleDelay(&j.JobSpec)
 		w.end(octx, store.RunSucceeded, r, p, nil)
 	case errors.As(herr, &ge):
 		p.Reason, p.Delay, p.CatchUp = ge.Reason, w.cfg.DeferDelay, ge.CatchUp
@@ -446,18 +448,23 @@ func (w *Worker) end(ctx context.Context, outcome string, r *Run, p store.EndPar
 		Cursor: r.cursor})
 }
 
-// scheduleDelay is the delay to a job's next scheduled run: its interval
-// plus jitter, or, for a job without one, the longest delay (it runs
-// again when triggered).
-func (w *Worker) scheduleDelay(interval time.Duration) time.Duration {
-	if interval <= 0 {
+// scheduleDelay is the delay to a job's next scheduled run
+// (store.ScheduleDelay): its interval plus jitter, or the time until its
+// next cron time (read on Clock, in whole microseconds) plus jitter short of
+// the cron time after it, or, for a job without a schedule, the longest
+// delay (it runs again when triggered).
+func (w *Worker) scheduleDelay(spec *store.JobSpec) time.Duration {
+	u := 0.0
+	if w.cfg.Jitter > 0 && (spec.Cron != "" || spec.Interval > 0) {
+		u = w.random()
+	}
+	d, err := store.ScheduleDelay(spec, w.clk.Now().Truncate(time.Microsecond), u, w.cfg.Jitter)
+	if err != nil {
+		// The store validated the schedule on upsert; a record changed
+		// behind its back runs again when triggered.
 		return store.MaxJobInterval
 	}
-	d := interval
-	if w.cfg.Jitter > 0 {
-		d += time.Duration(w.random() * w.cfg.Jitter * float64(interval))
-	}
-	return min(d.Truncate(time.Microsecond), store.MaxJobInterval)
+	return d
 }
 
 // backoff is the full-jitter delay after the n-th failure in a row.

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/retry"
 	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/memstore"
 )
 
 // TestStorm429EndsParkedThenSucceeds: a storm of 429s with Retry-After
@@ -417,4 +418,76 @@ func TestBan418ParksBanned(t *testing.T) {
 		require.Equal(t, seq(10), out.get("j"))
 		require.Empty(t, getJob(t, s, "j").ParkedReason)
 	})
+}
+// TestCronScheduleNextRunAfterSuccess: a cron job that succeeded is due at
+// its next cron time (read in its time zone) plus jitter short of the
+// cron time after it, on the store clock.
+func TestCronScheduleNextRunAfterSuccess(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		clk := clocktest.New(t0.Add(10*time.Hour + 7*time.Minute + 30*time.Second)) // 10:07:30 UTC, 11:07:30 in Paris
+		s := b.open(t, clk)
+		setupConnector(t, s, "p")
+		addJob(t, s, clk, store.JobSpec{ID: "quarter", ConnectorID: "p", Cron: "*/15 * * * *"})
+		addJob(t, s, clk, store.JobSpec{ID: "paris", ConnectorID: "p", Cron: "0 12 * * *", TimeZone: "Europe/Paris"})
+		w := mustWorker(t, job.Config{Store: s, Clock: clk, Concurrency: 2,
+			Handlers: map[string]job.Handler{"ohlcv": func(context.Context, *job.Run) error { return nil }}})
+		n, err := w.Poll(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		// Jitter 0.5 x 0.1 of the gap to the following cron time.
+		require.Equal(t, t0.Add(10*time.Hour+15*time.Minute+45*time.Second), getJob(t, s, "quarter").NextRunAt)
+		require.Equal(t, t0.Add(11*time.Hour+72*time.Minute), getJob(t, s, "paris").NextRunAt, "12:00 in Paris is 11:00 UTC, plus 0.05 x 24h")
+		clk.Advance(8 * time.Minute) // 10:15:30: not yet due
+		n, err = w.Poll(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		clk.Advance(15 * time.Second)
+		n, err = w.Poll(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, t0.Add(10*time.Hour+30*time.Minute+45*time.Second), getJob(t, s, "quarter").NextRunAt)
+		// With jitter beyond the gap, the next run stays short of the slot after it.
+		w2 := mustWorker(t, job.Config{Store: s, Clock: clk, Jitter: 5, Rand: func() float64 { return 0.999 },
+			Handlers: map[string]job.Handler{"ohlcv": func(context.Context, *job.Run) error { return nil }}})
+		require.NoError(t, s.TriggerJob(ctx, "quarter", clk.Now()))
+		clk.Advance(time.Second)
+		n, err = w2.Poll(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		next := getJob(t, s, "quarter").NextRunAt
+		require.True(t, next.Before(t0.Add(10*time.Hour+45*time.Minute)), "next %s", next)
+		require.True(t, !next.Before(t0.Add(10*time.Hour+30*time.Minute)), "next %s", next)
+	})
+}
+
+func TestParseImportCron(t *testing.T) {
+	t.Parallel()
+	im, err := job.ParseImport([]byte(`connectors: [{id: a, pairs: [x], timeframes: [1M], types: [t], cron: "0 1 1 * *", time_zone: Asia/Tokyo}]`))
+	require.NoError(t, err)
+	require.Equal(t, "0 1 1 * *", im.Jobs[0].Cron)
+	require.Equal(t, "Asia/Tokyo", im.Jobs[0].TimeZone)
+	require.Zero(t, im.Jobs[0].Interval, "cron replaces the timeframe's interval")
+	for _, tc := range []struct{ yaml, want string }{
+		{`connectors: [{id: a, pairs: [x], timeframes: [1m], types: [t], cron: "* * *"}]`, `connector "a": store: invalid job record: cron "* * *"`},
+		{`connectors: [{id: a, pairs: [x], timeframes: [1m], types: [t], cron: "@hourly", interval: 1h}]`, "interval or cron, not both"},
+		{`connectors: [{id: a, pairs: [x], timeframes: [1m], types: [t], cron: "@hourly", time_zone: Atlantis}]`, `time_zone "Atlantis"`},
+		{`connectors: [{id: a, pairs: [x], timeframes: [1m], types: [t], time_zone: UTC}]`, "needs cron"},
+	} {
+		_, err := job.ParseImport([]byte(tc.yaml))
+		require.ErrorIs(t, err, job.ErrInvalidImport, tc.yaml)
+		require.ErrorContains(t, err, tc.want, tc.yaml)
+	}
+	// Importing again changes nothing; changing the cron updates the jobs.
+	st := memstore.NewJobStore(memstore.JobConfig{})
+	res, err := im.Apply(context.Background(), st)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.JobsCreated)
+	res, err = im.Apply(context.Background(), st)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.JobsUnchanged)
+	im.Jobs[0].Cron = "0 2 1 * *"
+	res, err = im.Apply(context.Background(), st)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.JobsUpdated)
 }

@@ -168,8 +168,8 @@
 //	slots  POST /api/v1/slots, POST /api/v1/slots/batch
 //	jobs   POST /v1/jobs/claim, POST /v1/jobs/{id}/{op} (worker protocol, trigger)
 //	admin  POST /v1/admin/reload, slot configs (POST /admin/rate-limit/...),
-//	       GET /admin/rate-limit/verify, PUT connectors and jobs, pause and
-//	       resume
+//	       GET /admin/rate-limit/verify, PUT connectors, jobs and job-group
+//	       weights, pause and resume
 //	read   every other GET but /healthz and /metrics
 //
 // With auth, a lease's holder is bound to the token that acquired it: it is

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/sluicerl/sluice/auth"
+	"github.com/sluicerl/sluice/job"
 	"github.com/sluicerl/sluice/store"
 )
 
@@ -43,6 +46,8 @@ const (
 	routeRuns           = "/v1/runs"
 	routeGaps           = "/v1/gaps"
 	routeTransitions    = "/v1/breaker-transitions"
+	routeGroups         = "/v1/job-groups"
+	routeGroup          = "/v1/job-groups/{group}"
 )
 
 // jobRoutes are the job endpoints, when the server has a job store.
@@ -64,6 +69,9 @@ func (s *Server) jobRoutes() []route {
 		{"GET", routeRuns, s.listRuns, auth.Read},
 		{"GET", routeGaps, s.listGaps, auth.Read},
 		{"GET", routeTransitions, s.listTransitions, auth.Read},
+		{"GET", routeGroups, s.listGroups, auth.Read},
+		{"GET", routeGroup, s.getGroup, auth.Read},
+		{"PUT", routeGroup, s.putGroup, auth.Admin},
 	}
 }
 
@@ -147,6 +155,56 @@ func (s *Server) listTransitions(w http.ResponseWriter, r *http.Request) {
 	list(s, w, r, s.jobs.ListBreakerTransitions, func(x store.BreakerTransition) string { return strconv.FormatInt(x.ID, 10) })
 }
 
+func (s *Server) listGroups(w http.ResponseWriter, r *http.Request) {
+	list(s, w, r, s.jobs.ListGroups, func(g store.Group) string { return g.Key })
+}
+
+func (s *Server) getGroup(w http.ResponseWriter, r *http.Request) {
+	g := r.PathValue("group")
+	if err := store.CheckGroupWeight(g, 1); err != nil {
+		s.jobError(w, err)
+		return
+	}
+	weight, err := s.jobs.GroupWeight(r.Context(), g)
+	if err != nil {
+		s.jobError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, contentJSON, store.Group{Key: g, Weight: weight})
+}
+
+// groupBody is the body of PUT /v1/job-groups/{group}. Weight is read as
+// any JSON value so that a wrong one (1.5, "3", null) is named, with the
+// range, in a 422.
+type groupBody struct {
+	Weight any `json:"weight"`
+}
+
+func (s *Server) putGroup(w http.ResponseWriter, r *http.Request) {
+	var b groupBody
+	if p := s.readJSON(r, &b, "weight"); p != nil {
+		writeProblem(w, p)
+		return
+	}
+	f, ok := b.Weight.(float64)
+	if !ok || f != math.Trunc(f) || f < 1 || f > store.MaxGroupWeight {
+		got := "no weight (or null)"
+		if b.Weight != nil {
+			raw, _ := json.Marshal(b.Weight)
+			got = truncate(string(raw), 32)
+		}
+		writeProblem(w, &problem{Type: TypeInvalidRequest, Status: http.StatusUnprocessableEntity,
+			Detail: fmt.Sprintf("weight must be an integer from 1 to %d, got %s", store.MaxGroupWeight, got)})
+		return
+	}
+	g := r.PathValue("group")
+	if err := s.jobs.SetGroupWeight(r.Context(), g, int(f)); err != nil {
+		s.jobError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, contentJSON, store.Group{Key: g, Weight: int(f)})
+}
+
 func (s *Server) getConnector(w http.ResponseWriter, r *http.Request) {
 	c, err := s.jobs.GetConnector(r.Context(), r.PathValue("id"))
 	if err != nil {
@@ -209,12 +267,14 @@ type jobBody struct {
 	Disabled    bool            `json:"disabled"`
 	Priority    int             `json:"priority"`
 	IntervalMs  int64           `json:"interval_ms"`
+	Cron        string          `json:"cron"`
+	TimeZone    string          `json:"time_zone"`
 	GroupKey    string          `json:"group_key"`
 }
 
 func (s *Server) putJob(w http.ResponseWriter, r *http.Request) {
 	var b jobBody
-	if p := s.readJSON(r, &b, "connector_id, type, params, disabled, priority, interval_ms, group_key"); p != nil {
+	if p := s.readJSON(r, &b, "connector_id, type, params, disabled, priority, interval_ms, cron, time_zone, group_key"); p != nil {
 		writeProblem(w, p)
 		return
 	}
@@ -225,7 +285,7 @@ func (s *Server) putJob(w http.ResponseWriter, r *http.Request) {
 	}
 	j, created, err := s.jobs.UpsertJob(r.Context(), store.JobSpec{ID: r.PathValue("id"), ConnectorID: b.ConnectorID, Type: b.Type,
 		Params: b.Params, Disabled: b.Disabled, Priority: b.Priority, Interval: time.Duration(b.IntervalMs) * time.Millisecond,
-		GroupKey: b.GroupKey}, time.Time{})
+		GroupKey: b.GroupKey, Cron: b.Cron, TimeZone: b.TimeZone}, time.Time{})
 	if err != nil {
 		s.jobError(w, err)
 		return
@@ -258,8 +318,12 @@ func (s *Server) claimJobs(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
+	// Gate before claiming: a connector whose policies have no capacity
+	// now has its due jobs moved to when it returns instead of claimed.
+	// Policies this server's limiter does not hold are not asked.
+	lim := s.live.Load().lim
 	cs, err := s.jobs.ClaimJobs(r.Context(), store.ClaimParams{Holder: b.Holder, Limit: b.Limit, Types: b.Types,
-		LeaseTTL: msDuration(b.LeaseTTLMs)})
+		LeaseTTL: msDuration(b.LeaseTTLMs), Gate: job.CapacityGate(lim, job.KnownPolicies(lim, s.connPolicies))})
 	if err != nil {
 		s.jobError(w, err)
 		return
@@ -271,6 +335,18 @@ func (s *Server) claimJobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, contentJSON, struct {
 		Claims []claimJSON `json:"claims"`
 	}{out})
+}
+
+// scheduleDelay is how long after now (on the server's clock) a job
+// finished with "schedule": true is due again: its interval plus jitter,
+// or its next cron time plus jitter short of the cron time after it, as a
+// job.Worker with the default jitter (0.1) schedules it.
+func (s *Server) scheduleDelay(ctx context.Context, id string) (time.Duration, error) {
+	j, err := s.jobs.GetJob(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	return store.ScheduleDelay(&j.JobSpec, s.clk.Now().Truncate(time.Microsecond), rand.Float64(), 0.1)
 }
 
 // msDuration converts client milliseconds, saturating instead of
@@ -293,6 +369,7 @@ type opBody struct {
 	Reason     string `json:"reason"`       // park, defer
 	Error      string `json:"error"`        // fail
 	Permanent  bool   `json:"permanent"`    // fail
+	Schedule   bool   `json:"schedule"`     // finish: due again by the job's schedule
 	Requests   int64  `json:"requests"`     // ends
 	Retries    int64  `json:"retries"`      // ends
 }
@@ -310,7 +387,7 @@ func (s *Server) jobOp(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var b opBody
-	if p := s.readJSON(r, &b, "token, lease_ttl_ms, cursor, catch_up, delay_ms, reason, error, permanent, requests, retries"); p != nil {
+	if p := s.readJSON(r, &b, "token, lease_ttl_ms, cursor, catch_up, delay_ms, reason, error, permanent, schedule, requests, retries"); p != nil {
 		writeProblem(w, p)
 		return
 	}
@@ -331,6 +408,16 @@ func (s *Server) jobOp(w http.ResponseWriter, r *http.Request) {
 	case "commit":
 		err = s.jobs.CommitCursor(ctx, store.CommitParams{Fence: f, Cursor: b.Cursor, CatchUp: b.CatchUp})
 	case "finish":
+		if b.Schedule {
+			if b.DelayMs != 0 {
+				writeProblem(w, &problem{Type: TypeInvalidRequest, Status: http.StatusUnprocessableEntity,
+					Detail: "give delay_ms or schedule, not both"})
+				return
+			}
+			if end.Delay, err = s.scheduleDelay(ctx, id); err != nil {
+				break
+			}
+		}
 		err = s.jobs.FinishJob(ctx, end)
 	case "fail":
 		err = s.jobs.FailJob(ctx, end)

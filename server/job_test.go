@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicerl/sluice/clock/clocktest"
+	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/server"
 	"github.com/sluicerl/sluice/store/memstore"
 )
@@ -127,4 +130,170 @@ func TestJobAPIBadInput(t *testing.T) {
 		rec := b.do(t, tc.method, tc.path, tc.ct, tc.body)
 		require.Equal(t, tc.code, rec.Code, "%s %s %s: %s", tc.method, tc.path, tc.body, rec.Body.String())
 	}
+}
+
+// TestJobCronOverHTTP: a job's cron schedule and time zone go in and come
+// back out; a bad one is a 422 naming the job and the expression.
+func TestJobCronOverHTTP(t *testing.T) {
+	t.Parallel()
+	b := jobSetup(t)
+	const js = "application/json"
+	require.Equal(t, http.StatusCreated, b.do(t, "PUT", "/v1/connectors/shop", js, `{}`).Code)
+	rec := b.do(t, "PUT", "/v1/jobs/shop:orders", js, `{"connector_id":"shop","type":"orders","cron":"*/15 * * * *","time_zone":"America/New_York"}`)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	j := decodeAs[map[string]any](t, rec.Body.Bytes())
+	require.Equal(t, "*/15 * * * *", j["cron"])
+	require.Equal(t, "America/New_York", j["time_zone"])
+	require.EqualValues(t, 0, j["interval_ms"])
+	rec = b.do(t, "GET", "/v1/jobs?connector=shop", "", "")
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.Contains(t, rec.Body.String(), `"cron":"*/15 * * * *"`)
+	for _, tc := range []struct{ body, want string }{
+		{`{"connector_id":"shop","type":"orders","cron":"*/15 * * *"}`, `job \"shop:orders\": store: invalid job record: cron \"*/15 * * *\"`},
+		{`{"connector_id":"shop","type":"orders","cron":"@hourly","interval_ms":1000}`, "not both"},
+		{`{"connector_id":"shop","type":"orders","cron":"@hourly","time_zone":"Mars/Base"}`, `time_zone \"Mars/Base\"`},
+		{`{"connector_id":"shop","type":"orders","cron":7}`, "cron"},
+	} {
+		rec := b.do(t, "PUT", "/v1/jobs/shop:orders", js, tc.body)
+		require.Contains(t, []int{http.StatusUnprocessableEntity, http.StatusBadRequest}, rec.Code, tc.body)
+		require.Contains(t, rec.Body.String(), tc.want, tc.body)
+	}
+}
+
+// TestJobGroupWeightsOverHTTP: a fairness group's weight is set and read
+// over HTTP; a bad weight is a 422 naming the field.
+func TestJobGroupWeightsOverHTTP(t *testing.T) {
+	t.Parallel()
+	b := jobSetup(t)
+	const js = "application/json"
+	require.Equal(t, http.StatusCreated, b.do(t, "PUT", "/v1/connectors/shopify", js, `{}`).Code)
+	rec := b.do(t, "PUT", "/v1/jobs/shopify:orders:a", js, `{"connector_id":"shopify","type":"orders","group_key":"shop-a"}`)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	rec = b.do(t, "GET", "/v1/job-groups", "", "")
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.JSONEq(t, `{"items":[{"group":"shop-a","weight":1}]}`, rec.Body.String())
+	rec = b.do(t, "PUT", "/v1/job-groups/shop-a", js, `{"weight":3}`)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.JSONEq(t, `{"group":"shop-a","weight":3}`, rec.Body.String())
+	rec = b.do(t, "PUT", "/v1/job-groups/shop-b", js, `{"weight":1000}`)
+	require.Equal(t, http.StatusOK, rec.Code, "a group without jobs yet")
+	rec = b.do(t, "GET", "/v1/job-groups/shop-a", "", "")
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.JSONEq(t, `{"group":"shop-a","weight":3}`, rec.Body.String())
+	rec = b.do(t, "GET", "/v1/job-groups/never-set", "", "")
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.JSONEq(t, `{"group":"never-set","weight":1}`, rec.Body.String())
+	rec = b.do(t, "GET", "/v1/job-groups?limit=1", "", "")
+	require.JSONEq(t, `{"items":[{"group":"shop-a","weight":3}],"next":"shop-a"}`, rec.Body.String())
+	rec = b.do(t, "GET", "/v1/job-groups?after=shop-a", "", "")
+	require.JSONEq(t, `{"items":[{"group":"shop-b","weight":1000}]}`, rec.Body.String())
+
+	for _, body := range []string{`{"weight":0}`, `{"weight":-2}`, `{"weight":1001}`, `{"weight":1e30}`, `{"weight":1.5}`,
+		`{"weight":"3"}`, `{"weight":true}`, `{"weight":null}`, `{}`, `{"weight":[3]}`} {
+		rec := b.do(t, "PUT", "/v1/job-groups/shop-a", js, body)
+		require.Equal(t, http.StatusUnprocessableEntity, rec.Code, body)
+		require.Contains(t, rec.Body.String(), "weight must be an integer from 1 to 1000", body)
+	}
+	rec = b.do(t, "PUT", "/v1/job-groups/shop-a", js, `{"wieght":3}`)
+	require.Equal(t, http.StatusBadRequest, rec.Code)
+	require.Contains(t, rec.Body.String(), "wieght")
+	rec = b.do(t, "PUT", "/v1/job-groups/a%01b", js, `{"weight":3}`)
+	require.Equal(t, http.StatusUnprocessableEntity, rec.Code)
+	require.Contains(t, rec.Body.String(), "group key")
+	require.Equal(t, http.StatusUnprocessableEntity, b.do(t, "GET", "/v1/job-groups/a%01b", "", "").Code)
+	rec = b.do(t, "GET", "/v1/job-groups/shop-a", "", "")
+	require.JSONEq(t, `{"group":"shop-a","weight":3}`, rec.Body.String(), "no bad weight was written")
+}
+
+// TestJobClaimGatedByConnectorPolicies: the worker protocol's claim asks
+// the connector's policies in the server's limiter first: a connector whose
+// policy is exhausted has its due jobs moved to when capacity returns
+// instead of claimed; then they are claimed. A policy the limiter does not
+// hold gates nothing.
+func TestJobClaimGatedByConnectorPolicies(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(start)
+	lim, err := limiter.New(limiter.Config{Store: memstore.New(memstore.Config{Clock: clk}), Clock: clk, Policies: testPolicies})
+	require.NoError(t, err)
+	b := setup(t, server.Config{Limiter: lim, Jobs: memstore.NewJobStore(memstore.JobConfig{Clock: clk})})
+	const js = "application/json"
+	require.Equal(t, http.StatusCreated, b.do(t, "PUT", "/v1/connectors/shop", js, `{"policies":["strict"]}`).Code)
+	require.Equal(t, http.StatusCreated, b.do(t, "PUT", "/v1/connectors/other", js, `{"policies":["not-a-policy"]}`).Code)
+	for _, id := range []string{"shop:a", "shop:b"} {
+		rec := b.do(t, "PUT", "/v1/jobs/"+id, js, `{"connector_id":"shop","type":"t","interval_ms":60000}`)
+		require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	}
+	rec := b.do(t, "PUT", "/v1/jobs/other:a", js, `{"connector_id":"other","type":"t","interval_ms":60000}`)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	// The connector's one unit a minute is spent (the key is its id).
+	require.Equal(t, http.StatusOK, b.take(t, `{"policy":"strict","key":"shop"}`).Code)
+
+	claim := func() []string {
+		rec := b.do(t, "POST", "/v1/jobs/claim", js, `{"holder":"w","limit":10,"lease_ttl_ms":600000}`)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		var ids []string
+		for _, c := range decodeAs[struct {
+			Claims []struct {
+				Job struct{ ID string } `json:"job"`
+			} `json:"claims"`
+		}](t, rec.Body.Bytes()).Claims {
+			ids = append(ids, c.Job.ID)
+		}
+		return ids
+	}
+	require.Equal(t, []string{"other:a"}, claim(), "shop has no capacity; an unknown policy gates nothing")
+	for _, id := range []string{"shop:a", "shop:b"} {
+		rec := b.do(t, "GET", "/v1/jobs/"+id, "", "")
+		require.Equal(t, http.StatusOK, rec.Code)
+		j := decodeAs[struct {
+			NextRunAt time.Time `json:"next_run_at"`
+			Runs      int64     `json:"runs"`
+		}](t, rec.Body.Bytes())
+		require.Equal(t, start.Add(time.Minute).UTC(), j.NextRunAt.UTC(), "%s moved to when capacity returns", id)
+		require.Zero(t, j.Runs, id)
+	}
+	require.Empty(t, claim(), "not due before then")
+	clk.Advance(time.Minute)
+	got := claim()
+	require.ElementsMatch(t, []string{"shop:a", "shop:b"}, got, "claimed once capacity is back")
+}
+
+// TestJobFinishBySchedule: a worker in another language finishes a cron
+// job with "schedule": true, and the server makes it due at the job's next
+// cron time (plus jitter short of the one after), on its clock.
+func TestJobFinishBySchedule(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(time.Date(2026, 1, 19, 10, 7, 30, 0, time.UTC))
+	b := setup(t, server.Config{Clock: clk, Jobs: memstore.NewJobStore(memstore.JobConfig{Clock: clk})})
+	const js = "application/json"
+	require.Equal(t, http.StatusCreated, b.do(t, "PUT", "/v1/connectors/shop", js, `{}`).Code)
+	rec := b.do(t, "PUT", "/v1/jobs/shop:orders", js, `{"connector_id":"shop","type":"orders","cron":"*/15 * * * *"}`)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	rec = b.do(t, "POST", "/v1/jobs/claim", js, `{"holder":"ts","lease_ttl_ms":60000}`)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	claims := decodeAs[struct {
+		Claims []struct {
+			Token int64 `json:"token"`
+			Job   struct {
+				Cron string `json:"cron"`
+			} `json:"job"`
+		} `json:"claims"`
+	}](t, rec.Body.Bytes()).Claims
+	require.Len(t, claims, 1)
+	require.Equal(t, "*/15 * * * *", claims[0].Job.Cron, "the claim tells the worker its schedule")
+	tok := claims[0].Token
+	rec = b.do(t, "POST", "/v1/jobs/shop:orders/finish", js, fmt.Sprintf(`{"token":%d,"schedule":true,"delay_ms":1000}`, tok))
+	require.Equal(t, http.StatusUnprocessableEntity, rec.Code)
+	require.Contains(t, rec.Body.String(), "delay_ms or schedule")
+	rec = b.do(t, "POST", "/v1/jobs/shop:orders/finish", js, fmt.Sprintf(`{"token":%d,"schedule":true}`, tok))
+	require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+	rec = b.do(t, "GET", "/v1/jobs/shop:orders", "", "")
+	next := decodeAs[struct {
+		NextRunAt time.Time `json:"next_run_at"`
+	}](t, rec.Body.Bytes()).NextRunAt
+	slot := time.Date(2026, 1, 19, 10, 15, 0, 0, time.UTC)
+	require.False(t, next.Before(slot), "next %s before the cron time %s", next, slot)
+	require.True(t, next.Before(slot.Add(15*time.Minute)), "next %s not short of the following cron time", next)
+	rec = b.do(t, "POST", "/v1/jobs/shop:orders/finish", js, fmt.Sprintf(`{"token":%d,"schedule":true}`, tok))
+	require.Equal(t, http.StatusConflict, rec.Code, "the run has ended")
 }

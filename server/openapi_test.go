@@ -184,6 +184,8 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 	c.want(201, "PUT", job, `{"connector_id":"binance","type":"ohlcv","params":{"symbol":"BTC/USDT"},"interval_ms":60000,"priority":5}`)
 	c.want(200, "PUT", job, `{"connector_id":"binance","type":"ohlcv","interval_ms":60000}`)
 	c.want(404, "PUT", "/v1/jobs/x", `{"connector_id":"nope","type":"ohlcv","interval_ms":60000}`)
+	c.want(201, "PUT", "/v1/jobs/binance:cron", `{"connector_id":"binance","type":"report","cron":"0 9 * * MON-FRI","time_zone":"Europe/Paris","disabled":true}`)
+	c.want(422, "PUT", "/v1/jobs/binance:cron", `{"connector_id":"binance","type":"report","cron":"0 9 * *"}`)
 	c.want(200, "GET", "/v1/jobs", "")
 	c.want(422, "GET", "/v1/jobs?limit=x", "")
 	c.want(200, "GET", job, "")
@@ -197,9 +199,14 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 	c.want(200, "POST", job+"/heartbeat", fmt.Sprintf(`{"token":%d,"lease_ttl_ms":30000}`, tok))
 	c.want(204, "POST", job+"/commit", fmt.Sprintf(`{"token":%d,"cursor":"c1"}`, tok))
 	c.want(409, "POST", job+"/commit", fmt.Sprintf(`{"token":%d,"cursor":"c1"}`, tok+1))
-	c.want(204, "POST", job+"/finish", fmt.Sprintf(`{"token":%d,"requests":3}`, tok))
+	c.want(422, "POST", job+"/finish", fmt.Sprintf(`{"token":%d,"schedule":true,"delay_ms":5}`, tok))
+	c.want(204, "POST", job+"/finish", fmt.Sprintf(`{"token":%d,"schedule":true,"requests":3}`, tok))
 	c.want(404, "POST", job+"/explode", `{}`)
-	for _, list := range []string{"/v1/runs", "/v1/gaps", "/v1/breaker-transitions"} {
+	c.want(200, "PUT", "/v1/job-groups/binance", `{"weight":3}`)
+	c.want(422, "PUT", "/v1/job-groups/binance", `{"weight":0}`)
+	c.want(200, "GET", "/v1/job-groups/binance", "")
+	c.want(422, "GET", "/v1/job-groups/a%01b", "")
+	for _, list := range []string{"/v1/runs", "/v1/gaps", "/v1/breaker-transitions", "/v1/job-groups"} {
 		c.want(200, "GET", list, "")
 		c.want(422, "GET", list+"?limit=-1", "")
 	}

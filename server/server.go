@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluicerl/sluice/auth"
 	"github.com/sluicerl/sluice/clock"
+	"github.com/sluicerl/sluice/job"
 	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/provider"
@@ -100,7 +101,8 @@ type Config struct {
 	// Idempotency bounds the Idempotency-Key cache (idempotency.go). Zero
 	// fields take its defaults.
 	Idempotency IdempotencyConfig
-	// Clock times Idempotency-Key expiry. Nil means the real clock.
+	// Clock times Idempotency-Key expiry and the next run of a job
+	// finished by its schedule. Nil means the real clock.
 	Clock clock.Clock
 	// Observer, when set, sees every decision, lease acquire and slot
 	// config the server handles (observer.go): the dashboard's live feed.
@@ -129,13 +131,17 @@ type Server struct {
 	leaseOps *prometheus.CounterVec // lease.go
 	// slotMetrics is set when slots is (slot.go).
 	slotMetrics *slotMetrics
-	jobs        store.JobStore   // job.go
-	obs         Observer         // observer.go; nil: none
-	outbound    *outbound.Client // outbound.go
-	profiles    OutboundProfiles
-	providers   *provider.Registry // providers.go
-	outPermits  *permitTable
-	openapiDoc  []byte // GET /openapi.json
+	jobs        store.JobStore // job.go
+	// connPolicies reads a connector's policies for the claim gate
+	// (job.go), cached for a second.
+	connPolicies func(ctx context.Context, connectorID string) ([]string, error)
+	clk          clock.Clock      // Config.Clock: the schedule of a finish (job.go)
+	obs          Observer         // observer.go; nil: none
+	outbound     *outbound.Client // outbound.go
+	profiles     OutboundProfiles
+	providers    *provider.Registry // providers.go
+	outPermits   *permitTable
+	openapiDoc   []byte // GET /openapi.json
 }
 
 // live is an immutable snapshot of the policies: what a reload swaps.
@@ -185,6 +191,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.profiles == nil && s.providers != nil {
 		s.profiles = registryProfiles{s.providers}
+	}
+	s.clk = clock.Or(cfg.Clock)
+	if s.jobs != nil {
+		s.connPolicies = job.ConnectorPolicies(s.jobs, time.Second, nil)
 	}
 	if s.outbound != nil {
 		ttl, maxPermits := cfg.PermitTTL, cfg.MaxPermits

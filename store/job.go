@@ -143,7 +143,15 @@ type JobSpec struct {
 	// Interval is the schedule: a finished run is due again this long
 	// (plus jitter) later. Zero means the job runs once, then waits for a
 	// trigger. JSON carries it as interval_ms (see Job.MarshalJSON).
+	// Interval and Cron are exclusive.
 	Interval time.Duration `json:"-"`
+	// Cron is the schedule as a cron expression (five fields, or a
+	// descriptor such as @hourly; see ParseCron): a finished run is due
+	// again at the expression's next time (plus jitter short of the time
+	// after it). Empty means the schedule is Interval.
+	Cron string `json:"cron,omitempty"`
+	// TimeZone is the IANA time zone Cron is read in. Empty means UTC.
+	TimeZone string `json:"time_zone,omitempty"`
 	// GroupKey is the fairness group (a shop, an account). Empty means the
 	// connector id.
 	GroupKey string `json:"group_key,omitempty"`
@@ -171,10 +179,7 @@ func (s *JobSpec) Check() error {
 	if len(s.Params) > 0 && !json.Valid(s.Params) {
 		return fmt.Errorf("%w: job %q: params is not valid JSON", ErrInvalidJob, s.ID)
 	}
-	if s.Interval < 0 || s.Interval > MaxJobInterval || s.Interval%time.Microsecond != 0 {
-		return fmt.Errorf("%w: job %q: interval must be whole microseconds from 0 to %s, got %s", ErrInvalidJob, s.ID, MaxJobInterval, s.Interval)
-	}
-	return nil
+	return s.checkSchedule()
 }
 
 // Group returns the fairness group: GroupKey, or the connector id.
@@ -499,6 +504,11 @@ type JobStore interface {
 	SetGroupWeight(ctx context.Context, group string, weight int) error
 	// GroupWeight returns a group's weight (1 for a group never set).
 	GroupWeight(ctx context.Context, group string) (int, error)
+	// ListGroups lists the fairness groups (every group a job was ever
+	// upserted into, and every group given a weight) with their weights,
+	// by key; ListParams.After is the last key of the previous page. The
+	// filters are ignored.
+	ListGroups(ctx context.Context, p ListParams) ([]Group, error)
 
 	ListRuns(ctx context.Context, p ListParams) ([]RunRecord, error)
 	ListGaps(ctx context.Context, p ListParams) ([]GapRecord, error)
@@ -582,6 +592,12 @@ type GroupLoad struct {
 	Running   int64
 	LastClaim int64
 	Weight    int64
+}
+
+// Group is a fairness group and its weight: a plain value.
+type Group struct {
+	Key    string `json:"group"`
+	Weight int    `json:"weight"`
 }
 
 // MaxGroupWeight bounds a group's weight.
@@ -768,7 +784,7 @@ func ParseAfterID(after string) (int64, error) {
 // JobColumns is the column list ScanJob reads, for the SQL backends.
 const JobColumns = `id, connector_id, type, params, disabled, priority, interval_us, group_key, next_run_at,
 lease_holder, lease_token, lease_until, cursor, catch_up_cursor, runs, failures, consecutive_failures,
-last_run_at, last_success_at, last_error, parked_reason, parked_until`
+last_run_at, last_success_at, last_error, parked_reason, parked_until, cron, time_zone`
 
 // ScanJob reads a row of JobColumns through scan (a database/sql or pgx
 // row's Scan).
@@ -778,7 +794,7 @@ func ScanJob(scan func(dest ...any) error) (Job, error) {
 	var interval, next, until, lastRun, lastOK, parked int64
 	err := scan(&j.ID, &j.ConnectorID, &j.Type, &params, &j.Disabled, &j.Priority, &interval, &j.GroupKey, &next,
 		&j.LeaseHolder, &j.LeaseToken, &until, &j.Cursor, &j.CatchUpCursor, &j.Runs, &j.Failures, &j.ConsecutiveFailures,
-		&lastRun, &lastOK, &j.LastError, &j.ParkedReason, &parked)
+		&lastRun, &lastOK, &j.LastError, &j.ParkedReason, &parked, &j.Cron, &j.TimeZone)
 	if err != nil {
 		return Job{}, err
 	}

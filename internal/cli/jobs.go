@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicerl/sluice/job"
+	"github.com/sluicerl/sluice/limiter"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/pgstore"
 	"github.com/sluicerl/sluice/store/sqlitestore"
@@ -226,7 +228,48 @@ type, params, priority, schedule, fairness group, cursors and stats.`}
 				return nil
 			})
 		}}
-	cmd.AddCommand(list, get, trigger)
+	cmd.AddCommand(list, get, trigger, newGroupsCmd(j))
+	return cmd
+}
+
+// newGroupsCmd builds "jobs groups": the fairness groups and their weights.
+func newGroupsCmd(j *jobCmds) *cobra.Command {
+	cmd := &cobra.Command{Use: "groups", Short: "List fairness groups and set their weights",
+		Long: `A fairness group (a shop, an account; a job's group_key, or its
+connector) is served in claim rounds: per round a group gives up to its
+weight in jobs (1 to 1000; 1 for a group never set), and groups with fewer
+running jobs per unit of weight go first.`,
+		Args: usageArgs(noSubcommand), RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
+	var lp store.ListParams
+	list := &cobra.Command{Use: "list", Short: "List groups with their weights, one JSON object a line", Args: usageArgs(cobra.NoArgs),
+		RunE: func(c *cobra.Command, _ []string) error {
+			return j.with(c, func(s store.JobStore) error {
+				gs, err := s.ListGroups(c.Context(), lp)
+				if err != nil {
+					return storeErr(err)
+				}
+				for _, g := range gs {
+					j.print(g)
+				}
+				return nil
+			})
+		}}
+	listFlags(list, &lp)
+	weight := &cobra.Command{Use: "weight GROUP N", Short: "Set a group's weight (1 to 1000)", Args: usageArgs(cobra.ExactArgs(2)),
+		RunE: func(c *cobra.Command, args []string) error {
+			n, err := strconv.Atoi(args[1])
+			if err != nil || n < 1 || n > store.MaxGroupWeight {
+				return usagef("weight must be an integer from 1 to %d, got %q", store.MaxGroupWeight, args[1])
+			}
+			return j.with(c, func(s store.JobStore) error {
+				if err := s.SetGroupWeight(c.Context(), args[0], n); err != nil {
+					return storeErr(err)
+				}
+				j.print(store.Group{Key: args[0], Weight: n})
+				return nil
+			})
+		}}
+	cmd.AddCommand(list, weight)
 	return cmd
 }
 
@@ -279,6 +322,8 @@ func newWorkerCmd(opts *Options) *cobra.Command {
 		concurrency int
 		leaseTTL    time.Duration
 		holder      string
+		config      string
+		state       string
 	)
 	cmd := &cobra.Command{
 		Use:   "worker --exec CMD --type T...",
@@ -295,18 +340,44 @@ fenced by the token. It may print "park REASON SECONDS" (source pressure:
 the job waits, no failure counted) or "gap REASON" (request_cap, wall_clock
 or retry_budget: a resumable gap) before exiting. Exit 0 is success, 75
 source pressure, anything else a failure (with backoff). Pacing of the
-command's own upstream calls is its business (POST /v1/take).`,
+command's own upstream calls is its business (POST /v1/take).
+
+With --config (the policy file serve takes) every claim is gated by the
+connector's limiter policies, read from the rate state --state names (as
+serve's, shared with the fleet): a connector without capacity has its due
+jobs moved to when capacity returns instead of claimed, and an in-process
+handler's Run.Call is paced by those policies.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(c *cobra.Command, _ []string) error {
 			if execCmd == "" || len(types) == 0 {
 				return usagef("--exec and at least one --type are required")
+			}
+			source, err := applyEnv(c.Flags(), opts.Getenv, []envFlag{{"config", "SLUICE_CONFIG"}, {"state", "SLUICE_STATE"}})
+			if err != nil {
+				return err
+			}
+			if c.Flags().Changed("state") && config == "" {
+				return usagef("--state needs --config: the policies that gate claims")
+			}
+			if _, _, err := parseStoreURL(source["state"], state); err != nil {
+				return err
 			}
 			return j.with(c, func(s store.JobStore) error {
 				hs := map[string]job.Handler{}
 				for _, t := range types {
 					hs[t] = execHandler(execCmd, opts.Stderr)
 				}
-				w, err := job.New(job.Config{Store: s, Handlers: hs, Concurrency: concurrency, LeaseTTL: leaseTTL, Holder: holder})
+				cfg := job.Config{Store: s, Handlers: hs, Concurrency: concurrency, LeaseTTL: leaseTTL, Holder: holder}
+				if config != "" {
+					lim, closeState, err := openLimiter(c.Context(), opts, config, source["state"], state)
+					if err != nil {
+						return err
+					}
+					defer closeState()
+					cfg.Limiter = lim
+					cfg.Gate = job.CapacityGate(lim, job.KnownPolicies(lim, job.ConnectorPolicies(s, time.Second, nil)))
+				}
+				w, err := job.New(cfg)
 				if err != nil {
 					return usagef("%s", strings.TrimPrefix(err.Error(), "job: "))
 				}
@@ -321,7 +392,30 @@ command's own upstream calls is its business (POST /v1/take).`,
 	cmd.Flags().IntVar(&concurrency, "concurrency", 1, "jobs run at once")
 	cmd.Flags().DurationVar(&leaseTTL, "lease-ttl", 30*time.Second, "how long a claim holds a job without a heartbeat")
 	cmd.Flags().StringVar(&holder, "holder", "", "this worker's name in leases and runs (default: random)")
+	cmd.Flags().StringVar(&config, "config", "", "policy `file` (YAML, as serve's; env SLUICE_CONFIG): gate every claim by the connector's policies")
+	cmd.Flags().StringVar(&state, "state", DefaultState,
+		"rate state `URL` the policies are kept in, as serve's (env SLUICE_STATE): memory:, sqlite:PATH, redis://HOST:PORT[/DB], redis+cluster://..., postgres://...")
 	return cmd
+}
+
+// openLimiter builds the limiter of a policy file over the rate state at
+// raw (a --state URL), as serve does, and returns how to release it.
+func openLimiter(ctx context.Context, opts *Options, config, flag, raw string) (*limiter.Limiter, func(), error) {
+	lc, err := loadLive(config, "") // reload.go
+	if err != nil {
+		return nil, nil, err
+	}
+	log := slog.New(slog.NewTextHandler(opts.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	st, err := openState(ctx, flag, raw, lc.policies, time.Second, nil, log, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	lim, err := limiter.New(limiter.Config{Store: st.store, Leases: st.leases, Policies: lc.policies})
+	if err != nil {
+		st.close()
+		return nil, nil, err
+	}
+	return lim, st.close, nil
 }
 
 // execHandler runs a job by an external command (see newWorkerCmd).

@@ -44,6 +44,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"HeartbeatExtendsLease", heartbeat},
 		{"CatchUpDoesNotAdvanceSteadyCursor", bookmarks},
 		{"FinishSchedulesNextRun", finish},
+		{"CronScheduleStoredAndValidated", cronSchedule},
+		{"CronFinishSchedulesNextCronTime", cronFinish},
 		{"FailCountsAndBacksOff", fail},
 		{"ParkCountsNoFailureAndHoldsConnector", park},
 		{"DeferWritesGapRecord", deferGap},
@@ -52,6 +54,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"FairnessRoundRobinGroups", fairness},
 		{"FairnessWeightedGroups", weighted},
 		{"FairnessManyGroupsBatch", manyGroups},
+		{"GroupsListedWithWeights", groupsList},
 		{"TriggerMakesDue", trigger},
 		{"BreakerTransitions", transitions},
 		{"ListPaging", paging},
@@ -386,6 +389,82 @@ func finish(t *testing.T, s store.JobStore) {
 		Outcome: store.RunSucceeded, Requests: 7, Retries: 2}, runs[0])
 }
 
+func cronSchedule(t *testing.T, s store.JobStore) {
+	ctx := context.Background()
+	conn(t, s, "binance")
+	spec := store.JobSpec{ID: "binance:BTC/USDT:1h:ohlcv", ConnectorID: "binance", Type: "ohlcv", Cron: "5 * * * *", TimeZone: "Europe/Paris"}
+	j, created, err := s.UpsertJob(ctx, spec, T0)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, "5 * * * *", j.Cron)
+	require.Equal(t, "Europe/Paris", j.TimeZone)
+	require.Zero(t, j.Interval)
+	got, err := s.GetJob(ctx, spec.ID)
+	require.NoError(t, err)
+	require.Equal(t, j, got)
+	listed, err := s.ListJobs(ctx, store.ListParams{})
+	require.NoError(t, err)
+	require.Equal(t, []store.Job{j}, listed)
+	cs := claim(t, s, "w", 1, at(time.Second))
+	require.Len(t, cs, 1)
+	require.Equal(t, "5 * * * *", cs[0].Job.Cron, "a claim carries the schedule")
+	require.Equal(t, "Europe/Paris", cs[0].Job.TimeZone)
+	require.NoError(t, s.ReleaseJob(ctx, store.EndParams{Fence: fence(cs[0]), Now: at(time.Second)}))
+	// Changing the schedule to an interval clears the cron fields.
+	spec.Cron, spec.TimeZone, spec.Interval = "", "", time.Minute
+	j, created, err = s.UpsertJob(ctx, spec, T0)
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Empty(t, j.Cron)
+	require.Empty(t, j.TimeZone)
+	require.Equal(t, time.Minute, j.Interval)
+	// Bad schedules are refused by name, and nothing is written.
+	for _, bad := range []store.JobSpec{
+		{ID: spec.ID, ConnectorID: "binance", Type: "ohlcv", Cron: "5 * * *"},
+		{ID: spec.ID, ConnectorID: "binance", Type: "ohlcv", Cron: "@sometimes"},
+		{ID: spec.ID, ConnectorID: "binance", Type: "ohlcv", Cron: "0 9 * * *", TimeZone: "Nowhere/Special"},
+		{ID: spec.ID, ConnectorID: "binance", Type: "ohlcv", Cron: "@hourly", Interval: time.Hour},
+		{ID: spec.ID, ConnectorID: "binance", Type: "ohlcv", TimeZone: "UTC"},
+	} {
+		_, _, err := s.UpsertJob(ctx, bad, T0)
+		require.ErrorIs(t, err, store.ErrInvalidJob, "%+v", bad)
+		require.ErrorContains(t, err, spec.ID, "the error names the job")
+	}
+	_, _, err = s.UpsertJob(ctx, store.JobSpec{ID: "x", ConnectorID: "binance", Type: "ohlcv", Cron: "61 * * * *"}, T0)
+	require.ErrorContains(t, err, `cron "61 * * * *"`, "the error names the expression")
+	got, err = s.GetJob(ctx, spec.ID)
+	require.NoError(t, err)
+	require.Equal(t, time.Minute, got.Interval)
+	_, err = s.GetJob(ctx, "x")
+	require.ErrorIs(t, err, store.ErrJobNotFound)
+}
+
+// cronFinish: a finished cron job is due at the schedule's next time after
+// the finish (with ScheduleDelay's jitter short of the time after it).
+func cronFinish(t *testing.T, s store.JobStore) {
+	ctx := context.Background()
+	conn(t, s, "c")
+	job(t, s, store.JobSpec{ID: "j", ConnectorID: "c", Cron: "*/15 * * * *"})
+	for _, tc := range []struct {
+		u    float64
+		want time.Time
+	}{
+		{0, T0.Add(15 * time.Minute)},
+		{0.5, T0.Add(15*time.Minute + 45*time.Second)}, // 0.5 x 0.1 x 15 minutes
+	} {
+		require.NoError(t, s.TriggerJob(ctx, "j", at(time.Minute)))
+		c := claim(t, s, "w", 1, at(time.Minute))[0]
+		now := at(7*time.Minute + 30*time.Second)
+		d, err := store.ScheduleDelay(&c.Job.JobSpec, now, tc.u, 0.1)
+		require.NoError(t, err)
+		require.NoError(t, s.FinishJob(ctx, store.EndParams{Fence: fence(c), Delay: d, Now: now}))
+		j, err := s.GetJob(ctx, "j")
+		require.NoError(t, err)
+		require.Equal(t, tc.want, j.NextRunAt, "u %v", tc.u)
+		require.Empty(t, claim(t, s, "w", 1, tc.want.Add(-time.Microsecond)), "not due before its cron time")
+	}
+}
+
 func fail(t *testing.T, s store.JobStore) {
 	ctx := context.Background()
 	conn(t, s, "c")
@@ -637,6 +716,36 @@ func manyGroups(t *testing.T, s store.JobStore) {
 	}
 	require.Len(t, seen, 42)
 	require.Empty(t, claim(t, s, "w", 3, at(time.Minute)))
+}
+
+func groupsList(t *testing.T, s store.JobStore) {
+	ctx := context.Background()
+	gs, err := s.ListGroups(ctx, store.ListParams{})
+	require.NoError(t, err)
+	require.Empty(t, gs)
+	require.NotNil(t, gs, "an empty list, not nil")
+	conn(t, s, "c")
+	job(t, s, store.JobSpec{ID: "j1", ConnectorID: "c", GroupKey: "shop-b"})
+	job(t, s, store.JobSpec{ID: "j2", ConnectorID: "c", GroupKey: "shop-b"})
+	job(t, s, store.JobSpec{ID: "j3", ConnectorID: "c"})   // group: the connector
+	require.NoError(t, s.SetGroupWeight(ctx, "shop-a", 5)) // no jobs yet
+	require.NoError(t, s.SetGroupWeight(ctx, "shop-b", 2))
+	gs, err = s.ListGroups(ctx, store.ListParams{})
+	require.NoError(t, err)
+	require.Equal(t, []store.Group{{Key: "c", Weight: 1}, {Key: "shop-a", Weight: 5}, {Key: "shop-b", Weight: 2}}, gs)
+	gs, err = s.ListGroups(ctx, store.ListParams{Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []store.Group{{Key: "c", Weight: 1}, {Key: "shop-a", Weight: 5}}, gs)
+	gs, err = s.ListGroups(ctx, store.ListParams{After: "shop-a"})
+	require.NoError(t, err)
+	require.Equal(t, []store.Group{{Key: "shop-b", Weight: 2}}, gs)
+	// Upserting a job again keeps its group's weight.
+	job(t, s, store.JobSpec{ID: "j1", ConnectorID: "c", GroupKey: "shop-b"})
+	w, err := s.GroupWeight(ctx, "shop-b")
+	require.NoError(t, err)
+	require.Equal(t, 2, w)
+	_, err = s.ListGroups(ctx, store.ListParams{Limit: store.MaxListLimit + 1})
+	require.ErrorIs(t, err, store.ErrInvalidJob)
 }
 
 func trigger(t *testing.T, s store.JobStore) {

@@ -31,7 +31,7 @@ type JobStore struct {
 	gaps        []store.GapRecord
 	transitions []store.BreakerTransition
 	claimSeq    int64
-	weights     map[string]int // fairness groups' weights, when not 1
+	weights     map[string]int // fairness groups' weights; 0 (a group with jobs, never set) means 1
 }
 
 type memJob struct {
@@ -159,6 +159,9 @@ func (s *JobStore) UpsertJob(ctx context.Context, spec store.JobSpec, now time.T
 	defer s.mu.Unlock()
 	if _, ok := s.connectors[spec.ConnectorID]; !ok {
 		return store.Job{}, false, store.ErrConnectorNotFound
+	}
+	if _, ok := s.weights[spec.GroupKey]; !ok {
+		s.weights[spec.GroupKey] = 0 // listed by ListGroups, weighing 1
 	}
 	j, ok := s.jobs[spec.ID]
 	if ok {
@@ -314,6 +317,28 @@ func (s *JobStore) GroupWeight(ctx context.Context, group string) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return max(s.weights[group], 1), nil
+}
+
+// ListGroups implements store.JobStore.
+func (s *JobStore) ListGroups(ctx context.Context, p store.ListParams) ([]store.Group, error) {
+	limit, err := p.EffectiveLimit()
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keys []string
+	for g := range s.weights {
+		if g > p.After {
+			keys = append(keys, g)
+		}
+	}
+	slices.Sort(keys)
+	out := []store.Group{}
+	for _, g := range keys[:min(limit, len(keys))] {
+		out = append(out, store.Group{Key: g, Weight: max(s.weights[g], 1)})
+	}
+	return out, nil
 }
 
 func (s *JobStore) dueLocked(j *memJob, now int64, types []string) bool {

@@ -45,10 +45,12 @@ func ExampleOpen() {
 	// up 4 slots
 	// up 5 jobs
 	// up 6 job_claim_index
+	// up 7 job_cron
 	// 1 rate_state true
 	// 2 store_clock true
 	// 3 leases true
 	// 4 slots true
 	// 5 jobs true
 	// 6 job_claim_index true
+	// 7 job_cron true
 }

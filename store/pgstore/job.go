@@ -148,12 +148,13 @@ func (s *Store) UpsertJob(ctx context.Context, spec store.JobSpec, now time.Time
 		if n == 0 {
 			return store.ErrConnectorNotFound
 		}
-		if err := tx.QueryRow(ctx, `INSERT INTO sluice_jobs (id, connector_id, type, params, disabled, priority, interval_us, group_key, next_run_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		if err := tx.QueryRow(ctx, `INSERT INTO sluice_jobs (id, connector_id, type, params, disabled, priority, interval_us, group_key, next_run_at, cron, time_zone)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (id) DO UPDATE SET connector_id = excluded.connector_id, type = excluded.type, params = excluded.params,
-    disabled = excluded.disabled, priority = excluded.priority, interval_us = excluded.interval_us, group_key = excluded.group_key
+    disabled = excluded.disabled, priority = excluded.priority, interval_us = excluded.interval_us, group_key = excluded.group_key,
+    cron = excluded.cron, time_zone = excluded.time_zone
 RETURNING xmax = 0`, spec.ID, spec.ConnectorID, spec.Type, spec.NormalParams(), spec.Disabled, spec.Priority, spec.Interval.Microseconds(),
-			spec.Group(), now).Scan(&created); err != nil {
+			spec.Group(), now, spec.Cron, spec.TimeZone).Scan(&created); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO sluice_job_groups (group_key) VALUES ($1) ON CONFLICT DO NOTHING`, spec.Group()); err != nil {

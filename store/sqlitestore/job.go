@@ -145,11 +145,13 @@ func (s *Store) UpsertJob(ctx context.Context, spec store.JobSpec, now time.Time
 		}
 		created = n == 0
 		mark(tx)
-		if _, err := conn.ExecContext(tx.ctx, `INSERT INTO sluice_jobs (id, connector_id, type, params, disabled, priority, interval_us, group_key, next_run_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		if _, err := conn.ExecContext(tx.ctx, `INSERT INTO sluice_jobs (id, connector_id, type, params, disabled, priority, interval_us, group_key, next_run_at, cron, time_zone)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO UPDATE SET connector_id = excluded.connector_id, type = excluded.type, params = excluded.params,
-    disabled = excluded.disabled, priority = excluded.priority, interval_us = excluded.interval_us, group_key = excluded.group_key`,
-			spec.ID, spec.ConnectorID, spec.Type, spec.NormalParams(), spec.Disabled, spec.Priority, spec.Interval.Microseconds(), spec.Group(), tx.now); err != nil {
+    disabled = excluded.disabled, priority = excluded.priority, interval_us = excluded.interval_us, group_key = excluded.group_key,
+    cron = excluded.cron, time_zone = excluded.time_zone`,
+			spec.ID, spec.ConnectorID, spec.Type, spec.NormalParams(), spec.Disabled, spec.Priority, spec.Interval.Microseconds(), spec.Group(), tx.now,
+			spec.Cron, spec.TimeZone); err != nil {
 			return wrap(err)
 		}
 		if _, err := conn.ExecContext(tx.ctx, `INSERT INTO sluice_job_groups (group_key) VALUES (?) ON CONFLICT DO NOTHING`, spec.Group()); err != nil {
@@ -445,6 +447,34 @@ func (s *Store) GroupWeight(ctx context.Context, group string) (int, error) {
 		return 0, wrap(err)
 	}
 	return w, nil
+}
+
+// ListGroups implements store.JobStore.
+func (s *Store) ListGroups(ctx context.Context, p store.ListParams) ([]store.Group, error) {
+	limit, err := p.EffectiveLimit()
+	if err != nil {
+		return nil, err
+	}
+	out := []store.Group{}
+	err = s.read(ctx, func(conn *sql.Conn) error {
+		rows, err := conn.QueryContext(ctx, `SELECT group_key, weight FROM sluice_job_groups WHERE group_key > ? ORDER BY group_key LIMIT ?`, p.After, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var g store.Group
+			if err := rows.Scan(&g.Key, &g.Weight); err != nil {
+				return err
+			}
+			out = append(out, g)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return out, nil
 }
 
 // readNow is the store time for a read outside a transaction: the override,

@@ -1,0 +1,2 @@
+ALTER TABLE sluice_jobs DROP COLUMN time_zone;
+ALTER TABLE sluice_jobs DROP COLUMN cron;
