@@ -44,6 +44,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"HeartbeatExtendsLease", heartbeat},
 		{"CatchUpDoesNotAdvanceSteadyCursor", bookmarks},
 		{"FinishSchedulesNextRun", finish},
+		{"FinishJobsBatchFencedEach", finishBatch},
+		{"ClaimAndFinishOneTransaction", claimAndFinish},
 		{"FailCountsAndBacksOff", fail},
 		{"ParkCountsNoFailureAndHoldsConnector", park},
 		{"DeferWritesGapRecord", deferGap},
