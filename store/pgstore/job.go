@@ -228,7 +228,10 @@ AND c.status = 'active' AND c.pressure_until <= $1 AND (cardinality($2::text[]) 
 // gate's deferrals and the heads' locking read, then the leases, the
 // connectors' rows and COMMIT. The groups and loads are read before the
 // transaction: they order the groups and never decide which rows are
-// taken, and no row lock is held while the gate runs.
+// taken, and no row lock is held while the gate runs. Whether a group or
+// connector has a due job is a lateral probe with LIMIT 1, one index
+// probe each: an EXISTS there is planned as a hash semi-join over every
+// job, O(due jobs) per claim.
 func (s *Store) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]store.Claim, error) {
 	out, _, err := s.claim(ctx, p, nil)
 	return out, err
@@ -257,11 +260,15 @@ SELECT 'g', g.group_key, g.weight,
     (SELECT count(*) FROM sluice_jobs h WHERE h.group_key = g.group_key AND h.lease_holder <> '' AND h.lease_until > n.now),
     coalesce((SELECT m.claim_seq FROM sluice_jobs m WHERE m.group_key = g.group_key ORDER BY m.claim_seq DESC OFFSET g.weight - 1 LIMIT 1), 0),
     n.now
-FROM n, sluice_job_groups g
-WHERE EXISTS (SELECT 1 FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id WHERE j.group_key = g.group_key AND `+due+`)
+FROM n CROSS JOIN sluice_job_groups g
+CROSS JOIN LATERAL (
+    SELECT 1 FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
+    WHERE j.group_key = g.group_key AND `+due+` ORDER BY j.next_run_at LIMIT 1) d
 UNION ALL
-SELECT 'c', c.id, 0, 0, 0, n.now FROM n, sluice_job_connectors c
-WHERE $3 AND c.status = 'active' AND c.pressure_until <= n.now AND EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.connector_id = c.id AND `+due+`)
+SELECT 'c', c.id, 0, 0, 0, n.now FROM n CROSS JOIN sluice_job_connectors c
+CROSS JOIN LATERAL (
+    SELECT 1 FROM sluice_jobs j WHERE j.connector_id = c.id AND `+due+` ORDER BY j.next_run_at LIMIT 1) d
+WHERE $3 AND c.status = 'active' AND c.pressure_until <= n.now
 UNION ALL
 SELECT 'n', '', 0, 0, 0, n.now FROM n`, nowArg(p.Now), types, p.Gate != nil)
 	if err != nil {

@@ -252,6 +252,18 @@ type claimSizes struct {
 func (c *claimSizes) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]store.Claim, error) {
 	t := time.Now()
 	out, err := c.Store.ClaimJobs(ctx, p)
+	c.count(p, out, t)
+	return out, err
+}
+
+func (c *claimSizes) ClaimAndFinish(ctx context.Context, p store.ClaimParams, fin []store.EndParams) ([]store.Claim, []error, error) {
+	t := time.Now()
+	out, errs, err := c.Store.ClaimAndFinish(ctx, p, fin)
+	c.count(p, out, t)
+	return out, errs, err
+}
+
+func (c *claimSizes) count(p store.ClaimParams, out []store.Claim, t time.Time) {
 	c.mu.Lock()
 	if c.sizes == nil {
 		c.sizes, c.limit = map[int]int{}, map[int]int{}
@@ -261,7 +273,6 @@ func (c *claimSizes) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]stor
 	c.dur += time.Since(t)
 	c.n++
 	c.mu.Unlock()
-	return out, err
 }
 
 func (c *claimSizes) print() {
