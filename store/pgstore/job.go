@@ -479,27 +479,35 @@ FROM sluice_job_connectors c WHERE c.id = j.connector_id AND j.connector_id = $4
 			return nil, nil, err
 		}
 	}
-	// Lease the picks (each: end the run an expired lease left open,
-	// take the job, open a run), read their connectors and commit, all
-	// in one round trip.
+	// Lease the picks in one statement (end the runs expired leases left
+	// open, take the jobs with claim_seq in pick order, open their runs),
+	// read their connectors and commit, all in one round trip.
 	picks := store.PickClaims(cands, loads, p.Limit)
 	until := now + p.LeaseTTL.Microseconds()
 	batch := &pgx.Batch{}
 	var connIDs []string
-	for _, i := range picks {
-		batch.Queue(`WITH a AS (
-    UPDATE sluice_job_runs SET outcome = 'abandoned', ended_at = $1
-    WHERE job_id = $2 AND outcome = 'running' AND token = (SELECT lease_token FROM sluice_jobs WHERE id = $2 AND lease_holder <> '')),
-j AS (
-    UPDATE sluice_jobs SET lease_holder = $3, lease_token = lease_token + 1, lease_until = $4,
-        claim_seq = nextval('sluice_job_claim_seq'), runs = runs + 1, last_run_at = $1
-    WHERE id = $2 RETURNING `+store.JobColumns+`),
-r AS (
-    INSERT INTO sluice_job_runs (job_id, token, holder, started_at) SELECT id, lease_token, $3, $1 FROM j RETURNING id)
-SELECT j.*, r.id FROM j, r`, now, cands[i].ID, p.Holder, until)
+	pickIDs := make([]string, len(picks))
+	for k, i := range picks {
+		pickIDs[k] = cands[i].ID
 		if !slices.Contains(connIDs, cands[i].ConnectorID) {
 			connIDs = append(connIDs, cands[i].ConnectorID)
 		}
+	}
+	if len(picks) > 0 {
+		batch.Queue(`WITH p AS MATERIALIZED (
+    SELECT x.pid, x.ord, nextval('sluice_job_claim_seq') AS seq FROM unnest($2::text[]) WITH ORDINALITY AS x(pid, ord)),
+a AS (
+    UPDATE sluice_job_runs SET outcome = 'abandoned', ended_at = $1
+    FROM p, sluice_jobs o
+    WHERE o.id = p.pid AND o.lease_holder <> '' AND sluice_job_runs.job_id = p.pid AND sluice_job_runs.outcome = 'running'
+        AND sluice_job_runs.token = o.lease_token),
+j AS (
+    UPDATE sluice_jobs SET lease_holder = $3, lease_token = lease_token + 1, lease_until = $4,
+        claim_seq = p.seq, runs = runs + 1, last_run_at = $1
+    FROM p WHERE sluice_jobs.id = p.pid RETURNING `+store.JobColumns+`, p.ord),
+r AS (
+    INSERT INTO sluice_job_runs (job_id, token, holder, started_at) SELECT id, lease_token, $3, $1 FROM j ORDER BY ord RETURNING id, job_id)
+SELECT j.*, r.id FROM j JOIN r ON r.job_id = j.id ORDER BY j.ord`, now, pickIDs, p.Holder, until)
 	}
 	for _, id := range connIDs {
 		batch.Queue(`SELECT `+store.ConnectorRowColumns+` FROM sluice_job_connectors c WHERE c.id = $1`, id)
@@ -509,14 +517,27 @@ SELECT j.*, r.id FROM j, r`, now, cands[i].ID, p.Holder, until)
 	defer br.Close()
 	var out []store.Claim
 	at := store.FromMicros(now)
-	for _, i := range picks {
-		row := br.QueryRow()
-		var runID int64
-		j, err := store.ScanJob(func(d ...any) error { return row.Scan(append(d, &runID)...) })
+	if len(picks) > 0 {
+		rows, err := br.Query()
 		if err != nil {
-			return nil, nil, fmt.Errorf("claiming job %q: %w", cands[i].ID, err)
+			return nil, nil, fmt.Errorf("claiming jobs: %w", err)
 		}
-		out = append(out, store.Claim{Job: j, RunID: runID, At: at})
+		for rows.Next() {
+			var ord, runID int64
+			j, err := store.ScanJob(func(d ...any) error { return rows.Scan(append(d, &ord, &runID)...) })
+			if err != nil {
+				rows.Close()
+				return nil, nil, fmt.Errorf("claiming jobs: %w", err)
+			}
+			out = append(out, store.Claim{Job: j, RunID: runID, At: at})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, nil, fmt.Errorf("claiming jobs: %w", err)
+		}
+		if len(out) != len(picks) {
+			return nil, nil, fmt.Errorf("claiming jobs: %d of %d picks leased", len(out), len(picks))
+		}
 	}
 	conns := map[string]store.Connector{}
 	for _, id := range connIDs {
