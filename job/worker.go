@@ -8,6 +8,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicerl/sluice/clock"
@@ -138,6 +139,9 @@ type Worker struct {
 
 	rmu sync.Mutex
 	rnd func() float64
+
+	fin  *finisher    // group-commits successful finishes
+	runs atomic.Int32 // Run loops running
 }
 
 // New validates cfg and returns a Worker.
@@ -195,7 +199,7 @@ func New(cfg Config) (*Worker, error) {
 		rnd = mrand.Float64
 	}
 	return &Worker{cfg: cfg, store: cfg.Store, lim: cfg.Limiter, out: cfg.Outbound, clk: clock.Or(cfg.Clock),
-		holder: cfg.Holder, types: types, rnd: rnd}, nil
+		holder: cfg.Holder, types: types, rnd: rnd, fin: &finisher{st: cfg.Store}}, nil
 }
 
 // Holder returns the worker's name.
@@ -234,8 +238,12 @@ func sleep(ctx context.Context, w *Worker, d time.Duration) error {
 
 // claim claims up to n due jobs.
 func (w *Worker) claim(ctx context.Context, n int) ([]store.Claim, error) {
-	return w.store.ClaimJobs(ctx, store.ClaimParams{Holder: w.holder, Limit: n, LeaseTTL: w.cfg.LeaseTTL,
-		Gate: w.cfg.Gate, Types: w.types, Now: w.storeNow()})
+	return w.store.ClaimJobs(ctx, w.claimParams(n))
+}
+
+func (w *Worker) claimParams(n int) store.ClaimParams {
+	return store.ClaimParams{Holder: w.holder, Limit: n, LeaseTTL: w.cfg.LeaseTTL,
+		Gate: w.cfg.Gate, Types: w.types, Now: w.storeNow()}
 }
 
 // Poll claims up to Concurrency due jobs, runs them to their outcome and
@@ -251,7 +259,7 @@ func (w *Worker) Poll(ctx context.Context) (int, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.execute(ctx, ctx, c)
+			w.execute(ctx, ctx, c, nil)
 		}()
 	}
 	wg.Wait()
@@ -267,8 +275,24 @@ func (w *Worker) Poll(ctx context.Context) (int, error) {
 func (w *Worker) Run(ctx context.Context) error {
 	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHard()
+	// While one Run loop claims, finishes wait for its claims (holdFor);
+	// with none, or several, they go out at once.
+	w.runs.Add(1)
+	defer func() {
+		if w.runs.Add(-1) != 1 {
+			w.fin.hold.Store(0)
+		}
+	}()
+	// A slot is free once its handler has returned; the job's outcome may
+	// still be on its way to the store (finishes are group-committed),
+	// and its lease is held until it is written. At most Concurrency
+	// handlers run, and at most maxHeld times Concurrency jobs are held
+	// in all (running, or waiting for their outcome to be written).
 	free := make(chan struct{}, w.cfg.Concurrency)
-	running := 0
+	settled := make(chan struct{}, maxHeld*w.cfg.Concurrency)
+	running, held := 0, 0
+	coalesce := false
+	var lastClaim time.Duration
 	var wg sync.WaitGroup
 	fails := 0
 	var err error
@@ -279,15 +303,29 @@ loop:
 			select {
 			case <-free:
 				running--
+			case <-settled:
+				held--
 			default:
 				drained = true
 			}
 		}
-		n := w.cfg.Concurrency - running
+		n := min(w.cfg.Concurrency-running, maxHeld*w.cfg.Concurrency-held)
+		if coalesce && n > 0 && n < w.cfg.Concurrency {
+			// A slot just freed, or jobs just started: give the
+			// others that are about to free a moment, so that one
+			// claim takes them all.
+			n = w.coalesce(ctx, lastClaim, free, settled, &running, &held)
+		}
+		coalesce = false
 		var cs []store.Claim
 		if n > 0 {
 			var cerr error
-			cs, cerr = w.claim(ctx, n)
+			t0 := time.Now()
+			cs, cerr = w.claimFinishing(ctx, n)
+			lastClaim = time.Since(t0)
+			if _, ok := w.store.(store.ClaimFinisher); ok && w.runs.Load() == 1 {
+				w.fin.holdFor(lastClaim)
+			}
 			switch {
 			case cerr != nil && ctx.Err() != nil:
 				break loop
@@ -303,21 +341,29 @@ loop:
 		}
 		for _, c := range cs {
 			running++
+			held++
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				w.execute(hard, ctx, c)
-				free <- struct{}{}
+				w.execute(hard, ctx, c, func() { free <- struct{}{} })
+				settled <- struct{}{}
 			}()
 		}
 		if len(cs) == n && n > 0 {
-			continue // more may be due
+			// More may be due. Jobs that just started may end at
+			// once: give them a moment before the next claim.
+			coalesce = true
+			continue
 		}
 		t := w.clk.NewTimer(w.cfg.PollInterval)
 		select {
 		case <-ctx.Done():
 		case <-free:
 			running--
+			coalesce = true
+		case <-settled:
+			held--
+			coalesce = true
 		case <-t.C():
 		}
 		t.Stop()
@@ -336,10 +382,51 @@ loop:
 	return err
 }
 
+// Run waits, after a slot frees, up to half its last claim's time
+// (within these bounds) for more slots to free before it claims: jobs
+// that end together are replaced by one claim (one transaction) rather
+// than one claim each, and a claim is worth that wait. It is real time,
+// not Config.Clock's: it only groups what is about to happen anyway.
+const (
+	minCoalesce = time.Millisecond
+	maxCoalesce = 10 * time.Millisecond
+)
+
+// maxHeld bounds the jobs Run holds, running or waiting for their outcome
+// to be written, in Concurrency units: outcomes are group-committed and
+// take about a claim's time, so while one claim is on the wire the jobs
+// of the one before may still be settling.
+const maxHeld = 4
+
+// coalesce waits up to half of wait (the last claim's time), within
+// minCoalesce and maxCoalesce, for slots to free until all are,
+// counting them, and returns how many jobs Run may claim.
+func (w *Worker) coalesce(ctx context.Context, wait time.Duration, free, settled <-chan struct{}, running, held *int) int {
+	c := w.cfg.Concurrency
+	n := func() int { return min(c-*running, maxHeld*c-*held) }
+	t := time.NewTimer(min(max(wait/2, minCoalesce), maxCoalesce))
+	defer t.Stop()
+	for n() < c {
+		select {
+		case <-free:
+			*running--
+		case <-settled:
+			*held--
+		case <-t.C:
+			return n()
+		case <-ctx.Done():
+			return n()
+		}
+	}
+	return n()
+}
+
 // execute runs one claimed job to its outcome. hctx is the handler's
 // context; stop, when it ends before the handler does, marks the run as
 // released rather than failed if the handler then returns an error.
-func (w *Worker) execute(hctx, stop context.Context, c store.Claim) {
+// handlerDone, if set, is called once the handler has returned, before
+// the outcome is written; execute returns once it is.
+func (w *Worker) execute(hctx, stop context.Context, c store.Claim, handlerDone func()) {
 	j := c.Job
 	fence := store.Fence{JobID: j.ID, Token: j.LeaseToken}
 	w.event(Event{Kind: EventClaim, JobID: j.ID, Group: j.GroupKey, Token: j.LeaseToken})
@@ -375,6 +462,9 @@ func (w *Worker) execute(hctx, stop context.Context, c store.Claim) {
 	}
 	cancel()
 	<-hbDone
+	if handlerDone != nil {
+		handlerDone()
+	}
 	// The outcome is written even though the handler's context ended.
 	octx := context.WithoutCancel(hctx)
 	p := store.EndParams{Fence: fence, Stats: r.stats()}
@@ -428,7 +518,7 @@ func (w *Worker) end(ctx context.Context, outcome string, r *Run, p store.EndPar
 	kind := EventKind("")
 	switch outcome {
 	case store.RunSucceeded:
-		err, kind = w.store.FinishJob(ctx, p), EventSuccess
+		err, kind = w.fin.finish(ctx, p), EventSuccess
 	case store.RunFailed:
 		err, kind = w.store.FailJob(ctx, p), EventFailure
 	case store.RunParked:

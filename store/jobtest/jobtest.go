@@ -46,6 +46,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"FinishSchedulesNextRun", finish},
 		{"CronScheduleStoredAndValidated", cronSchedule},
 		{"CronFinishSchedulesNextCronTime", cronFinish},
+		{"FinishJobsBatchFencedEach", finishBatch},
+		{"ClaimAndFinishOneTransaction", claimAndFinish},
 		{"FailCountsAndBacksOff", fail},
 		{"ParkCountsNoFailureAndHoldsConnector", park},
 		{"DeferWritesGapRecord", deferGap},

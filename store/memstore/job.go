@@ -559,3 +559,18 @@ func (s *JobStore) ListBreakerTransitions(ctx context.Context, p store.ListParam
 		return p.ConnectorID == "" || r.ConnectorID == p.ConnectorID
 	}, p)
 }
+
+var _ store.JobFinisher = (*JobStore)(nil)
+
+// FinishJobs implements store.JobFinisher: each finish as FinishJob does
+// it (memory needs no shared commit).
+func (s *JobStore) FinishJobs(ctx context.Context, ps []store.EndParams) ([]error, error) {
+	if err := store.CheckFinishes(ps); err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(ps))
+	for i, p := range ps {
+		errs[i] = s.FinishJob(ctx, p)
+	}
+	return errs, nil
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -221,196 +222,345 @@ AND c.status = 'active' AND c.pressure_until <= $1 AND (cardinality($2::text[]) 
 // load, and a lateral read locks only the heads of the groups the fair
 // order takes from (FOR UPDATE SKIP LOCKED, so rows other claims hold are
 // passed over before the limit counts them).
+//
+// It takes four round trips in the common case: one read (the store time,
+// the groups and their loads, and for the gate the connectors with due
+// jobs), the gate's, then the transaction in two batches: BEGIN with the
+// gate's deferrals and the heads' locking read, then the leases, the
+// connectors' rows and COMMIT. The groups and loads are read before the
+// transaction: they order the groups and never decide which rows are
+// taken, and no row lock is held while the gate runs. Whether a group or
+// connector has a due job is a lateral probe with LIMIT 1, one index
+// probe each: an EXISTS there is planned as a hash semi-join over every
+// job, O(due jobs) per claim.
 func (s *Store) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]store.Claim, error) {
+	out, _, err := s.claim(ctx, p, nil)
+	return out, err
+}
+
+// ClaimAndFinish implements store.ClaimFinisher: the finishes go out in
+// the claim's first batch, right after BEGIN, and commit with it.
+func (s *Store) ClaimAndFinish(ctx context.Context, p store.ClaimParams, fin []store.EndParams) ([]store.Claim, []error, error) {
+	if err := store.CheckFinishes(fin); err != nil {
+		return nil, nil, err
+	}
+	return s.claim(ctx, p, fin)
+}
+
+func (s *Store) claim(ctx context.Context, p store.ClaimParams, fin []store.EndParams) ([]store.Claim, []error, error) {
 	if err := p.Check(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	types := p.Types
 	if types == nil {
 		types = []string{}
 	}
-	var waits map[string]time.Duration
-	if p.Gate != nil {
-		var now int64
-		if err := s.pool.QueryRow(ctx, `SELECT coalesce($1::bigint, sluice_rate_now())`, nowArg(p.Now)).Scan(&now); err != nil {
-			return nil, wrap("claim", err)
+	due := strings.ReplaceAll(pgDueSQL, "$1", "n.now")
+	rows, err := s.pool.Query(ctx, `WITH n AS (SELECT coalesce($1::bigint, sluice_rate_now()) AS now)
+SELECT 'g', g.group_key, g.weight,
+    (SELECT count(*) FROM sluice_jobs h WHERE h.group_key = g.group_key AND h.lease_holder <> '' AND h.lease_until > n.now),
+    coalesce((SELECT m.claim_seq FROM sluice_jobs m WHERE m.group_key = g.group_key ORDER BY m.claim_seq DESC OFFSET g.weight - 1 LIMIT 1), 0),
+    n.now
+FROM n CROSS JOIN sluice_job_groups g
+CROSS JOIN LATERAL (
+    SELECT 1 FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
+    WHERE j.group_key = g.group_key AND `+due+` ORDER BY j.next_run_at LIMIT 1) d
+UNION ALL
+SELECT 'c', c.id, 0, 0, 0, n.now FROM n CROSS JOIN sluice_job_connectors c
+CROSS JOIN LATERAL (
+    SELECT 1 FROM sluice_jobs j WHERE j.connector_id = c.id AND `+due+` ORDER BY j.next_run_at LIMIT 1) d
+WHERE $3 AND c.status = 'active' AND c.pressure_until <= n.now
+UNION ALL
+SELECT 'n', '', 0, 0, 0, n.now FROM n`, nowArg(p.Now), types, p.Gate != nil)
+	if err != nil {
+		return nil, nil, wrap("claim", err)
+	}
+	var now int64
+	loads := map[string]store.GroupLoad{}
+	var keys, conns []string
+	for rows.Next() {
+		var kind, key string
+		var l store.GroupLoad
+		if err := rows.Scan(&kind, &key, &l.Weight, &l.Running, &l.LastClaim, &now); err != nil {
+			rows.Close()
+			return nil, nil, wrap("claim", err)
 		}
-		rows, err := s.pool.Query(ctx, `SELECT c.id FROM sluice_job_connectors c
-WHERE c.status = 'active' AND c.pressure_until <= $1 AND EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.connector_id = c.id AND `+pgDueSQL+`)
-ORDER BY 1`, now, types)
-		if err != nil {
-			return nil, wrap("claim", err)
-		}
-		conns, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return nil, wrap("claim", err)
-		}
-		if waits, err = store.AskGate(ctx, p.Gate, conns); err != nil {
-			return nil, err
+		switch kind {
+		case "g":
+			loads[key] = l
+			keys = append(keys, key)
+		case "c":
+			conns = append(conns, key)
 		}
 	}
-	var out []store.Claim
-	err := s.jobTx(ctx, "claim", p.Now, func(tx pgx.Tx, now int64) error {
-		for id, w := range waits {
-			if _, err := tx.Exec(ctx, `UPDATE sluice_jobs j SET next_run_at = greatest(j.next_run_at, $3)
-FROM sluice_job_connectors c WHERE c.id = j.connector_id AND j.connector_id = $4 AND `+pgDueSQL, now, types, now+w.Microseconds(), id); err != nil {
-				return err
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, wrap("claim", err)
+	}
+	slices.Sort(conns)
+	var waits map[string]time.Duration
+	if p.Gate != nil {
+		if waits, err = store.AskGate(ctx, p.Gate, conns); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(keys) == 0 && len(waits) == 0 && len(fin) == 0 {
+		return nil, nil, nil // nothing is due, nothing to write
+	}
+	store.OrderGroups(keys, loads)
+
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, wrap("claim", err)
+	}
+	defer conn.Release()
+	c := conn.Conn()
+	committed := false
+	defer func() {
+		if !committed && c.PgConn().TxStatus() != 'I' {
+			// A connection left in a transaction is closed by the
+			// pool on release; a rollback keeps it.
+			if _, err := c.Exec(context.WithoutCancel(ctx), `ROLLBACK`); err != nil {
+				_ = c.Close(context.WithoutCancel(ctx))
 			}
 		}
-		// The groups with a claimable job, and their loads.
-		rows, err := tx.Query(ctx, `SELECT g.group_key, g.weight,
-    (SELECT count(*) FROM sluice_jobs h WHERE h.group_key = g.group_key AND h.lease_holder <> '' AND h.lease_until > $1),
-    coalesce((SELECT m.claim_seq FROM sluice_jobs m WHERE m.group_key = g.group_key ORDER BY m.claim_seq DESC OFFSET g.weight - 1 LIMIT 1), 0)
-FROM sluice_job_groups g
-WHERE EXISTS (SELECT 1 FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id WHERE j.group_key = g.group_key AND `+pgDueSQL+`)`,
-			now, types)
-		if err != nil {
-			return err
-		}
-		loads := map[string]store.GroupLoad{}
-		var keys []string
-		for rows.Next() {
-			var g string
-			var l store.GroupLoad
-			if err := rows.Scan(&g, &l.Weight, &l.Running, &l.LastClaim); err != nil {
-				rows.Close()
-				return err
-			}
-			loads[g] = l
-			keys = append(keys, g)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		store.OrderGroups(keys, loads)
-		// Lock the heads of the groups in fair order, a batch of groups at
-		// a time until there are enough; then, if the rounds could take
-		// more from a group than was read from it, read more from those.
-		var cands []store.ClaimCandidate
-		heads := func(keys []string, limits []int32) (map[string]int, error) {
-			rows, err := tx.Query(ctx, `SELECT h.id, h.connector_id, h.group_key, h.priority, h.next_run_at
+	}()
+	out, errs, err := s.claimTx(ctx, c, p, now, types, keys, loads, waits, fin)
+	if err != nil {
+		return nil, nil, wrap("claim", err)
+	}
+	committed = true
+	return out, errs, nil
+}
+
+// claimTx is ClaimJobs' transaction on c, at now: it begins with the
+// gate's deferrals and the first heads' locking read in one round trip,
+// reads more heads only if the fair rounds need them, and leases the picks,
+// reads their connectors and commits in one more.
+func (s *Store) claimTx(ctx context.Context, c *pgx.Conn, p store.ClaimParams, now int64, types, keys []string,
+	loads map[string]store.GroupLoad, waits map[string]time.Duration, fin []store.EndParams) ([]store.Claim, []error, error) {
+	const headsSQL = `SELECT h.id, h.connector_id, h.group_key, h.priority, h.next_run_at
 FROM unnest($3::text[], $4::int[]) AS g(key, k)
 CROSS JOIN LATERAL (
     SELECT j.id, j.connector_id, j.group_key, j.priority, j.next_run_at
     FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
-    WHERE j.group_key = g.key AND `+pgDueSQL+`
+    WHERE j.group_key = g.key AND ` + pgDueSQL + `
     ORDER BY j.priority DESC, j.next_run_at, j.id
     LIMIT g.k
-    FOR UPDATE OF j SKIP LOCKED) h`, now, types, keys, limits)
-			if err != nil {
-				return nil, err
-			}
-			got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ClaimCandidate, error) {
-				var c store.ClaimCandidate
-				err := r.Scan(&c.ID, &c.ConnectorID, &c.GroupKey, &c.Priority, &c.NextRunAt)
-				return c, err
-			})
-			if err != nil {
-				return nil, err
-			}
-			n := map[string]int{}
-			for _, c := range got {
-				n[c.GroupKey]++
-			}
-			cands = append(cands, got...)
-			return n, nil
+    FOR UPDATE OF j SKIP LOCKED) h`
+	var cands []store.ClaimCandidate
+	var errs []error
+	scanHeads := func(rows pgx.Rows) (map[string]int, error) {
+		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ClaimCandidate, error) {
+			var c store.ClaimCandidate
+			err := r.Scan(&c.ID, &c.ConnectorID, &c.GroupKey, &c.Priority, &c.NextRunAt)
+			return c, err
+		})
+		if err != nil {
+			return nil, err
 		}
-		share := func(k string) int32 { return int32(store.GroupShare(p.Limit, len(keys), loads[k].Weight)) }
-		var full []string
-		first := 0 // what the first round takes from the groups read
-		for i := 0; i < len(keys) && first < p.Limit; {
-			// Each group gives the first round at least one job, if any.
-			batch := keys[i:min(len(keys), i+p.Limit-first)]
+		n := map[string]int{}
+		for _, c := range got {
+			n[c.GroupKey]++
+		}
+		cands = append(cands, got...)
+		return n, nil
+	}
+	share := func(k string) int32 { return int32(store.GroupShare(p.Limit, len(keys), loads[k].Weight)) }
+	// Each group gives the first round at least one job, if any: read
+	// the heads of a batch of groups in fair order at a time until there
+	// are enough.
+	nextBatch := func(i, first int) ([]string, []int32) {
+		batch := keys[i:min(len(keys), i+p.Limit-first)]
+		limits := make([]int32, len(batch))
+		for b, k := range batch {
+			limits[b] = share(k)
+		}
+		return batch, limits
+	}
+	var full []string
+	first := 0 // what the first round takes from the groups read
+	i := 0
+	count := func(batch []string, limits []int32, n map[string]int) {
+		for b, k := range batch {
+			first += min(n[k], int(max(loads[k].Weight, 1)))
+			if int32(n[k]) == limits[b] && limits[b] < int32(p.Limit) {
+				full = append(full, k)
+			}
+		}
+	}
+	{
+		b := &pgx.Batch{}
+		b.Queue(`BEGIN`)
+		if len(fin) > 0 {
+			b.Queue(finishSQL, finishArgs(fin)...)
+		}
+		ids := make([]string, 0, len(waits))
+		for id := range waits {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			b.Queue(`UPDATE sluice_jobs j SET next_run_at = greatest(j.next_run_at, $3)
+FROM sluice_job_connectors c WHERE c.id = j.connector_id AND j.connector_id = $4 AND `+pgDueSQL, now, types, now+waits[id].Microseconds(), id)
+		}
+		batch, limits := nextBatch(0, 0)
+		if len(batch) > 0 {
+			b.Queue(headsSQL, now, types, batch, limits)
+		}
+		br := c.SendBatch(ctx, b)
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, nil, err
+		}
+		if len(fin) > 0 {
+			rows, err := br.Query()
+			if err == nil {
+				errs, err = finishResults(rows, fin)
+			}
+			if err != nil {
+				_ = br.Close()
+				return nil, nil, err
+			}
+		}
+		for range ids {
+			if _, err := br.Exec(); err != nil {
+				_ = br.Close()
+				return nil, nil, err
+			}
+		}
+		if len(batch) > 0 {
+			rows, err := br.Query()
+			if err != nil {
+				_ = br.Close()
+				return nil, nil, err
+			}
+			n, err := scanHeads(rows)
+			if err != nil {
+				_ = br.Close()
+				return nil, nil, err
+			}
 			i += len(batch)
-			limits := make([]int32, len(batch))
-			for b, k := range batch {
-				limits[b] = share(k)
-			}
-			n, err := heads(batch, limits)
-			if err != nil {
-				return err
-			}
-			for b, k := range batch {
-				first += min(n[k], int(max(loads[k].Weight, 1)))
-				if int32(n[k]) == limits[b] && limits[b] < int32(p.Limit) {
-					full = append(full, k)
-				}
-			}
+			count(batch, limits, n)
 		}
-		if len(cands) < p.Limit && len(full) > 0 {
-			// Read each full group again up to the limit: its rows this
-			// transaction locked already are read again, not skipped.
-			drop := map[string]bool{}
-			for _, k := range full {
-				drop[k] = true
-			}
-			cands = slices.DeleteFunc(cands, func(c store.ClaimCandidate) bool { return drop[c.GroupKey] })
-			limits := make([]int32, len(full))
-			for b := range full {
-				limits[b] = int32(p.Limit)
-			}
-			if _, err := heads(full, limits); err != nil {
-				return err
-			}
+		if err := br.Close(); err != nil {
+			return nil, nil, err
 		}
-		if len(cands) == 0 {
-			return nil
+	}
+	for i < len(keys) && first < p.Limit {
+		batch, limits := nextBatch(i, first)
+		i += len(batch)
+		rows, err := c.Query(ctx, headsSQL, now, types, batch, limits)
+		if err != nil {
+			return nil, nil, err
 		}
-		// Lease the picks (each: end the run an expired lease left open,
-		// take the job, open a run) and read their connectors, all in one
-		// round trip.
-		picks := store.PickClaims(cands, loads, p.Limit)
-		until := now + p.LeaseTTL.Microseconds()
-		batch := &pgx.Batch{}
-		var connIDs []string
-		for _, i := range picks {
-			batch.Queue(`WITH a AS (
+		n, err := scanHeads(rows)
+		if err != nil {
+			return nil, nil, err
+		}
+		count(batch, limits, n)
+	}
+	if len(cands) < p.Limit && len(full) > 0 {
+		// Read each full group again up to the limit: its rows this
+		// transaction locked already are read again, not skipped.
+		drop := map[string]bool{}
+		for _, k := range full {
+			drop[k] = true
+		}
+		cands = slices.DeleteFunc(cands, func(c store.ClaimCandidate) bool { return drop[c.GroupKey] })
+		limits := make([]int32, len(full))
+		for b := range full {
+			limits[b] = int32(p.Limit)
+		}
+		rows, err := c.Query(ctx, headsSQL, now, types, full, limits)
+		if err != nil {
+			return nil, nil, err
+		}
+		if _, err := scanHeads(rows); err != nil {
+			return nil, nil, err
+		}
+	}
+	// Lease the picks in one statement (end the runs expired leases left
+	// open, take the jobs with claim_seq in pick order, open their runs),
+	// read their connectors and commit, all in one round trip.
+	picks := store.PickClaims(cands, loads, p.Limit)
+	until := now + p.LeaseTTL.Microseconds()
+	batch := &pgx.Batch{}
+	var connIDs []string
+	pickIDs := make([]string, len(picks))
+	for k, i := range picks {
+		pickIDs[k] = cands[i].ID
+		if !slices.Contains(connIDs, cands[i].ConnectorID) {
+			connIDs = append(connIDs, cands[i].ConnectorID)
+		}
+	}
+	if len(picks) > 0 {
+		batch.Queue(`WITH p AS MATERIALIZED (
+    SELECT x.pid, x.ord, nextval('sluice_job_claim_seq') AS seq FROM unnest($2::text[]) WITH ORDINALITY AS x(pid, ord)),
+a AS (
     UPDATE sluice_job_runs SET outcome = 'abandoned', ended_at = $1
-    WHERE job_id = $2 AND outcome = 'running' AND token = (SELECT lease_token FROM sluice_jobs WHERE id = $2 AND lease_holder <> '')),
+    FROM p, sluice_jobs o
+    WHERE o.id = p.pid AND o.lease_holder <> '' AND sluice_job_runs.job_id = p.pid AND sluice_job_runs.outcome = 'running'
+        AND sluice_job_runs.token = o.lease_token),
 j AS (
     UPDATE sluice_jobs SET lease_holder = $3, lease_token = lease_token + 1, lease_until = $4,
-        claim_seq = nextval('sluice_job_claim_seq'), runs = runs + 1, last_run_at = $1
-    WHERE id = $2 RETURNING `+store.JobColumns+`),
+        claim_seq = p.seq, runs = runs + 1, last_run_at = $1
+    FROM p WHERE sluice_jobs.id = p.pid RETURNING `+store.JobColumns+`, p.ord),
 r AS (
-    INSERT INTO sluice_job_runs (job_id, token, holder, started_at) SELECT id, lease_token, $3, $1 FROM j RETURNING id)
-SELECT j.*, r.id FROM j, r`, now, cands[i].ID, p.Holder, until)
-			if !slices.Contains(connIDs, cands[i].ConnectorID) {
-				connIDs = append(connIDs, cands[i].ConnectorID)
-			}
+    INSERT INTO sluice_job_runs (job_id, token, holder, started_at) SELECT id, lease_token, $3, $1 FROM j ORDER BY ord RETURNING id, job_id)
+SELECT j.*, r.id FROM j JOIN r ON r.job_id = j.id ORDER BY j.ord`, now, pickIDs, p.Holder, until)
+	}
+	for _, id := range connIDs {
+		batch.Queue(`SELECT `+store.ConnectorRowColumns+` FROM sluice_job_connectors c WHERE c.id = $1`, id)
+	}
+	batch.Queue(`COMMIT`)
+	br := c.SendBatch(ctx, batch)
+	defer br.Close()
+	var out []store.Claim
+	at := store.FromMicros(now)
+	if len(picks) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, nil, fmt.Errorf("claiming jobs: %w", err)
 		}
-		for _, id := range connIDs {
-			batch.Queue(`SELECT `+store.ConnectorRowColumns+` FROM sluice_job_connectors c WHERE c.id = $1`, id)
-		}
-		br := tx.SendBatch(ctx, batch)
-		defer br.Close()
-		at := store.FromMicros(now)
-		for _, i := range picks {
-			row := br.QueryRow()
-			var runID int64
-			j, err := store.ScanJob(func(d ...any) error { return row.Scan(append(d, &runID)...) })
+		for rows.Next() {
+			var ord, runID int64
+			j, err := store.ScanJob(func(d ...any) error { return rows.Scan(append(d, &ord, &runID)...) })
 			if err != nil {
-				return fmt.Errorf("claiming job %q: %w", cands[i].ID, err)
+				rows.Close()
+				return nil, nil, fmt.Errorf("claiming jobs: %w", err)
 			}
 			out = append(out, store.Claim{Job: j, RunID: runID, At: at})
 		}
-		conns := map[string]store.Connector{}
-		for _, id := range connIDs {
-			c, err := store.ScanConnector(br.QueryRow().Scan)
-			if err != nil {
-				return fmt.Errorf("reading connector %q: %w", id, err)
-			}
-			conns[id] = c
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, nil, fmt.Errorf("claiming jobs: %w", err)
 		}
-		for k := range out {
-			out[k].Connector = conns[out[k].Job.ConnectorID]
+		if len(out) != len(picks) {
+			return nil, nil, fmt.Errorf("claiming jobs: %d of %d picks leased", len(out), len(picks))
 		}
-		return br.Close()
-	})
-	if err != nil {
-		return nil, err
 	}
-	return out, nil
+	conns := map[string]store.Connector{}
+	for _, id := range connIDs {
+		c, err := store.ScanConnector(br.QueryRow().Scan)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading connector %q: %w", id, err)
+		}
+		conns[id] = c
+	}
+	for k := range out {
+		out[k].Connector = conns[out[k].Job.ConnectorID]
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, fmt.Errorf("commit: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, nil, err
+	}
+	if c.PgConn().TxStatus() != 'I' {
+		return nil, nil, errors.New("commit: the transaction is still open")
+	}
+	return out, errs, nil
 }
 
 // SetGroupWeight implements store.JobStore.
@@ -620,4 +770,103 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, coalesce($8::bigint, sluice_rate_now())) RET
 func (s *Store) ListBreakerTransitions(ctx context.Context, p store.ListParams) ([]store.BreakerTransition, error) {
 	return listNewestPG(ctx, s, "list breaker transitions", p, `SELECT `+store.TransitionColumns+` FROM sluice_breaker_transitions
 WHERE ($1 = '' OR connector_id = $1) AND id < $2 ORDER BY id DESC LIMIT $3`, []any{p.ConnectorID}, store.ScanTransition)
+}
+
+var (
+	_ store.JobFinisher   = (*Store)(nil)
+	_ store.ClaimFinisher = (*Store)(nil)
+)
+
+// finishSQL ends a batch of runs as successes (finishArgs), each fenced on
+// its own; it returns one row per entry: id, token, finished, exists. Rows
+// are locked in id order, so that two batches never wait on each other in
+// a cycle. An entry's now 0 means the store time.
+const finishSQL = `WITH n AS (SELECT sluice_rate_now() AS now),
+p AS (
+    SELECT x.id, x.token, x.delay, x.requests, x.retries, x.error, CASE WHEN x.now = 0 THEN n.now ELSE x.now END AS now
+    FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::bigint[])
+        AS x(id, token, delay, requests, retries, error, now), n),
+l AS (
+    SELECT j.id FROM sluice_jobs j JOIN p ON p.id = j.id AND p.token = j.lease_token
+    WHERE j.lease_holder <> '' ORDER BY j.id FOR UPDATE OF j),
+j AS (
+    UPDATE sluice_jobs SET lease_holder = '', lease_until = 0, next_run_at = p.now + p.delay, last_success_at = p.now,
+        consecutive_failures = 0, parked_reason = '', parked_until = 0
+    FROM p WHERE sluice_jobs.id = p.id AND sluice_jobs.lease_token = p.token AND sluice_jobs.lease_holder <> ''
+        AND sluice_jobs.id IN (SELECT id FROM l)
+    RETURNING sluice_jobs.id, p.token),
+r AS (
+    UPDATE sluice_job_runs SET ended_at = p.now, outcome = 'succeeded', requests = p.requests, retries = p.retries, error = p.error
+    FROM p WHERE sluice_job_runs.job_id = p.id AND sluice_job_runs.token = p.token AND sluice_job_runs.outcome = 'running'
+        AND EXISTS (SELECT 1 FROM j WHERE j.id = p.id AND j.token = p.token))
+SELECT p.id, p.token, j.id IS NOT NULL, EXISTS (SELECT 1 FROM sluice_jobs x WHERE x.id = p.id)
+FROM p LEFT JOIN j ON j.id = p.id AND j.token = p.token`
+
+func finishArgs(ps []store.EndParams) []any {
+	n := len(ps)
+	ids, errMsgs := make([]string, n), make([]string, n)
+	tokens, delays, reqs, retries, nows := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, p := range ps {
+		ids[i], tokens[i], delays[i], reqs[i], retries[i], errMsgs[i] = p.JobID, p.Token, p.Delay.Microseconds(), p.Stats.Requests, p.Stats.Retries, p.Error
+		nows[i] = store.NowMicros(p.Now)
+	}
+	return []any{ids, tokens, delays, reqs, retries, errMsgs, nows}
+}
+
+// finishResults reads finishSQL's rows into one error per entry of ps.
+func finishResults(rows pgx.Rows, ps []store.EndParams) ([]error, error) {
+	defer rows.Close()
+	type key struct {
+		id    string
+		token int64
+	}
+	got := map[key]error{}
+	for rows.Next() {
+		var k key
+		var done, exists bool
+		if err := rows.Scan(&k.id, &k.token, &done, &exists); err != nil {
+			return nil, err
+		}
+		switch {
+		case done:
+			got[k] = nil
+		case exists:
+			got[k] = store.ErrStaleToken
+		default:
+			got[k] = store.ErrJobNotFound
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(ps))
+	for i, p := range ps {
+		e, ok := got[key{p.JobID, p.Token}]
+		if !ok {
+			e = store.ErrStaleToken
+		}
+		errs[i] = e
+	}
+	return errs, nil
+}
+
+// FinishJobs implements store.JobFinisher: one statement (one round trip,
+// one commit) that ends every run of ps whose token still holds its job,
+// as FinishJob does one; the others are reported stale or missing.
+func (s *Store) FinishJobs(ctx context.Context, ps []store.EndParams) ([]error, error) {
+	if err := store.CheckFinishes(ps); err != nil {
+		return nil, err
+	}
+	if len(ps) == 0 {
+		return []error{}, nil
+	}
+	rows, err := s.pool.Query(ctx, finishSQL, finishArgs(ps)...)
+	if err != nil {
+		return nil, wrap("finish jobs", err)
+	}
+	errs, err := finishResults(rows, ps)
+	if err != nil {
+		return nil, wrap("finish jobs", err)
+	}
+	return errs, nil
 }

@@ -698,3 +698,57 @@ func mark(tx *txn) {
 		tx.b.clockAt, tx.b.clockSet = tx.now, true
 	}
 }
+
+var _ store.JobFinisher = (*Store)(nil)
+
+// FinishJobs implements store.JobFinisher: one transaction (one commit)
+// that ends every run of ps whose token still holds its job, as FinishJob
+// does one; the others are reported stale or missing and change nothing.
+func (s *Store) FinishJobs(ctx context.Context, ps []store.EndParams) ([]error, error) {
+	if err := store.CheckFinishes(ps); err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(ps))
+	if len(ps) == 0 {
+		return errs, nil
+	}
+	// The transaction runs at the finishes' common override, if they
+	// share one; each finish's own override decides its times.
+	override := overrideOf(ps[0].Now)
+	for _, p := range ps {
+		if overrideOf(p.Now) != override {
+			override = 0
+			break
+		}
+	}
+	err := s.do(ctx, override, func(tx *txn) error {
+		conn := tx.s.conn
+		for i, p := range ps {
+			errs[i] = held(tx, p.Fence)
+			if errs[i] != nil {
+				if errors.Is(errs[i], store.ErrStaleToken) || errors.Is(errs[i], store.ErrJobNotFound) {
+					continue
+				}
+				return errs[i]
+			}
+			now := tx.now
+			if o := overrideOf(p.Now); o != 0 {
+				now = o
+			}
+			mark(tx)
+			if _, err := conn.ExecContext(tx.ctx, `UPDATE sluice_job_runs SET ended_at = ?, outcome = ?, requests = ?, retries = ?, error = ?
+WHERE job_id = ? AND token = ? AND outcome = 'running'`, now, store.RunSucceeded, p.Stats.Requests, p.Stats.Retries, p.Error, p.JobID, p.Token); err != nil {
+				return wrap(err)
+			}
+			if _, err := conn.ExecContext(tx.ctx, `UPDATE sluice_jobs SET lease_holder = '', lease_until = 0, next_run_at = ?,
+    last_success_at = ?, consecutive_failures = 0, parked_reason = '', parked_until = 0 WHERE id = ?`, now+p.Delay.Microseconds(), now, p.JobID); err != nil {
+				return wrap(err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return errs, nil
+}

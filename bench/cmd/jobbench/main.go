@@ -57,6 +57,8 @@ var (
 	flagOnly    = flag.String("only", "", "run only cases whose name matches this regexp")
 	flagTimeout = flag.Duration("timeout", 10*time.Minute, "longest one case may take")
 	flagCPU     = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flagClaims  = flag.Bool("claims", false, "print how many jobs Sluice's PostgreSQL claims asked for and took, and their mean time")
+	flagStmts   = flag.Bool("stmts", false, "count the SQL statements of the PostgreSQL cases and print them per job, by statement")
 )
 
 type benchCase struct {
@@ -140,6 +142,9 @@ func run() error {
 			fmt.Printf("%-22s skipped: %s\n", c.name, why)
 		}
 	}
+	if *flagStmts {
+		stmts.print(*flagJobs * *flagRounds)
+	}
 	if r := med["jobs/river/postgres"]; r > 0 {
 		for _, n := range []string{"jobs/sluice/postgres", "jobs/sluice/sqlite"} {
 			if v := med[n]; v > 0 {
@@ -183,6 +188,9 @@ func freshSchema(ctx context.Context, prefix string, round int) (*pgxpool.Pool, 
 		return nil, "", nil, err
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	if *flagStmts {
+		cfg.ConnConfig.Tracer = stmts
+	}
 	cfg.MaxConns = int32(*flagWorkers + 8)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -222,7 +230,53 @@ func sluicePostgres(ctx context.Context, round int) (float64, error) {
 		_, err := pool.Exec(ctx, `ANALYZE sluice_jobs, sluice_job_connectors, sluice_job_groups`)
 		return err
 	}
+	if *flagClaims {
+		cs := &claimSizes{Store: st}
+		defer cs.print()
+
+		return sluiceJobs(ctx, cs, st, analyze)
+	}
 	return sluiceJobs(ctx, st, st, analyze)
+}
+
+// claimSizes counts the claims of -claims.
+type claimSizes struct {
+	*pgstore.Store
+	mu    sync.Mutex
+	sizes map[int]int
+	limit map[int]int
+	dur   time.Duration
+	n     int
+}
+
+func (c *claimSizes) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]store.Claim, error) {
+	t := time.Now()
+	out, err := c.Store.ClaimJobs(ctx, p)
+	c.count(p, out, t)
+	return out, err
+}
+
+func (c *claimSizes) ClaimAndFinish(ctx context.Context, p store.ClaimParams, fin []store.EndParams) ([]store.Claim, []error, error) {
+	t := time.Now()
+	out, errs, err := c.Store.ClaimAndFinish(ctx, p, fin)
+	c.count(p, out, t)
+	return out, errs, err
+}
+
+func (c *claimSizes) count(p store.ClaimParams, out []store.Claim, t time.Time) {
+	c.mu.Lock()
+	if c.sizes == nil {
+		c.sizes, c.limit = map[int]int{}, map[int]int{}
+	}
+	c.sizes[len(out)]++
+	c.limit[p.Limit]++
+	c.dur += time.Since(t)
+	c.n++
+	c.mu.Unlock()
+}
+
+func (c *claimSizes) print() {
+	fmt.Fprintf(os.Stderr, "claims: %d, mean %v; jobs taken: claims %v; limits asked: claims %v\n", c.n, c.dur/time.Duration(max(c.n, 1)), c.sizes, c.limit)
 }
 
 func sluiceSQLite(ctx context.Context, round int) (float64, error) {
