@@ -21,6 +21,10 @@ func layer(rel string) int {
 		return 1
 	case rel == "store":
 		return 2
+	case rel == "internal/yamlconf":
+		// The YAML walker the configuration readers (limiter, rls)
+		// share: it imports nothing of the module, so it sits below them.
+		return 2
 	case top == "store" || top == "limiter" || top == "lease" || top == "slot" || top == "job" ||
 		top == "outbound" || top == "provider" || top == "sim" || top == "auth":
 		return 3
