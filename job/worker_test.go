@@ -419,6 +419,7 @@ func TestBan418ParksBanned(t *testing.T) {
 		require.Empty(t, getJob(t, s, "j").ParkedReason)
 	})
 }
+
 // TestCronScheduleNextRunAfterSuccess: a cron job that succeeded is due at
 // its next cron time (read in its time zone) plus jitter short of the
 // cron time after it, on the store clock.
