@@ -67,6 +67,13 @@ type Config struct {
 	// profiles name; a server swaps its set in on reload. Nil means the
 	// profiles built into Sluice (provider.Embedded).
 	ProviderProfiles *provider.Registry
+	// Leases keeps the permits of the profiles' leases held around every
+	// call (provider.HoldCall: GitHub's concurrent requests per token).
+	// Nil means Store when it keeps leases (Redis, PostgreSQL: the fleet
+	// shares them), else the leases Store can keep (store.LeaseKeeper:
+	// memstore, this client alone; pass one Leases to clients sharing a
+	// memstore), else an in-memory store per profile.
+	Leases store.LeaseStore
 	// MaxConcurrent bounds the calls in flight per key (the bulkhead).
 	// Zero means no bound.
 	MaxConcurrent int
@@ -213,7 +220,7 @@ func New(cfg Config) (*Client, error) {
 	if c.prefix == "" {
 		c.prefix = "outbound:"
 	}
-	if c.providers, err = newProviders(c, cfg.ProviderProfiles); err != nil {
+	if c.providers, err = newProviders(c, cfg.ProviderProfiles, callLeases(cfg.Leases, c.store)); err != nil {
 		return nil, err
 	}
 	if c.profile != "" {

@@ -75,6 +75,9 @@ func (c *Client) Do(ctx context.Context, key string, opts *DoOpts, fn func(conte
 			if t, last = rt.Wait(ctx, o.Call.call(key)); last != nil {
 				return attemptResult{in: signal.Response{Err: last}}
 			}
+			// Settle frees the per-call permits; this frees them if fn
+			// panics.
+			defer func() { _ = rt.Release(context.WithoutCancel(ctx), t) }()
 		}
 		last = fn(ctx)
 		var se *StatusError

@@ -91,7 +91,8 @@ type AcquireOpts struct {
 
 // Permit is one attempt's turn, from Acquire to Report or Cancel, which
 // must be called exactly once: until then the permit holds its place in
-// the key's bulkhead and, while the breaker is half-open, a probe. It is
+// the key's bulkhead, while the breaker is half-open a probe, and the
+// permits of its profile's leases held around every call. It is
 // safe for concurrent use; only the first Report or Cancel counts.
 type Permit struct {
 	c          *Client
@@ -297,6 +298,10 @@ func (p *Permit) Cancel() bool {
 	}
 	c, ks := p.c, p.ks
 	p.done(c.now(), &signal.Report{Class: signal.ClassCanceled})
+	if p.ticket != nil {
+		// The call was never made: its per-call permits free now.
+		_ = p.rt.Release(context.Background(), p.ticket)
+	}
 	ks.bulk.leave()
 	c.keys.release(ks)
 	return true

@@ -125,3 +125,56 @@ func TestRoundTripProfile(t *testing.T) {
 	require.Error(t, err)
 	require.EqualValues(t, 2, hits.Load(), "the profile's limit held the third request back")
 }
+
+// TestAcquireProfileCallLease: a profile lease held around every call (one
+// permit per token) is taken by Acquire and Do and freed by Report, Cancel
+// and the end of Do; a call finding no free permit waits (within MaxWait
+// or the context) instead of calling.
+func TestAcquireProfileCallLease(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "conc.yaml")
+	require.NoError(t, os.WriteFile(f, []byte(`schema: 1
+name: conc
+revision: "1"
+key: lower
+limits:
+  - {name: requests, scope: token, algorithm: gcra, capacity: 1000, rate: 1000, per: 1s}
+leases:
+  - {name: concurrent, scope: token, permits: 1, ttl: 1m, hold: call}
+`), 0o600))
+	s, err := provider.Load(f)
+	require.NoError(t, err)
+	c, err := outbound.New(outbound.Config{ProviderProfiles: provider.NewRegistry(s), AIMD: aimdStart(1000)})
+	require.NoError(t, err)
+	ctx := context.Background()
+	// MaxWait covers the client's own pacing; the permit wait is bounded
+	// by it too.
+	opts := &outbound.AcquireOpts{Profile: "conc", MaxWait: 100 * time.Millisecond}
+	p1, err := c.Acquire(ctx, "Tok", opts)
+	require.NoError(t, err)
+	_, err = c.Acquire(ctx, "tok", opts)
+	var we *outbound.WaitError
+	require.ErrorAs(t, err, &we, "the token's one permit is held")
+	require.True(t, we.Busy, "%v", err)
+	_, err = c.Acquire(ctx, "other", opts)
+	require.NoError(t, err, "another token has its own permits")
+	require.True(t, p1.Cancel())
+	p2, err := c.Acquire(ctx, "tok", opts)
+	require.NoError(t, err, "Cancel freed the permit")
+	_, err = p2.Report(ctx, outbound.Outcome{Status: 200})
+	require.NoError(t, err)
+	p3, err := c.Acquire(ctx, "tok", &outbound.AcquireOpts{Profile: "conc", MaxWait: time.Second})
+	require.NoError(t, err, "Report freed the permit")
+
+	var calls atomic.Int64
+	fn := func(context.Context) error { calls.Add(1); return nil }
+	dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	err = c.Do(dctx, "conn", &outbound.DoOpts{Profile: "conc", Call: outbound.ProviderCall{Key: "tok"}}, fn)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "Do waits for the permit p3 holds, within its context")
+	require.Zero(t, calls.Load())
+	require.True(t, p3.Cancel())
+	for range 2 {
+		require.NoError(t, c.Do(ctx, "conn", &outbound.DoOpts{Profile: "conc", Call: outbound.ProviderCall{Key: "tok"}}, fn))
+	}
+	require.EqualValues(t, 2, calls.Load(), "Do frees its permit when done")
+}

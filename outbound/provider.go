@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicerl/sluice/provider"
 	"github.com/sluicerl/sluice/signal"
+	"github.com/sluicerl/sluice/store"
 )
 
 // Provider profiles (package provider) under the client: a profile's exact
@@ -27,6 +28,13 @@ import (
 //     and /report do with their "profile" field.
 //   - Do with DoOpts.Profile (job.Run.Call with a connector's profile):
 //     every attempt is reserved before fn and settled after it.
+//
+// A profile lease held around every call (provider.HoldCall: GitHub's
+// concurrent requests per token) is one permit per attempt, over
+// Config.Leases: RoundTrip holds it until the response body is closed;
+// Acquire waits for it within MaxWait (a *WaitError with Busy when none
+// frees) and Report or Cancel frees it; Do waits for it within its context
+// and frees it when fn returns.
 
 // ErrUnknownProfile is wrapped by the errors of a call naming a profile
 // the client's profiles do not hold.
@@ -39,13 +47,16 @@ type providers struct {
 	reg    *provider.Registry
 	prefix string
 	c      *Client
+	// leases keeps the permits of the leases profiles hold around every
+	// call (GitHub's concurrent requests), one store for every Runtime.
+	leases store.LeaseStore
 
 	mu  sync.Mutex
 	set *provider.Set
 	rts map[*provider.Profile]*provider.Runtime
 }
 
-func newProviders(c *Client, reg *provider.Registry) (*providers, error) {
+func newProviders(c *Client, reg *provider.Registry, leases store.LeaseStore) (*providers, error) {
 	if reg == nil {
 		s, err := provider.Embedded()
 		if err != nil {
@@ -53,7 +64,23 @@ func newProviders(c *Client, reg *provider.Registry) (*providers, error) {
 		}
 		reg = provider.NewRegistry(s)
 	}
-	return &providers{reg: reg, prefix: c.prefix + "provider:", c: c}, nil
+	return &providers{reg: reg, prefix: c.prefix + "provider:", c: c, leases: leases}, nil
+}
+
+// callLeases picks the store of the per-call leases: ls, else the rate
+// store when it keeps leases, else the leases it can keep (one for the
+// client), else a new in-memory one.
+func callLeases(ls store.LeaseStore, rates store.RateStore) store.LeaseStore {
+	if ls != nil {
+		return ls
+	}
+	if s, ok := rates.(store.LeaseStore); ok {
+		return s
+	}
+	if k, ok := rates.(store.LeaseKeeper); ok {
+		return k.KeepLeases()
+	}
+	return nil // provider.NewRuntime's default
 }
 
 // runtime returns the Runtime of the named profile.
@@ -71,7 +98,7 @@ func (ps *providers) runtime(name string) (*provider.Runtime, error) {
 	if rt, ok := ps.rts[p]; ok {
 		return rt, nil
 	}
-	rt, err := provider.NewRuntime(provider.Config{Profile: p, Store: ps.c.store, Prefix: ps.prefix, Clock: ps.c.clk, Signal: ps.c.signalCfg})
+	rt, err := provider.NewRuntime(provider.Config{Profile: p, Store: ps.c.store, Leases: ps.leases, Prefix: ps.prefix, Clock: ps.c.clk, Signal: ps.c.signalCfg})
 	if err != nil {
 		return nil, err
 	}
@@ -131,12 +158,17 @@ func (c *Client) ProfileKey(name, key string) (string, error) {
 // *WaitError saying how long until it could.
 func (c *Client) reserve(ctx context.Context, rt *provider.Runtime, key string, call provider.Call, deadline int64) (*provider.Ticket, error) {
 	for {
-		t, err := rt.Reserve(ctx, call)
+		// A permit of a lease held around every call (GitHub's concurrent
+		// requests) is waited for within the same deadline.
+		t, err := rt.ReserveWithin(ctx, call, time.Duration(max(deadline-c.now(), 0))*time.Microsecond)
 		if err != nil {
 			return nil, err
 		}
 		if t.OK {
 			return t, nil
+		}
+		if t.Busy {
+			return nil, &WaitError{Key: key, Busy: true}
 		}
 		now := c.now()
 		if now+t.Delay.Microseconds() > deadline {

@@ -25,12 +25,19 @@
 // saying how long until it can; Settle after the call refunds the
 // difference to the actual cost, syncs the limits from the response, and
 // pauses the key for every process on a Retry-After or opens it for the
-// length of a ban. Profile.LeaseParams (bulk.go) gives the lease.Params of
-// a profile's lease (a Shopify shop's bulk-query permits under an API
+// length of a ban. A lease marked "hold: call" (GitHub's 100 concurrent
+// requests per token) is held by the Runtime around every call (hold.go):
+// Reserve waits for one permit of it (keyed by the lease's scope,
+// normalized like the limits' keys, with a holder of its own and a
+// fencing token, over the store the fleet shares: Config.Leases, else
+// Store), Settle or Release frees it. Other leases ("hold: explicit", the
+// default) are the caller's: Profile.LeaseParams (bulk.go) gives the
+// lease.Params of one (a Shopify shop's bulk-query permits under an API
 // version), held with a lease.Leaser over the same store.
 //
-// Transport is an http.RoundTripper over a Runtime: it waits for room,
-// sends, settles, and delays and resends throttled work; unknown outcomes
+// Transport is an http.RoundTripper over a Runtime: it waits for room
+// (and for the per-call permits, which it holds until the response body is
+// closed), sends, settles, and delays and resends throttled work; unknown outcomes
 // (a 5xx after an order) and permanent errors (MAX_COST_EXCEEDED) are
 // never retried. Under package outbound it is the Base
 // (outbound.Config{Base: &provider.Transport{...}}): outbound's bulkhead,

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicerl/sluice/store"
 )
 
 // A profile file is YAML, one profile per file:
@@ -32,6 +34,15 @@ import (
 //	    rate: 2
 //	    per: 1s
 //	    sync: {source: shopify-rest}
+//	leases:                        # concurrency limits
+//	  - name: concurrent-requests
+//	    scope: shop
+//	    permits: 100
+//	    ttl: 1m                    # a permit frees this long after its
+//	                               #   holder stopped renewing it
+//	    hold: call                 # call: the Runtime holds one around
+//	                               #   every call; explicit (default): the
+//	                               #   caller, with Profile.LeaseParams
 //	outcomes:
 //	  throttle: [{status: [429]}]
 //
@@ -114,6 +125,7 @@ type rawLease struct {
 	Scope       string              `yaml:"scope"`
 	Permits     int64               `yaml:"permits"`
 	TTL         time.Duration       `yaml:"ttl"`
+	Hold        string              `yaml:"hold"`
 	ByVersion   []rawVersionPermits `yaml:"by_api_version"`
 	Description string              `yaml:"description"`
 }
@@ -452,7 +464,26 @@ func (v *validator) limit(f string, r *rawLimit, routeCosts map[string]bool) Lim
 }
 
 func (v *validator) lease(f string, r *rawLease) Lease {
-	l := Lease{Name: r.Name, Scope: r.Scope, Permits: r.Permits, TTL: r.TTL, Description: r.Description}
+	l := Lease{Name: r.Name, Scope: r.Scope, Permits: r.Permits, TTL: r.TTL, Hold: Hold(r.Hold), Description: r.Description}
+	switch l.Hold {
+	case "":
+		l.Hold = HoldExplicit
+	case HoldExplicit, HoldCall:
+	default:
+		v.fail(f+".hold", "unknown hold %q (want explicit or call)", r.Hold)
+	}
+	if l.Hold == HoldCall {
+		// The Runtime acquires these itself: the store's bounds apply.
+		if l.Permits > store.MaxPermits {
+			v.fail(f+".permits", "a lease held around every call has at most %d permits, got %d", store.MaxPermits, l.Permits)
+		}
+		if l.TTL > store.MaxLeaseTTL || l.TTL%time.Microsecond != 0 {
+			v.fail(f+".ttl", "a lease held around every call needs a whole number of microseconds up to %s, got %s", store.MaxLeaseTTL, l.TTL)
+		}
+		if len(r.ByVersion) > 0 {
+			v.fail(f+".by_api_version", "a lease held around every call has one permit count; by_api_version is for explicit leases")
+		}
+	}
 	v.name(f+".name", r.Name)
 	v.name(f+".scope", r.Scope)
 	if l.Permits <= 0 || l.Permits > 1<<20 {

@@ -42,8 +42,9 @@ type Profile struct {
 	// Limits are the rate limits every call is charged against, all or
 	// nothing.
 	Limits []Limit
-	// Leases are the concurrency limits a caller holds a permit of around
-	// long work (Shopify bulk operations).
+	// Leases are the concurrency limits: a permit held by the caller
+	// around long work (Shopify bulk operations, HoldExplicit), or by the
+	// Runtime around every call (GitHub's concurrent requests, HoldCall).
 	Leases []Lease
 	// Routes give a call's costs and resource by method and path.
 	Routes []Route
@@ -166,13 +167,32 @@ var SyncSources = []string{"shopify-graphql", "shopify-rest", "binance", "x-rate
 
 // Lease is a concurrency limit: at most Permits holders per key at once.
 type Lease struct {
-	Name        string
-	Scope       string
-	Permits     int64
-	TTL         time.Duration
+	Name    string
+	Scope   string
+	Permits int64
+	TTL     time.Duration
+	// Hold says who holds the permits: HoldExplicit (the caller, with
+	// Profile.LeaseParams) or HoldCall (the Runtime, one permit around
+	// every call). Load makes an empty hold HoldExplicit.
+	Hold        Hold
 	ByVersion   []VersionPermits
 	Description string
 }
+
+// Hold says who holds a lease's permits.
+type Hold string
+
+const (
+	// HoldExplicit (YAML hold: explicit, the default): the caller holds a
+	// permit around its own long work, with a lease.Leaser and the
+	// lease.Params of Profile.LeaseParams (Shopify bulk operations).
+	HoldExplicit Hold = "explicit"
+	// HoldCall (YAML hold: call): the Runtime holds one permit around
+	// every call, from Reserve to Settle (Transport: until the response
+	// body is closed), waiting for one to free (GitHub's 100 concurrent
+	// requests per token).
+	HoldCall Hold = "call"
+)
 
 // VersionPermits changes a lease's permits from an API version on.
 type VersionPermits struct {
@@ -277,6 +297,18 @@ func (p *Profile) Scopes() []string {
 	}
 	slices.Sort(s)
 	return slices.Compact(s)
+}
+
+// CallLeases returns the leases the Runtime holds around every call
+// (HoldCall), in profile order.
+func (p *Profile) CallLeases() []Lease {
+	var out []Lease
+	for _, l := range p.Leases {
+		if l.Hold == HoldCall {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // Lease returns the named lease.

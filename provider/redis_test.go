@@ -296,3 +296,26 @@ func TestT3BulkLock(t *testing.T) {
 func storeRelease(p lease.Params, holder string, token int64) store.ReleaseParams {
 	return store.ReleaseParams{Name: p.Name, Key: p.Key, Holder: holder, Token: token}
 }
+
+// TestRedisCallLeaseFleet: GitHub-style concurrency over real Redis, two
+// processes (a store and a Runtime each): with a lease of 2 permits held
+// around every call, 6 concurrent calls from both never have more than 2
+// in flight, and all succeed.
+func TestRedisCallLeaseFleet(t *testing.T) {
+	t.Parallel()
+	stores := redisStores(t, 2)
+	p := callLeaseProfile(t, 2)
+	var trs []*Transport
+	var cls []*countingLeases
+	for _, st := range stores {
+		cl := newCountingLeases(st)
+		cls = append(cls, cl)
+		rt, err := NewRuntime(Config{Profile: p, Store: st, Leases: cl})
+		require.NoError(t, err)
+		trs = append(trs, &Transport{Runtime: rt, Key: func(*http.Request) Call { return Call{Key: "tok"} }})
+	}
+	srv := newInflightServer(t)
+	refused := func() int64 { return cls[0].refused.Load() + cls[1].refused.Load() }
+	runConcurrent(t, srv, trs, refused, 2, 6)
+	require.Equal(t, 0, holders(t, stores[0], "provider:", "tok"), "every permit freed once the bodies are closed")
+}

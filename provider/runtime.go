@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicerl/sluice/clock"
+	"github.com/sluicerl/sluice/lease"
 	"github.com/sluicerl/sluice/signal"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
@@ -34,6 +35,13 @@ type Config struct {
 	// sharing a store (Redis, PostgreSQL) share every key's budget. Nil
 	// means a new in-memory store of this runtime alone.
 	Store store.RateStore
+	// Leases keeps the permits of the profile's leases held around every
+	// call (Lease.Hold HoldCall). Nil means Store when it is a
+	// store.LeaseStore (Redis, PostgreSQL: shared by the fleet), else the
+	// leases Store can keep (store.LeaseKeeper: memstore; a new lease
+	// state per Runtime, so pass one Leases to Runtimes that share a
+	// memstore), else a new in-memory store.
+	Leases store.LeaseStore
 	// Prefix starts every store key. Empty means "provider:".
 	Prefix string
 	// Clock times Wait's sleeps. Nil means the real clock; the store's clock
@@ -56,6 +64,11 @@ type Runtime struct {
 	clk    clock.Clock
 	parser *signal.Parser
 	now    func() time.Time
+
+	// callLeases are the profile's leases held around every call, and
+	// leaser holds them (nil when there are none); see hold.go.
+	callLeases []Lease
+	leaser     *lease.Leaser
 
 	// learned holds, per limit and key, the capacity and rate a provider
 	// reported (Sync.Learn), in this process.
@@ -88,6 +101,11 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 	}
 	if rt.prefix == "" {
 		rt.prefix = "provider:"
+	}
+	if rt.callLeases = cfg.Profile.CallLeases(); len(rt.callLeases) > 0 {
+		if rt.leaser, err = lease.New(lease.Config{Store: leaseStore(cfg.Leases, rt.store, &cfg), Clock: cfg.Clock}); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
 	}
 	return rt, nil
 }
@@ -130,10 +148,14 @@ type Ticket struct {
 	// Delay is, when not OK, how long until the call could pass: for a
 	// cost bucket (cost - available) / restore rate.
 	Delay time.Duration
-	// Reason names what refused: a limit's name, "paused" (a Retry-After
-	// the fleet honours) or "banned" (the key's breaker is open until a
-	// ban ends).
+	// Reason names what refused: a limit's name, a per-call lease's name
+	// (Busy), "paused" (a Retry-After the fleet honours) or "banned" (the
+	// key's breaker is open until a ban ends).
 	Reason string
+	// Busy reports that no permit of a per-call lease (Reason) freed
+	// within ReserveWithin's wait; Delay is then when one frees at the
+	// latest if nobody renews it.
+	Busy bool
 	// Key is the call's primary key, normalized: what pauses and bans are
 	// kept per.
 	Key string
@@ -142,6 +164,9 @@ type Ticket struct {
 	at         int64
 	idempotent bool
 	settled    atomic.Bool
+
+	mu     sync.Mutex
+	leases []*lease.Lease // per-call permits held until Settle or Release
 }
 
 type item struct {
@@ -270,11 +295,42 @@ func defaultIdempotent(method string) bool {
 // key is paused or banned, nothing is charged and the Ticket says why and
 // for how long (the proactive rule: a call that would not fit is not made).
 // A call costing more than a limit can ever hold is ErrCostExceedsLimit.
+//
+// When the profile has leases held around every call (Lease.Hold
+// HoldCall), Reserve first takes one permit of each for the call, waiting
+// until one frees or ctx ends (ctx's error then); an OK ticket holds them
+// until Settle or Release, a ticket that is not OK holds none.
 func (rt *Runtime) Reserve(ctx context.Context, c Call) (*Ticket, error) {
+	return rt.reserve(ctx, c, -1)
+}
+
+// ReserveWithin is Reserve waiting at most maxWait (on the runtime's
+// clock; zero: not at all) for the permits of the per-call leases; when
+// one does not free by then, the ticket is not OK and says Busy.
+func (rt *Runtime) ReserveWithin(ctx context.Context, c Call, maxWait time.Duration) (*Ticket, error) {
+	return rt.reserve(ctx, c, max(maxWait, 0))
+}
+
+func (rt *Runtime) reserve(ctx context.Context, c Call, leaseWait time.Duration) (_ *Ticket, err error) {
 	items, primary, idem, err := rt.plan(&c)
 	if err != nil {
 		return nil, err
 	}
+	held, b, err := rt.hold(ctx, &c, leaseWait)
+	if err != nil {
+		return nil, err
+	}
+	if b != nil {
+		t := &Ticket{Key: primary, Reason: b.name, Delay: b.delay, Busy: true}
+		t.settled.Store(true)
+		return t, nil
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			_ = releaseLeases(ctx, held)
+		}
+	}()
 	all := make([]store.Item, 0, len(items)+2)
 	all = append(all,
 		store.Item{Key: rt.prefix + primary, Limit: rt.banLimit(), Cost: 1},
@@ -295,6 +351,7 @@ func (rt *Runtime) Reserve(ctx context.Context, c Call) (*Ticket, error) {
 	t := &Ticket{OK: res.Allowed, Key: primary, items: items, idempotent: idem}
 	if res.Allowed {
 		t.at = res.Results[0].At
+		t.leases, keep = held, true
 		return t, nil
 	}
 	t.settled.Store(true)

@@ -78,10 +78,16 @@ var sourceOf = map[string]signal.Source{
 // nothing); syncs every limit the call touched from what the provider
 // reported when the provider's count is higher than the local one; pauses
 // the key for every process sharing the store on a throttle that said when
-// to come back; and opens the key for the length of a ban. Settle a ticket
-// once; a second Settle is ErrSettled.
+// to come back; and opens the key for the length of a ban. It frees the
+// ticket's permits of the per-call leases first, even after ctx ended (see
+// Release). Settle a ticket once; a second Settle is ErrSettled.
 func (rt *Runtime) Settle(ctx context.Context, t *Ticket, resp signal.Response) (Outcome, error) {
-	if t == nil || !t.settled.CompareAndSwap(false, true) {
+	if t == nil {
+		return Outcome{}, ErrSettled
+	}
+	// The call is done: its concurrency permits free whatever follows.
+	_ = rt.Release(ctx, t)
+	if !t.settled.CompareAndSwap(false, true) {
 		return Outcome{}, ErrSettled
 	}
 	now := rt.storeNow()

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 
+	"github.com/sluicerl/sluice/lease"
 	"github.com/sluicerl/sluice/signal"
 )
 
@@ -19,6 +21,12 @@ import (
 // errors are returned as they are, never retried, and so are transient
 // failures (a 5xx on an idempotent request: the caller's retry policy
 // decides); a throttled request whose body cannot be replayed is an error.
+//
+// When the profile has leases held around every call (Lease.Hold
+// HoldCall: GitHub's concurrent requests), each attempt waits for a permit
+// of each before it is sent and holds it until the response body is closed
+// (the caller must close it, as always), or frees it at once on a
+// transport error, a retry or a cancelled context.
 //
 // It reads GraphQL response bodies (up to MaxBody) to settle their cost,
 // and hands the caller an unread copy. A Transport is safe for concurrent
@@ -75,14 +83,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
+		// The per-call permits are the Transport's to free: when the
+		// response's body is closed, or now when there is none to hand on.
+		held := tk.takeLeases()
 		r := req
 		if n > 1 {
 			if req.GetBody == nil && req.Body != nil && req.Body != http.NoBody {
+				_ = releaseLeases(ctx, held)
 				return nil, fmt.Errorf("provider: %s %s: throttled, and its body cannot be replayed", req.Method, req.URL.Path)
 			}
 			r = req.Clone(ctx)
 			if req.GetBody != nil {
 				if r.Body, err = req.GetBody(); err != nil {
+					_ = releaseLeases(ctx, held)
 					return nil, err
 				}
 			}
@@ -95,15 +108,24 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if serr != nil && rerr == nil {
 			_ = resp.Body.Close()
+			_ = releaseLeases(ctx, held)
 			return nil, serr
 		}
 		if !o.Retry || o.Kind == Failed || n >= attempts || ctx.Err() != nil {
+			if resp == nil || resp.Body == nil {
+				_ = releaseLeases(ctx, held)
+				return resp, rerr
+			}
+			if len(held) > 0 {
+				resp.Body = &releasingBody{ReadCloser: resp.Body, held: held}
+			}
 			return resp, rerr
 		}
 		// Throttled or banned: wait as asked, then take a turn again.
 		if resp != nil {
 			_ = resp.Body.Close()
 		}
+		_ = releaseLeases(ctx, held)
 		if o.Delay > 0 {
 			tm := t.Runtime.clk.NewTimer(o.Delay)
 			select {
@@ -114,6 +136,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 	}
+}
+
+// releasingBody frees a call's per-call permits when the response body is
+// closed: the call is done when its caller has read what it wanted.
+type releasingBody struct {
+	io.ReadCloser
+	once sync.Once
+	held []*lease.Lease
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(func() { _ = releaseLeases(context.Background(), b.held) })
+	return err
 }
 
 // response reads what Settle needs: the status, the header and, for JSON,

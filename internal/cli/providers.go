@@ -114,13 +114,13 @@ func showProfile(opts *Options, p *provider.Profile, origin string) {
 	if len(p.Leases) > 0 {
 		fmt.Fprintln(w, "\nleases")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  NAME\tSCOPE\tPERMITS\tTTL")
+		fmt.Fprintln(tw, "  NAME\tSCOPE\tPERMITS\tTTL\tHOLD")
 		for _, l := range p.Leases {
 			perm := fmt.Sprint(l.Permits)
 			for _, bv := range l.ByVersion {
 				perm += fmt.Sprintf("; %d from API %s", bv.Permits, bv.From)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", l.Name, l.Scope, perm, formatPeriod(l.TTL))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", l.Name, l.Scope, perm, formatPeriod(l.TTL), l.Hold)
 		}
 		_ = tw.Flush()
 	}

@@ -339,7 +339,7 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 		return fmt.Errorf("--profiles: %w", err)
 	}
 	profiles := provider.NewRegistry(profSet)
-	ob, err := outbound.New(outbound.Config{Store: st.store, SharedRate: true, Metrics: reg, ProviderProfiles: profiles})
+	ob, err := outbound.New(outbound.Config{Store: st.store, Leases: st.leases, SharedRate: true, Metrics: reg, ProviderProfiles: profiles})
 	if err != nil {
 		return err
 	}

@@ -55,18 +55,25 @@ func Sluice(name string, shared bool, o Options) sim.Contender {
 			return nil, err
 		}
 		var st store.RateStore
+		var leases store.LeaseStore // the per-call permits (provider.HoldCall), shared too
 		if shared {
 			s, err := o.store(sc.Provider.Clock)
 			if err != nil {
 				return nil, err
 			}
 			st = s
+			if k, ok := s.(store.LeaseKeeper); ok {
+				leases = k.KeepLeases()
+			}
 		}
 		procs := float64(max(sc.Processes, 1))
 		return func(process int, base http.RoundTripper) (sim.Client, error) {
 			cfg := o.Outbound
 			cfg.Base = base
 			cfg.Store = st
+			if cfg.Leases == nil {
+				cfg.Leases = leases
+			}
 			if cfg.Clock == nil {
 				cfg.Clock = sc.Provider.Clock
 			}
