@@ -22,17 +22,9 @@ func TestTimedOutCallKeepsItsConnection(t *testing.T) {
 	t.Parallel()
 	b := setup(t) // migrates the schema
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testenv.WithSearchPath(testenv.PostgresURL(), b.schema))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	pgstore.ConfigurePool(cfg)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-	st, err := pgstore.New(pool, pgstore.Config{MaxBatch: 1})
-	require.NoError(t, err)
+	pool, st := onePool(t, b, nil)
 	l := store.Limit{Name: "lock", Rate: 10, Period: time.Second}
-	_, err = st.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
+	_, err := st.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
 	require.NoError(t, err)
 	var pid int32
 	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
@@ -80,17 +72,9 @@ func TestStrayCancelIsRunAgain(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testenv.WithSearchPath(testenv.PostgresURL(), b.schema))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	pgstore.ConfigurePool(cfg)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-	st, err := pgstore.New(pool, pgstore.Config{MaxBatch: 1})
-	require.NoError(t, err)
+	pool, st := onePool(t, b, nil)
 	l := store.Limit{Name: "stray", Rate: 10, Period: time.Hour}
-	_, err = st.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
+	_, err := st.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
 	require.NoError(t, err)
 	var pid int32
 	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
@@ -179,18 +163,9 @@ func TestStatementTimeoutIsATimeout(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testenv.WithSearchPath(testenv.PostgresURL(), b.schema))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "50"
-	pgstore.ConfigurePool(cfg)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-	st, err := pgstore.New(pool, pgstore.Config{MaxBatch: 1})
-	require.NoError(t, err)
+	_, st := onePool(t, b, map[string]string{"statement_timeout": "50"})
 	l := store.Limit{Name: "slow", Rate: 10, Period: time.Hour}
-	_, err = st.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
+	_, err := st.Take(ctx, store.TakeParams{Key: "k", Limit: l, Cost: 1})
 	require.NoError(t, err)
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
@@ -202,4 +177,24 @@ func TestStatementTimeoutIsATimeout(t *testing.T) {
 	var te interface{ Timeout() bool }
 	require.Truef(t, errors.As(err, &te) && te.Timeout(), "a statement_timeout is a timeout: %v", err)
 	require.NotErrorIs(t, err, store.ErrInvalidValue)
+}
+
+// onePool returns a store on a pool of one connection to b's schema,
+// configured as serve configures its pools (ConfigurePool), with params
+// set on the session, and unbatched takes.
+func onePool(t *testing.T, b *bundle, params map[string]string) (*pgxpool.Pool, *pgstore.Store) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testenv.WithSearchPath(testenv.PostgresURL(), b.schema))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	for k, v := range params {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
+	pgstore.ConfigurePool(cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	st, err := pgstore.New(pool, pgstore.Config{MaxBatch: 1})
+	require.NoError(t, err)
+	return pool, st
 }
