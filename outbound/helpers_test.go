@@ -3,8 +3,10 @@ package outbound_test
 import (
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,6 +84,44 @@ func (w *watched) advanceTo(when time.Time) {
 	defer w.mu.Unlock()
 	if w.Clock.Now().Before(when) {
 		w.Clock.Set(when)
+	}
+}
+
+// driveAll runs n calls of f at once and moves w on only when every call
+// still running waits on a timer, and then to the earliest of them: so a
+// call woken at its turn acts at that instant, before the clock moves on
+// for another. It fails the test when the calls neither finish nor wait on
+// the clock for a minute of real time.
+func driveAll(t *testing.T, w *watched, n int, f func()) {
+	t.Helper()
+	var live atomic.Int64
+	live.Store(int64(n))
+	done := make(chan struct{}, n)
+	for range n {
+		go func() {
+			defer func() {
+				live.Add(-1)
+				done <- struct{}{}
+			}()
+			f()
+		}()
+	}
+	var pending []time.Time // deadlines of timers not yet reached
+	for finished := 0; finished < n; {
+		now := w.Now()
+		pending = slices.DeleteFunc(pending, func(d time.Time) bool { return !d.After(now) })
+		if len(pending) > 0 && int64(len(pending)) == live.Load() {
+			w.advanceTo(slices.MinFunc(pending, time.Time.Compare))
+			continue
+		}
+		select {
+		case <-done:
+			finished++
+		case when := <-w.waits:
+			pending = append(pending, when)
+		case <-time.After(time.Minute):
+			t.Fatal("the calls neither finished nor waited on the clock")
+		}
 	}
 }
 

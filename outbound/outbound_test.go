@@ -150,15 +150,9 @@ func TestConservativeStart(t *testing.T) {
 	base := &scripted{resps: []func() *http.Response{response(200, "ok")}, clk: clk}
 	c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk})})
 	require.NoError(t, err)
-	drive(t, clk, func() {
-		var wg sync.WaitGroup
-		for range 3 {
-			wg.Go(func() {
-				resp := get(t, c, "http://api.example.com/")
-				_ = resp.Body.Close()
-			})
-		}
-		wg.Wait()
+	driveAll(t, clk, 3, func() {
+		resp := get(t, c, "http://api.example.com/")
+		_ = resp.Body.Close()
 	})
 	// One went at once (burst 1); the next waited a whole interval of
 	// the start rate (aimd.DefaultStart, 1/s), and the third its turn at
