@@ -550,9 +550,9 @@ func load(ctx context.Context, t *target, n, keys int, warmup, dur time.Duration
 	}, nil
 }
 
-// redisCPU is the CPU time the Redis server has used so far (INFO cpu:
-// used_cpu_sys plus used_cpu_user), or 0 when it cannot be read. It counts
-// whatever else uses that Redis too.
+// redisCPU is the CPU time the Redis server has used so far (INFO cpu),
+// or 0 when it cannot be read. It counts whatever else uses that Redis
+// too.
 func redisCPU(ctx context.Context, c *redis.Client) time.Duration {
 	if c == nil {
 		return 0
@@ -561,16 +561,28 @@ func redisCPU(ctx context.Context, c *redis.Client) time.Duration {
 	if err != nil {
 		return 0
 	}
+	return parseRedisCPU(info)
+}
+
+// parseRedisCPU returns used_cpu_sys plus used_cpu_user of an INFO reply,
+// or 0 unless it holds both as numbers.
+func parseRedisCPU(info string) time.Duration {
 	var total float64
+	found := 0
 	for _, line := range strings.Split(info, "\n") {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return 0
-			}
-			total += f
+		if !ok || (k != "used_cpu_sys" && k != "used_cpu_user") {
+			continue
 		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 {
+			return 0
+		}
+		total += f
+		found++
+	}
+	if found != 2 {
+		return 0
 	}
 	return time.Duration(total * float64(time.Second))
 }
