@@ -126,10 +126,11 @@ type stateStore struct {
 // many concurrent callers, and then what bounds it is the work Redis does
 // per decision: a round trip of its own costs Redis a script call, a TIME
 // and the socket I/O, a take batched with others only its GET and SET. A
-// lone call still leaves at once. Measured with bench/cmd/rlsbench on the
-// 2-core development VM (load average about 8), against the library's
-// default of 8: 1.9x the decisions per second at 16 gRPC streams and 1.6x
-// at 64, with a lower p99 at both (README, "Envoy rate limit service").
+// lone call still leaves at once. Measured with bench/cmd/rlsbench
+// -sluice-only on the 2-core development VM (load average about 8, medians
+// of 3 interleaved runs) against the library's default of 8: 1.9x the
+// decisions per second at 16 gRPC streams and 1.6x at 64, with a lower p99
+// at both (README, "Envoy rate limit service").
 const serverRedisInFlight = 1
 
 // openState opens the rate store at raw (a --state URL). Shared stores
