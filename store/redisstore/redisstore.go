@@ -62,7 +62,8 @@ type Config struct {
 	// the next pipeline. Zero means 8. Fewer round trips in flight make
 	// larger batches and less work per decision for Redis and the client
 	// (best when both are busy); more keep callers from waiting (best when
-	// Redis is far away and idle).
+	// Redis is far away and idle). `sluice serve`, whose callers are many
+	// concurrent requests, uses 1.
 	MaxInFlight int
 	// MaxBatch is the most calls one pipeline carries. Zero means 128.
 	MaxBatch int

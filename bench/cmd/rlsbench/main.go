@@ -39,6 +39,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -127,7 +128,8 @@ func envOr(name, def string) string {
 type target struct {
 	name   string
 	addr   string
-	pid    int // the server process, for its CPU time; 0 in process
+	pid    int           // the server process, for its CPU time; 0 in process
+	redis  *redis.Client // the Redis it uses, for Redis's CPU time; nil in process
 	conn   *grpc.ClientConn
 	client pb.RateLimitServiceClient
 	stop   func()
@@ -153,6 +155,13 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	ropts, err := redis.ParseURL(o.redisURL)
+	if err != nil {
+		return fmt.Errorf("-redis %q: %w", o.redisURL, err)
+	}
+	rc := redis.NewClient(ropts)
+	defer rc.Close()
+
 	var targets []*target
 	defer func() {
 		for _, t := range targets {
@@ -171,6 +180,7 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	st.redis = rc
 	targets = append(targets, st)
 	if !o.sluiceOnly {
 		bin := o.envoyBin
@@ -183,6 +193,7 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		et.redis = rc
 		targets = append(targets, et)
 	}
 
@@ -207,15 +218,15 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 				if err != nil {
 					return fmt.Errorf("%s, %d streams: %w", t.name, n, err)
 				}
-				fmt.Fprintf(stderr, "round %d, %s, %d streams: %.0f/s p50 %s p99 %s cpu/call %s (errors %d %s, over %d)\n",
-					r+1, t.name, n, res.rps, res.p50, res.p99, res.cpuPerCall, res.errors, res.firstErr, res.over)
+				fmt.Fprintf(stderr, "round %d, %s, %d streams: %.0f/s p50 %s p99 %s cpu/call %s redis cpu/call %s (errors %d %s, over %d)\n",
+					r+1, t.name, n, res.rps, res.p50, res.p99, res.cpuPerCall, res.redisPerCall, res.errors, res.firstErr, res.over)
 				results[key{t.name, n}] = append(results[key{t.name, n}], res)
 			}
 		}
 	}
 	fmt.Fprintf(stdout, "# load average at end: %s\n\n", loadavg())
-	fmt.Fprintln(stdout, "| streams | service | calls/s | p50 | p99 | server CPU per call | errors |")
-	fmt.Fprintln(stdout, "|---:|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(stdout, "| streams | service | calls/s | p50 | p99 | server CPU per call | Redis CPU per call | errors |")
+	fmt.Fprintln(stdout, "|---:|---|---:|---:|---:|---:|---:|---:|")
 	for _, n := range o.streams {
 		var base result
 		for i, t := range targets {
@@ -226,7 +237,7 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 			} else if m.rps > 0 {
 				ratio = fmt.Sprintf(" (sluice %.2fx)", base.rps/m.rps)
 			}
-			fmt.Fprintf(stdout, "| %d | %s | %.0f%s | %s | %s | %s | %d |\n", n, t.name, m.rps, ratio, round(m.p50), round(m.p99), round(m.cpuPerCall), m.errors)
+			fmt.Fprintf(stdout, "| %d | %s | %.0f%s | %s | %s | %s | %s | %d |\n", n, t.name, m.rps, ratio, round(m.p50), round(m.p99), round(m.cpuPerCall), round(m.redisPerCall), m.errors)
 		}
 	}
 	if o.skipEdge {
@@ -453,6 +464,7 @@ func request(key, value string, hits uint32) *pb.RateLimitRequest {
 
 type result struct {
 	cpuPerCall     time.Duration // the server process's CPU time per call
+	redisPerCall   time.Duration // Redis's CPU time per call (INFO cpu), 0 if unknown
 	firstErr       string
 	rps            float64
 	p50, p99       time.Duration
@@ -502,13 +514,13 @@ func load(ctx context.Context, t *target, n, keys int, warmup, dur time.Duration
 		}()
 	}
 	sleep(ctx, warmup)
-	cpu0 := procCPU(t.pid)
+	cpu0, rcpu0 := procCPU(t.pid), redisCPU(ctx, t.redis)
 	measuring.Store(true)
 	start := time.Now()
 	sleep(ctx, dur)
 	measuring.Store(false)
 	elapsed := time.Since(start)
-	cpu1 := procCPU(t.pid)
+	cpu1, rcpu1 := procCPU(t.pid), redisCPU(ctx, t.redis)
 	cancel()
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -523,14 +535,56 @@ func load(ctx context.Context, t *target, n, keys int, warmup, dur time.Duration
 	}
 	slices.Sort(all)
 	fe, _ := firstErr.Load().(string)
+	var redisPerCall time.Duration
+	if rcpu0 > 0 && rcpu1 > rcpu0 {
+		redisPerCall = (rcpu1 - rcpu0) / time.Duration(max(calls.Load(), 1))
+	}
 	return result{
-		cpuPerCall: (cpu1 - cpu0) / time.Duration(max(calls.Load(), 1)),
-		firstErr:   fe,
-		rps:        float64(calls.Load()) / elapsed.Seconds(),
-		p50:        all[len(all)/2],
-		p99:        all[len(all)*99/100],
-		errors:     errs.Load(), over: over.Load(), calls: calls.Load(), latencySamples: len(all),
+		cpuPerCall:   (cpu1 - cpu0) / time.Duration(max(calls.Load(), 1)),
+		redisPerCall: redisPerCall,
+		firstErr:     fe,
+		rps:          float64(calls.Load()) / elapsed.Seconds(),
+		p50:          all[len(all)/2],
+		p99:          all[len(all)*99/100],
+		errors:       errs.Load(), over: over.Load(), calls: calls.Load(), latencySamples: len(all),
 	}, nil
+}
+
+// redisCPU is the CPU time the Redis server has used so far (INFO cpu),
+// or 0 when it cannot be read. It counts whatever else uses that Redis
+// too.
+func redisCPU(ctx context.Context, c *redis.Client) time.Duration {
+	if c == nil {
+		return 0
+	}
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	return parseRedisCPU(info)
+}
+
+// parseRedisCPU returns used_cpu_sys plus used_cpu_user of an INFO reply,
+// or 0 unless it holds both as numbers.
+func parseRedisCPU(info string) time.Duration {
+	var total float64
+	found := 0
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "used_cpu_sys" && k != "used_cpu_user") {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 {
+			return 0
+		}
+		total += f
+		found++
+	}
+	if found != 2 {
+		return 0
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 // procCPU is the user and system CPU time of process pid so far (Linux
@@ -581,11 +635,12 @@ func median(rs []result) result {
 		errs += r.errors
 	}
 	return result{
-		rps:        pick(func(r result) float64 { return r.rps }),
-		p50:        time.Duration(pick(func(r result) float64 { return float64(r.p50) })),
-		p99:        time.Duration(pick(func(r result) float64 { return float64(r.p99) })),
-		cpuPerCall: time.Duration(pick(func(r result) float64 { return float64(r.cpuPerCall) })),
-		errors:     errs,
+		rps:          pick(func(r result) float64 { return r.rps }),
+		p50:          time.Duration(pick(func(r result) float64 { return float64(r.p50) })),
+		p99:          time.Duration(pick(func(r result) float64 { return float64(r.p99) })),
+		cpuPerCall:   time.Duration(pick(func(r result) float64 { return float64(r.cpuPerCall) })),
+		redisPerCall: time.Duration(pick(func(r result) float64 { return float64(r.redisPerCall) })),
+		errors:       errs,
 	}
 }
 

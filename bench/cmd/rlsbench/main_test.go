@@ -54,3 +54,22 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("edge: nothing admitted: %+v", e)
 	}
 }
+
+// TestParseRedisCPU reads Redis's CPU time from an INFO cpu reply, and
+// nothing from one that lacks a field or holds a malformed one.
+func TestParseRedisCPU(t *testing.T) {
+	info := "# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:2.500000\r\nused_cpu_sys_children:9.000000\r\nused_cpu_user_children:9.000000\r\n"
+	if got, want := parseRedisCPU(info), 3750*time.Millisecond; got != want {
+		t.Fatalf("parseRedisCPU = %v, want %v", got, want)
+	}
+	for _, bad := range []string{
+		"",
+		"# CPU\r\nused_cpu_sys:1.25\r\n",
+		"# CPU\r\nused_cpu_sys:1.25\r\nused_cpu_user:x\r\n",
+		"# CPU\r\nused_cpu_sys:-1\r\nused_cpu_user:2\r\n",
+	} {
+		if got := parseRedisCPU(bad); got != 0 {
+			t.Errorf("parseRedisCPU(%q) = %v, want 0", bad, got)
+		}
+	}
+}
