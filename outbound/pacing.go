@@ -185,26 +185,14 @@ const lagShare = 8
 // of the latency or more (issue 18: a starved client must not slow itself
 // down without any throttle).
 //
-// So does the latest peak of the lateness (lagPeak) when peakShare times it
-// covers the latency: on a machine starved now and then, the EWMA smooths
-// away the stall that made one answer slow, and the p95 is made of such
-// answers (issue 18: at load 11, stated rates cut by 15 % with no
-// throttle). A stall delays a call in flight by about its length, plus a
-// scheduling point or two: a peak explains a few times itself, not the
-// eight times an average does, so that a provider queueing calls on a
-// busy machine is still seen.
+// The lag is the larger of the EWMA and the latest peak (lagPeak): on a
+// machine starved now and then, the EWMA smooths away the stall that made
+// one answer slow, and the p95 is made of such answers (issue 18: at load
+// 11, stated rates cut by 15 % with no throttle).
 func (c *Client) starved(latency int64) bool {
-	lag := c.lag.Load()
-	if lag > 0 && lagShare*lag >= latency {
-		return true
-	}
-	peak := c.peak.get(c.now())
-	return peak > 0 && peakShare*peak >= latency
+	lag := max(c.lag.Load(), c.peak.get(c.now()))
+	return lag > 0 && lagShare*lag >= latency
 }
-
-// peakShare: an attempt's latency is not the provider's when the latest
-// peak of the timers' lateness is 1/peakShare of it or more.
-const peakShare = 3
 
 // lagWindow is how long (µs) a timer's lateness counts as the process's
 // peak scheduling delay: it is the largest of this window and the last.
