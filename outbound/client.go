@@ -166,8 +166,6 @@ type Client struct {
 	// its own scheduling delay, which an attempt's latency must not be
 	// mistaken for the provider's (see sampleLatency).
 	lag atomic.Int64
-	// peak is the latest timer lateness peaks (see lagPeak).
-	peak lagPeak
 }
 
 // New validates cfg and returns a Client.

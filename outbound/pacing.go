@@ -3,7 +3,6 @@ package outbound
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/sluicerl/sluice/clock"
@@ -160,7 +159,6 @@ func (c *Client) notePause(ctx context.Context, ks *keyState, d time.Duration) {
 // scheduling delay on a starved machine (0 on a fake clock).
 func (c *Client) noteLag(late time.Duration) {
 	us := max(late.Microseconds(), 0)
-	c.peak.note(c.now(), us)
 	for {
 		old := c.lag.Load()
 		v := us
@@ -184,47 +182,7 @@ const lagShare = 8
 // process's timers fire so late that its own scheduling delay is an eighth
 // of the latency or more (issue 18: a starved client must not slow itself
 // down without any throttle).
-//
-// The lag is the larger of the EWMA and the latest peak (lagPeak): on a
-// machine starved now and then, the EWMA smooths away the stall that made
-// one answer slow, and the p95 is made of such answers (issue 18: at load
-// 11, stated rates cut by 15 % with no throttle).
 func (c *Client) starved(latency int64) bool {
-	lag := max(c.lag.Load(), c.peak.get(c.now()))
+	lag := c.lag.Load()
 	return lag > 0 && lagShare*lag >= latency
-}
-
-// lagWindow is how long (µs) a timer's lateness counts as the process's
-// peak scheduling delay: it is the largest of this window and the last.
-const lagWindow = int64(time.Second / time.Microsecond)
-
-// lagPeak keeps the largest timer lateness (µs) of the current lagWindow,
-// which began at at (Unix µs), and of the last one.
-type lagPeak struct {
-	mu            sync.Mutex
-	cur, prev, at int64
-}
-
-// roll moves the windows on to now. p.mu is held.
-func (p *lagPeak) roll(now int64) {
-	switch {
-	case now < p.at || now-p.at >= 2*lagWindow:
-		p.cur, p.prev, p.at = 0, 0, now
-	case now-p.at >= lagWindow:
-		p.cur, p.prev, p.at = 0, p.cur, p.at+lagWindow
-	}
-}
-
-func (p *lagPeak) note(now, late int64) {
-	p.mu.Lock()
-	p.roll(now)
-	p.cur = max(p.cur, late)
-	p.mu.Unlock()
-}
-
-func (p *lagPeak) get(now int64) int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.roll(now)
-	return max(p.cur, p.prev)
 }
