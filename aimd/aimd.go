@@ -46,6 +46,23 @@ const (
 	maxPauseCost = 10_000_000 // µs
 )
 
+// A refusal with a Retry-After at or under the sustained rate (State.sus:
+// the highest rate held for a whole sustainSpan with successes and no
+// throttle since the last refusal that cut) is not taken for a lower limit
+// at once: a process starved of CPU sends its calls in bunches that empty
+// a provider's small burst below a rate the fleet kept up for seconds
+// (issue 18: refused at 87/s, then held at 79/s for 30 s). The key waits
+// out the pause and resumes at the rate it sustained; a limit that did
+// fall refuses it again soon after the pause (a chained refusal, which
+// cuts twice as deep). Only a refusal excuseSpan or more after the last
+// throttle signal is excused: refusals that keep coming at a sustained rate
+// are the limit, and a provider that bans after a few refusals in a window
+// (10 s is usual) sees at most one more.
+const (
+	sustainSpan = 2_000_000  // µs
+	excuseSpan  = 10_000_000 // µs
+)
+
 // LatencyFloor bounds a decrease the latency alone asks for (Reason
 // Latency or Queue, with no throttle signal): it never takes the rate below
 // this fraction of the proven rate, the highest rate calls have succeeded
@@ -402,6 +419,16 @@ type State struct {
 	// at provenAt (Unix µs).
 	proven, provenNext float64
 	provenAt           int64
+	// sus is the highest rate held for a whole sustainSpan with successes
+	// and no decrease since the last refusal that cut (0: none); susFrom
+	// (Unix µs, 0: not yet) began the current span, susLow is the lowest
+	// rate and susN the successes in it. refusedAt is when the last
+	// episode of throttle signals began (a refusal, an overload, a
+	// Retry-After; excused or not; Unix µs, 0 never).
+	sus, susLow float64
+	susFrom     int64
+	susN        int
+	refusedAt   int64
 	// stated says a new, lower hint came shortly before the last
 	// decrease, with it or after it (the provider told its rate as it
 	// refused): recovery goes back to it. hintAt is when the hint last
@@ -470,6 +497,7 @@ func (c *Controller) start0(s *State) {
 	s.peak, s.cutTo, s.hint = sane(s.peak), sane(s.cutTo), sane(s.hint)
 	s.target, s.useRate, s.good = sane(s.target), sane(s.useRate), sane(s.good)
 	s.proven, s.provenNext = sane(s.proven), sane(s.provenNext)
+	s.sus, s.susLow = sane(s.sus), sane(s.susLow)
 	s.pause = min(max(s.pause, 0), maxPauseCost)
 	if c.plateau == 0 {
 		s.good = 0 // a proven plateau means nothing without one
@@ -606,7 +634,13 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		reason = c.success(s, now, latency)
 	}
 	if reason != ReasonNone {
-		if c.newEpisode(s, now, sent) {
+		if c.newEpisode(s, now, sent) && c.excuse(s, now, sent, prevPause, reason, in) {
+			// A refusal at a rate the key sustained: wait out the
+			// pause, keep the rate. The episode begins here, so the
+			// refusals of calls in flight with it are not news.
+			s.refusedAt, s.lastDecrease, s.cutTo = now, now, s.rate
+			s.susFrom, s.n = 0, 0
+		} else if c.newEpisode(s, now, sent) {
 			f := c.decrease
 			queued := int64(0)
 			if reason == ReasonQueue {
@@ -694,7 +728,9 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// A throttle signal: what succeeded before proves
 				// nothing now.
 				s.proven, s.provenNext, s.provenAt = 0, 0, 0
+				s.sus, s.refusedAt = 0, now
 			}
+			s.susFrom = 0
 			if in.RetryAfter > 0 {
 				// The longest pause so far prices a probe: a
 				// provider whose pauses end on whole seconds asks
@@ -719,6 +755,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		s.lastIncrease = now
 	} else if in.Outcome == Success {
 		s.prove(now)
+		s.sustain(now)
 		if !in.NoLatency && !c.fast(s, latency) {
 			s.lastIncrease = now // slow time does not count either
 		} else if c.grow(s, now) {
@@ -731,6 +768,41 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	}
 	d.Rate, d.PausedUntil = s.rate, s.pausedUntil
 	return d
+}
+
+// excuse reports whether a refusal that begins a new episode at now, for a
+// request sent at sent, is excused (see sustainSpan): it came with a
+// Retry-After to a key with a plateau, not soon after the last pause
+// (prevPause, its end) nor in slow start, at a rate no higher than the one
+// the key sustained, and excuseSpan or more after the last throttle signal.
+func (c *Controller) excuse(s *State, now, sent, prevPause int64, reason Reason, in Sample) bool {
+	if in.RetryAfter <= 0 || c.plateau == 0 || (reason != ReasonThrottled && reason != ReasonRetryAfter) {
+		return false
+	}
+	if prevPause > 0 && sent-prevPause <= chainWindow {
+		return false // refused again soon after a pause: the limit fell
+	}
+	if s.probing || s.sus <= 0 || s.rate > s.sus*(1+1e-9) {
+		return false
+	}
+	return s.refusedAt == 0 || now < s.refusedAt || now-s.refusedAt >= excuseSpan
+}
+
+// sustain records a success at now at the current rate: the lowest rate of
+// a sustainSpan with enough successes (a quarter of that rate's calls, so
+// that an idle key proves nothing) is sustained.
+func (s *State) sustain(now int64) {
+	if s.susFrom == 0 || now < s.susFrom {
+		s.susFrom, s.susLow, s.susN = now, s.rate, 0
+	}
+	s.susLow = min(s.susLow, s.rate)
+	s.susN++
+	if now-s.susFrom >= sustainSpan {
+		if float64(s.susN) >= s.susLow*sustainSpan/sec/4 {
+			s.sus = max(s.sus, s.susLow)
+		}
+		s.susFrom, s.susLow, s.susN = now, s.rate, 0
+	}
 }
 
 // addSat returns now + d for d > 0, saturating at math.MaxInt64 so that a

@@ -48,7 +48,12 @@
 // that a provider that bans after a few refusals sees few), and recovers
 // under the rate the last pause resumed at; the refusal that ends slow
 // start, which overshoots, also cuts by Decrease twice and recovers under
-// one Decrease of the rate refused.
+// one Decrease of the rate refused. A refusal with a Retry-After at a rate
+// the key held for a whole 2 s with successes, 10 s or more after the last
+// throttle signal, is excused: the key pauses as asked and keeps its rate
+// (a process starved of CPU sends the calls a stall held back in a bunch
+// that empties a provider's small burst below its limit); a limit that did
+// fall refuses it again soon after the pause, which cuts twice as deep.
 //
 // With Config.Queue set, the latency gradient (as in TCP Vegas) reads a
 // provider that queues calls before it is slow: when the median of the

@@ -108,7 +108,9 @@ func TestSlowStartEndsUnderItsOvershoot(t *testing.T) {
 // A Retry-After that comes soon after the rate levelled off says the level
 // is over the limit (a bucket refuses sooner the further over it is): the
 // next level is the plateau under it, not half way back. One that comes
-// after the level held a while says it was just over: half way back.
+// after the level held a while says it was just over: half way back (9 s
+// after the first refusal: from 10 s, one at a rate held that long is
+// excused, TestRefusalAtASustainedRateIsExcused).
 func TestLevelAfterARetryAfter(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, Hold: time.Minute, UsageMultiple: -1})
@@ -117,7 +119,7 @@ func TestLevelAfterARetryAfter(t *testing.T) {
 		level float64
 	}{
 		{3500 * ms, 0.9 * 90},
-		{10 * s1, 0.95 * 90},
+		{9 * s1, 0.95 * 90},
 	} {
 		s := c.Init()
 		at := t0
@@ -168,4 +170,83 @@ func TestLatencyAloneIsBounded(t *testing.T) {
 	}
 	require.Less(t, s.rate, LatencyFloor*100)
 	require.GreaterOrEqual(t, s.rate, LatencyFloor*LatencyFloor*100-1e-9)
+}
+
+// Issue 18: a process starved of CPU sends calls in bunches that empty a
+// provider's small burst below a rate the fleet kept up for seconds. A
+// refusal with a Retry-After at a rate sustained for a whole sustainSpan,
+// excuseSpan or more after the last throttle signal, pauses the key but
+// keeps its rate, and the refusals of the calls in flight with it are not
+// news. A refusal again soon after the pause says the limit did fall: it
+// cuts twice as deep from the rate kept. One again within excuseSpan, not
+// soon after the pause, is an ordinary decrease.
+func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, Hold: time.Minute, UsageMultiple: -1})
+	level := func() (State, int64) {
+		s := c.Init()
+		at := t0
+		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
+		busyFor(c, &s, &at, 12*s1)
+		require.InDelta(t, 90.0, s.rate, 1e-9, "levelled off at 0.9 x 100")
+		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+		require.Equal(t, Unchanged, d.Change)
+		require.InDelta(t, 90.0, d.Rate, 1e-9, "excused: the rate held")
+		require.Equal(t, at+s1, d.PausedUntil, "paused all the same")
+		d = c.Observe(&s, at+20*ms, Sample{Outcome: Throttled, Latency: 30 * ms, RetryAfter: 980 * ms})
+		require.Equal(t, Unchanged, d.Change, "a call in flight with it")
+		return s, at + s1
+	}
+
+	t.Run("kept after the pause", func(t *testing.T) {
+		t.Parallel()
+		s, at := level()
+		busyFor(c, &s, &at, 5*s1)
+		require.InDelta(t, 90.0, s.rate, 1e-9)
+	})
+	t.Run("refused again soon after the pause", func(t *testing.T) {
+		t.Parallel()
+		s, at := level()
+		busyFor(c, &s, &at, 200*ms)
+		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+		require.Equal(t, Decreased, d.Change)
+		require.InDelta(t, 0.64*90, d.Rate, 1e-9, "twice as deep")
+	})
+	t.Run("refused again within excuseSpan", func(t *testing.T) {
+		t.Parallel()
+		s, at := level()
+		busyFor(c, &s, &at, 5*s1)
+		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+		require.Equal(t, Decreased, d.Change)
+		require.InDelta(t, 0.9*90, d.Rate, 1e-9, "the plateau under the rate refused")
+		// And the rate it left is not sustained yet: a refusal at it
+		// 10 s later is no excuse until it held 2 s (it levels off at
+		// 0.95 x 90 after the refusal at a level held a while).
+		busyFor(c, &s, &at, 10*s1)
+		require.InDelta(t, 0.95*90, s.rate, 1e-9)
+		d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+		require.Equal(t, Unchanged, d.Change, "held for seconds, 10 s after the last refusal")
+	})
+	t.Run("not above the rate sustained", func(t *testing.T) {
+		t.Parallel()
+		s := c.Init()
+		at := t0
+		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
+		busyFor(c, &s, &at, 12*s1)
+		c.SetRate(&s, 95) // the fleet's shared rate, never held here
+		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+		require.Equal(t, Decreased, d.Change)
+	})
+	t.Run("not for an idle key", func(t *testing.T) {
+		t.Parallel()
+		s := c.Init()
+		at := t0
+		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
+		for end := at + 12*s1; at < end; { // a call a second at 90/s
+			at += s1
+			c.Observe(&s, at, ok(10*ms))
+		}
+		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+		require.Equal(t, Decreased, d.Change)
+	})
 }
