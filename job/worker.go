@@ -490,6 +490,9 @@ func (w *Worker) execute(hctx, stop context.Context, c store.Claim, slots chan s
 		herr = Permanent(fmt.Errorf("%w %q", ErrNoHandler, j.Type))
 		release(slots)
 	default:
+		// The run's wall-clock envelope counts from here: a job claimed
+		// ahead spends none of it waiting for its slot.
+		r.started = w.clk.Now()
 		herr = safeCall(ctx, h, r)
 		release(slots)
 	}

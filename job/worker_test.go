@@ -557,3 +557,57 @@ func TestClaimAheadHeartbeatsWaitingAndReleasesOnShutdown(t *testing.T) {
 		require.Equal(t, []job.EventKind{job.EventClaim, job.EventRelease}, ev.kinds(waiting))
 	})
 }
+
+// TestClaimAheadWaitSpendsNoEnvelope: a job claimed ahead that waits a
+// minute for its slot still has its whole 30-second wall-clock envelope
+// when its handler starts: its commit succeeds instead of ending the run
+// as a wall_clock gap.
+func TestClaimAheadWaitSpendsNoEnvelope(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		clk := clocktest.New(t0)
+		s := b.open(t, clk)
+		setupConnector(t, s, "p")
+		addJob(t, s, clk, store.JobSpec{ID: "a", ConnectorID: "p"})
+		addJob(t, s, clk, store.JobSpec{ID: "b", ConnectorID: "p"})
+		started := make(chan string, 2)
+		proceed := make(chan struct{})
+		h := func(ctx context.Context, run *job.Run) error {
+			started <- run.Job().ID
+			<-proceed
+			return run.Commit(ctx, "c")
+		}
+		ev := &events{}
+		w := mustWorker(t, job.Config{Store: s, Clock: clk, Holder: "w", Concurrency: 1, ClaimAhead: 1, LeaseTTL: 30 * time.Second,
+			Heartbeat: 10 * time.Second, PollInterval: time.Hour, Envelope: job.Envelope{MaxDuration: 30 * time.Second},
+			OnEvent: ev.add, Handlers: map[string]job.Handler{"ohlcv": h}})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		var running string
+		select {
+		case running = <-started:
+		case <-time.After(time.Minute):
+			t.Fatal("no handler started")
+		}
+		waiting := map[string]string{"a": "b", "b": "a"}[running]
+		clk.BlockUntilTimers(3) // Run's poll timer and both heartbeats
+		clk.Advance(time.Minute)
+		clk.BlockUntilTimers(3) // the heartbeats were written
+		close(proceed)
+		require.Eventually(t, func() bool {
+			return len(ev.kinds("a")) == 3 && len(ev.kinds("b")) == 3
+		}, time.Minute, 5*time.Millisecond, "both jobs reported an outcome")
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(time.Minute):
+			t.Fatal("Run did not return")
+		}
+		// The running job's handler did take a minute: its envelope ran
+		// out (the check is not vacuous); the waiting one's did not.
+		require.Equal(t, []job.EventKind{job.EventClaim, job.EventCommit, job.EventDefer}, ev.kinds(running))
+		require.Equal(t, []job.EventKind{job.EventClaim, job.EventCommit, job.EventSuccess}, ev.kinds(waiting))
+	})
+}
