@@ -16,7 +16,9 @@
 // and asks Config.Gate about capacity: a connector without it has its due
 // jobs moved to when capacity returns instead of claimed. CapacityGate is
 // such a gate: it peeks at the connector's limiter policies without
-// charging them.
+// charging them. Worker.Run claims up to Config.ClaimAhead jobs (by default
+// Concurrency) beyond its free handler slots: they wait for a slot with
+// their leases heartbeated, and are released unrun when Run stops.
 //
 // The handler gets a *Run:
 //

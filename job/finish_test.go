@@ -53,7 +53,10 @@ func TestGroupCommittedFinishesFencedEach(t *testing.T) {
 			outcomes[e.JobID] = seen{e.Kind, durable}
 			mu.Unlock()
 		}
-		a := mustWorker(t, job.Config{Store: s, Clock: clk, Holder: "A", Concurrency: 3, LeaseTTL: time.Minute, Heartbeat: 1000 * time.Hour,
+		// A's heartbeats are off, so that its leases expire on the fake
+		// clock: with its three slots full A must claim nothing more, or
+		// its own claim ahead would take y and z back from itself.
+		a := mustWorker(t, job.Config{Store: s, Clock: clk, Holder: "A", Concurrency: 3, ClaimAhead: -1, LeaseTTL: time.Minute, Heartbeat: 1000 * time.Hour,
 			OnEvent: onEvent, Handlers: map[string]job.Handler{"ohlcv": frozen, "lossy": frozen}})
 		ctx, stop := context.WithCancel(context.Background())
 		runErr := make(chan error, 1)

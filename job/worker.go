@@ -37,6 +37,15 @@ type Config struct {
 	Holder string
 	// Concurrency is how many jobs this worker runs at once. Zero means 1.
 	Concurrency int
+	// ClaimAhead is how many claimed jobs Run may hold beyond Concurrency,
+	// each waiting for a handler slot: a claim then takes the jobs the
+	// slots will want next, so that handlers do not wait on a claim's
+	// round trip and one claim (one transaction) takes more jobs. A waiting
+	// job's lease is heartbeated from its claim, as a running one's; when
+	// Run's context ends, waiting jobs are released (due at once, nothing
+	// counted), never started. Zero means Concurrency; negative means
+	// none (Run claims only for free slots). Poll never claims ahead.
+	ClaimAhead int
 	// LeaseTTL is how long a claim holds a job without a heartbeat. Zero
 	// means 30 seconds.
 	LeaseTTL time.Duration
@@ -153,6 +162,8 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("%w: Handlers must name at least one job type", ErrInvalidConfig)
 	case cfg.Concurrency < 0 || cfg.Concurrency > store.MaxClaim:
 		return nil, fmt.Errorf("%w: Concurrency must be from 0 (1) to %d, got %d", ErrInvalidConfig, store.MaxClaim, cfg.Concurrency)
+	case cfg.ClaimAhead > store.MaxClaim:
+		return nil, fmt.Errorf("%w: ClaimAhead must be at most %d, got %d", ErrInvalidConfig, store.MaxClaim, cfg.ClaimAhead)
 	case cfg.LeaseTTL < 0 || cfg.Heartbeat < 0 || cfg.PollInterval < 0 || cfg.PressureWait < 0 ||
 		cfg.BackoffBase < 0 || cfg.BackoffMax < 0 || cfg.DeferDelay < 0 || cfg.ShutdownGrace < 0:
 		return nil, fmt.Errorf("%w: durations must be >= 0 (MaxPacingWait may be negative)", ErrInvalidConfig)
@@ -174,6 +185,14 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 1
 	}
+	switch {
+	case cfg.ClaimAhead == 0:
+		cfg.ClaimAhead = cfg.Concurrency
+	case cfg.ClaimAhead < 0:
+		cfg.ClaimAhead = 0
+	}
+	// One claim takes at most MaxClaim jobs.
+	cfg.ClaimAhead = min(cfg.ClaimAhead, store.MaxClaim-cfg.Concurrency)
 	def(&cfg.LeaseTTL, 30*time.Second)
 	if err := (&store.ClaimParams{Holder: "x", LeaseTTL: cfg.LeaseTTL}).Check(); err != nil {
 		return nil, fmt.Errorf("%w: LeaseTTL: %w", ErrInvalidConfig, err)
@@ -259,7 +278,7 @@ func (w *Worker) Poll(ctx context.Context) (int, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.execute(ctx, ctx, c, nil)
+			w.execute(ctx, ctx, c, nil, nil)
 		}()
 	}
 	wg.Wait()
@@ -283,13 +302,18 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.fin.hold.Store(0)
 		}
 	}()
-	// A slot is free once its handler has returned; the job's outcome may
-	// still be on its way to the store (finishes are group-committed),
-	// and its lease is held until it is written. At most Concurrency
-	// handlers run, and at most maxHeld times Concurrency jobs are held
-	// in all (running, or waiting for their outcome to be written).
-	free := make(chan struct{}, w.cfg.Concurrency)
-	settled := make(chan struct{}, maxHeld*w.cfg.Concurrency)
+	// A job is claimed into one of limit places (Concurrency handler
+	// slots and ClaimAhead jobs waiting for one); its place is free once
+	// its handler has returned. The job's outcome may still be on its way
+	// to the store (finishes are group-committed), and its lease is held
+	// until it is written. At most Concurrency handlers run (slots), at
+	// most limit jobs are claimed and not yet run, and at most maxHeld
+	// times limit jobs are held in all (waiting, running, or waiting for
+	// their outcome to be written).
+	limit := w.cfg.Concurrency + w.cfg.ClaimAhead
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	free := make(chan struct{}, limit)
+	settled := make(chan struct{}, maxHeld*limit)
 	running, held := 0, 0
 	coalesce := false
 	var lastClaim time.Duration
@@ -309,12 +333,12 @@ loop:
 				drained = true
 			}
 		}
-		n := min(w.cfg.Concurrency-running, maxHeld*w.cfg.Concurrency-held)
-		if coalesce && n > 0 && n < w.cfg.Concurrency {
+		n := min(limit-running, maxHeld*limit-held)
+		if coalesce && n > 0 && n < limit {
 			// A slot just freed, or jobs just started: give the
 			// others that are about to free a moment, so that one
 			// claim takes them all.
-			n = w.coalesce(ctx, lastClaim, free, settled, &running, &held)
+			n = w.coalesce(ctx, lastClaim, limit, free, settled, &running, &held)
 		}
 		coalesce = false
 		var cs []store.Claim
@@ -345,7 +369,7 @@ loop:
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				w.execute(hard, ctx, c, func() { free <- struct{}{} })
+				w.execute(hard, ctx, c, slots, func() { free <- struct{}{} })
 				settled <- struct{}{}
 			}()
 		}
@@ -399,10 +423,9 @@ const (
 const maxHeld = 4
 
 // coalesce waits up to half of wait (the last claim's time), within
-// minCoalesce and maxCoalesce, for slots to free until all are,
-// counting them, and returns how many jobs Run may claim.
-func (w *Worker) coalesce(ctx context.Context, wait time.Duration, free, settled <-chan struct{}, running, held *int) int {
-	c := w.cfg.Concurrency
+// minCoalesce and maxCoalesce, for Run's limit places to free until all
+// are, counting them, and returns how many jobs Run may claim.
+func (w *Worker) coalesce(ctx context.Context, wait time.Duration, c int, free, settled <-chan struct{}, running, held *int) int {
 	n := func() int { return min(c-*running, maxHeld*c-*held) }
 	t := time.NewTimer(min(max(wait/2, minCoalesce), maxCoalesce))
 	defer t.Stop()
@@ -424,9 +447,12 @@ func (w *Worker) coalesce(ctx context.Context, wait time.Duration, free, settled
 // execute runs one claimed job to its outcome. hctx is the handler's
 // context; stop, when it ends before the handler does, marks the run as
 // released rather than failed if the handler then returns an error.
-// handlerDone, if set, is called once the handler has returned, before
+// slots, if set, is the handler slots' semaphore: the handler runs once
+// it holds one (the lease is heartbeated meanwhile), and a job whose stop
+// ends first is released without running. handlerDone, if set, is called
+// once the handler has returned (or the job was released unrun), before
 // the outcome is written; execute returns once it is.
-func (w *Worker) execute(hctx, stop context.Context, c store.Claim, handlerDone func()) {
+func (w *Worker) execute(hctx, stop context.Context, c store.Claim, slots chan struct{}, handlerDone func()) {
 	j := c.Job
 	fence := store.Fence{JobID: j.ID, Token: j.LeaseToken}
 	w.event(Event{Kind: EventClaim, JobID: j.ID, Group: j.GroupKey, Token: j.LeaseToken})
@@ -455,10 +481,20 @@ func (w *Worker) execute(hctx, stop context.Context, c store.Claim, handlerDone 
 		}
 	}()
 	var herr error
-	if h == nil {
+	switch {
+	case !acquire(ctx, stop, slots):
+		// Claimed ahead and never started: Run's stop (or the lease's
+		// loss) came first. Released below, nothing counted.
+		herr = context.Canceled
+	case h == nil:
 		herr = Permanent(fmt.Errorf("%w %q", ErrNoHandler, j.Type))
-	} else {
+		release(slots)
+	default:
+		// The run's wall-clock envelope counts from here: a job claimed
+		// ahead spends none of it waiting for its slot.
+		r.started = w.clk.Now()
 		herr = safeCall(ctx, h, r)
+		release(slots)
 	}
 	cancel()
 	<-hbDone
@@ -499,6 +535,36 @@ func (w *Worker) execute(hctx, stop context.Context, c store.Claim, handlerDone 
 		p.Error, p.Permanent = herr.Error(), IsPermanent(herr)
 		p.Delay = w.backoff(j.ConsecutiveFailures + 1)
 		w.end(octx, store.RunFailed, r, p, herr)
+	}
+}
+
+// acquire takes a handler slot from slots (none needed if nil), waiting
+// until one frees; it returns false, holding none, if stop or ctx ends
+// first.
+func acquire(ctx, stop context.Context, slots chan struct{}) bool {
+	if slots == nil {
+		return true
+	}
+	if stop.Err() != nil || ctx.Err() != nil {
+		return false
+	}
+	select {
+	case slots <- struct{}{}:
+		if stop.Err() != nil {
+			<-slots // stop and a free slot came together: stop wins
+			return false
+		}
+		return true
+	case <-stop.Done():
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// release gives back a slot acquire took.
+func release(slots chan struct{}) {
+	if slots != nil {
+		<-slots
 	}
 }
 

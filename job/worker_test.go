@@ -492,3 +492,122 @@ func TestParseImportCron(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.JobsUpdated)
 }
+
+// TestClaimAheadHeartbeatsWaitingAndReleasesOnShutdown: Run claims
+// ClaimAhead jobs beyond its Concurrency; a job claimed ahead waits for a
+// handler slot with its lease heartbeated (past its first expiry nobody
+// else can take it), and when Run's context ends it is released without
+// running (due at once, no failure counted) while the running one
+// finishes.
+func TestClaimAheadHeartbeatsWaitingAndReleasesOnShutdown(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		clk := clocktest.New(t0)
+		s := b.open(t, clk)
+		setupConnector(t, s, "p")
+		addJob(t, s, clk, store.JobSpec{ID: "a", ConnectorID: "p"})
+		addJob(t, s, clk, store.JobSpec{ID: "b", ConnectorID: "p"})
+		started := make(chan string, 2)
+		proceed := make(chan struct{})
+		h := func(ctx context.Context, run *job.Run) error {
+			started <- run.Job().ID
+			<-proceed
+			return nil
+		}
+		ev := &events{}
+		w := mustWorker(t, job.Config{Store: s, Clock: clk, Holder: "w", Concurrency: 1, ClaimAhead: 1, LeaseTTL: 30 * time.Second,
+			Heartbeat: 10 * time.Second, PollInterval: time.Hour, OnEvent: ev.add, Handlers: map[string]job.Handler{"ohlcv": h}})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		var running string
+		select {
+		case running = <-started:
+		case <-time.After(time.Minute):
+			t.Fatal("no handler started")
+		}
+		waiting := map[string]string{"a": "b", "b": "a"}[running]
+		// Run's poll timer and both jobs' heartbeats: the waiting job was
+		// claimed in the same claim as the running one.
+		for i := 1; i <= 3; i++ {
+			clk.BlockUntilTimers(3)
+			clk.Advance(10 * time.Second)
+		}
+		clk.BlockUntilTimers(3) // the third heartbeats were written
+		j := getJob(t, s, waiting)
+		require.Equal(t, "w", j.LeaseHolder)
+		require.Equal(t, t0.Add(60*time.Second), j.LeaseUntil, "the waiting job's lease was not heartbeated")
+		cs, err := s.ClaimJobs(context.Background(), store.ClaimParams{Holder: "thief", LeaseTTL: time.Minute, Now: clk.Now()})
+		require.NoError(t, err)
+		require.Empty(t, cs, "a job held by the worker was claimed by another")
+		cancel()
+		close(proceed)
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(time.Minute):
+			t.Fatal("Run did not return")
+		}
+		require.Len(t, started, 0, "the waiting job's handler ran after shutdown")
+		j = getJob(t, s, waiting)
+		require.Empty(t, j.LeaseHolder)
+		require.Zero(t, j.Failures)
+		require.Equal(t, store.RunReleased, runs(t, s, waiting)[0].Outcome)
+		require.Equal(t, store.RunSucceeded, runs(t, s, running)[0].Outcome)
+		require.Equal(t, []job.EventKind{job.EventClaim, job.EventRelease}, ev.kinds(waiting))
+	})
+}
+
+// TestClaimAheadWaitSpendsNoEnvelope: a job claimed ahead that waits a
+// minute for its slot still has its whole 30-second wall-clock envelope
+// when its handler starts: its commit succeeds instead of ending the run
+// as a wall_clock gap.
+func TestClaimAheadWaitSpendsNoEnvelope(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		clk := clocktest.New(t0)
+		s := b.open(t, clk)
+		setupConnector(t, s, "p")
+		addJob(t, s, clk, store.JobSpec{ID: "a", ConnectorID: "p"})
+		addJob(t, s, clk, store.JobSpec{ID: "b", ConnectorID: "p"})
+		started := make(chan string, 2)
+		proceed := make(chan struct{})
+		h := func(ctx context.Context, run *job.Run) error {
+			started <- run.Job().ID
+			<-proceed
+			return run.Commit(ctx, "c")
+		}
+		ev := &events{}
+		w := mustWorker(t, job.Config{Store: s, Clock: clk, Holder: "w", Concurrency: 1, ClaimAhead: 1, LeaseTTL: 30 * time.Second,
+			Heartbeat: 10 * time.Second, PollInterval: time.Hour, Envelope: job.Envelope{MaxDuration: 30 * time.Second},
+			OnEvent: ev.add, Handlers: map[string]job.Handler{"ohlcv": h}})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		var running string
+		select {
+		case running = <-started:
+		case <-time.After(time.Minute):
+			t.Fatal("no handler started")
+		}
+		waiting := map[string]string{"a": "b", "b": "a"}[running]
+		clk.BlockUntilTimers(3) // Run's poll timer and both heartbeats
+		clk.Advance(time.Minute)
+		clk.BlockUntilTimers(3) // the heartbeats were written
+		close(proceed)
+		require.Eventually(t, func() bool {
+			return len(ev.kinds("a")) == 3 && len(ev.kinds("b")) == 3
+		}, time.Minute, 5*time.Millisecond, "both jobs reported an outcome")
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(time.Minute):
+			t.Fatal("Run did not return")
+		}
+		// The running job's handler did take a minute: its envelope ran
+		// out (the check is not vacuous); the waiting one's did not.
+		require.Equal(t, []job.EventKind{job.EventClaim, job.EventCommit, job.EventDefer}, ev.kinds(running))
+		require.Equal(t, []job.EventKind{job.EventClaim, job.EventCommit, job.EventSuccess}, ev.kinds(waiting))
+	})
+}

@@ -223,16 +223,17 @@ AND c.status = 'active' AND c.pressure_until <= $1 AND (cardinality($2::text[]) 
 // order takes from (FOR UPDATE SKIP LOCKED, so rows other claims hold are
 // passed over before the limit counts them).
 //
-// It takes four round trips in the common case: one read (the store time,
-// the groups and their loads, and for the gate the connectors with due
-// jobs), the gate's, then the transaction in two batches: BEGIN with the
-// gate's deferrals and the heads' locking read, then the leases, the
-// connectors' rows and COMMIT. The groups and loads are read before the
-// transaction: they order the groups and never decide which rows are
-// taken, and no row lock is held while the gate runs. Whether a group or
-// connector has a due job is a lateral probe with LIMIT 1, one index
-// probe each: an EXISTS there is planned as a hash semi-join over every
-// job, O(due jobs) per claim.
+// It takes three round trips: one read (the store time, the groups and
+// their loads, and for the gate the connectors with due jobs), the gate's,
+// then the transaction as one batch: BEGIN, the finishes of
+// ClaimAndFinish, the gate's deferrals, one claim statement (the heads'
+// locking reads and the fair pick in sluice_job_pick, the leases, the runs
+// and the connectors' rows) and COMMIT. The groups and loads are read
+// before the transaction: they order the groups and never decide which
+// rows are taken, and no row lock is held while the gate runs. Whether a
+// group or connector has a due job is a lateral probe with LIMIT 1, one
+// index probe each: an EXISTS there is planned as a hash semi-join over
+// every job, O(due jobs) per claim.
 func (s *Store) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]store.Claim, error) {
 	out, _, err := s.claim(ctx, p, nil)
 	return out, err
@@ -333,223 +334,100 @@ SELECT 'n', '', 0, 0, 0, n.now FROM n`, nowArg(p.Now), types, p.Gate != nil)
 	return out, errs, nil
 }
 
-// claimTx is ClaimJobs' transaction on c, at now: it begins with the
-// gate's deferrals and the first heads' locking read in one round trip,
-// reads more heads only if the fair rounds need them, and leases the picks,
-// reads their connectors and commits in one more.
+// claimTx is ClaimJobs' transaction on c, at now, in one round trip: one
+// batch of BEGIN, the finishes, the gate's deferrals, the claim statement
+// and COMMIT. The claim statement picks the jobs (sluice_job_pick: the
+// heads of the groups in fair order, locked FOR UPDATE SKIP LOCKED, picked
+// as store.PickClaims picks), ends the runs expired leases left open,
+// leases the picks with claim_seq in pick order, opens their runs
+// (one multi-row INSERT) and reads their connectors.
 func (s *Store) claimTx(ctx context.Context, c *pgx.Conn, p store.ClaimParams, now int64, types, keys []string,
 	loads map[string]store.GroupLoad, waits map[string]time.Duration, fin []store.EndParams) ([]store.Claim, []error, error) {
-	const headsSQL = `SELECT h.id, h.connector_id, h.group_key, h.priority, h.next_run_at
-FROM unnest($3::text[], $4::int[]) AS g(key, k)
-CROSS JOIN LATERAL (
-    SELECT j.id, j.connector_id, j.group_key, j.priority, j.next_run_at
-    FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
-    WHERE j.group_key = g.key AND ` + pgDueSQL + `
-    ORDER BY j.priority DESC, j.next_run_at, j.id
-    LIMIT g.k
-    FOR UPDATE OF j SKIP LOCKED) h`
-	var cands []store.ClaimCandidate
-	var errs []error
-	scanHeads := func(rows pgx.Rows) (map[string]int, error) {
-		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ClaimCandidate, error) {
-			var c store.ClaimCandidate
-			err := r.Scan(&c.ID, &c.ConnectorID, &c.GroupKey, &c.Priority, &c.NextRunAt)
-			return c, err
-		})
-		if err != nil {
-			return nil, err
-		}
-		n := map[string]int{}
-		for _, c := range got {
-			n[c.GroupKey]++
-		}
-		cands = append(cands, got...)
-		return n, nil
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	if len(fin) > 0 {
+		b.Queue(finishSQL, finishArgs(fin)...)
 	}
-	share := func(k string) int32 { return int32(store.GroupShare(p.Limit, len(keys), loads[k].Weight)) }
-	// Each group gives the first round at least one job, if any: read
-	// the heads of a batch of groups in fair order at a time until there
-	// are enough.
-	nextBatch := func(i, first int) ([]string, []int32) {
-		batch := keys[i:min(len(keys), i+p.Limit-first)]
-		limits := make([]int32, len(batch))
-		for b, k := range batch {
-			limits[b] = share(k)
-		}
-		return batch, limits
+	ids := make([]string, 0, len(waits))
+	for id := range waits {
+		ids = append(ids, id)
 	}
-	var full []string
-	first := 0 // what the first round takes from the groups read
-	i := 0
-	count := func(batch []string, limits []int32, n map[string]int) {
-		for b, k := range batch {
-			first += min(n[k], int(max(loads[k].Weight, 1)))
-			if int32(n[k]) == limits[b] && limits[b] < int32(p.Limit) {
-				full = append(full, k)
-			}
-		}
-	}
-	{
-		b := &pgx.Batch{}
-		b.Queue(`BEGIN`)
-		if len(fin) > 0 {
-			b.Queue(finishSQL, finishArgs(fin)...)
-		}
-		ids := make([]string, 0, len(waits))
-		for id := range waits {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		for _, id := range ids {
-			b.Queue(`UPDATE sluice_jobs j SET next_run_at = greatest(j.next_run_at, $3)
+	slices.Sort(ids)
+	for _, id := range ids {
+		b.Queue(`UPDATE sluice_jobs j SET next_run_at = greatest(j.next_run_at, $3)
 FROM sluice_job_connectors c WHERE c.id = j.connector_id AND j.connector_id = $4 AND `+pgDueSQL, now, types, now+waits[id].Microseconds(), id)
-		}
-		batch, limits := nextBatch(0, 0)
-		if len(batch) > 0 {
-			b.Queue(headsSQL, now, types, batch, limits)
-		}
-		br := c.SendBatch(ctx, b)
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return nil, nil, err
-		}
-		if len(fin) > 0 {
-			rows, err := br.Query()
-			if err == nil {
-				errs, err = finishResults(rows, fin)
-			}
-			if err != nil {
-				_ = br.Close()
-				return nil, nil, err
-			}
-		}
-		for range ids {
-			if _, err := br.Exec(); err != nil {
-				_ = br.Close()
-				return nil, nil, err
-			}
-		}
-		if len(batch) > 0 {
-			rows, err := br.Query()
-			if err != nil {
-				_ = br.Close()
-				return nil, nil, err
-			}
-			n, err := scanHeads(rows)
-			if err != nil {
-				_ = br.Close()
-				return nil, nil, err
-			}
-			i += len(batch)
-			count(batch, limits, n)
-		}
-		if err := br.Close(); err != nil {
-			return nil, nil, err
-		}
 	}
-	for i < len(keys) && first < p.Limit {
-		batch, limits := nextBatch(i, first)
-		i += len(batch)
-		rows, err := c.Query(ctx, headsSQL, now, types, batch, limits)
-		if err != nil {
-			return nil, nil, err
-		}
-		n, err := scanHeads(rows)
-		if err != nil {
-			return nil, nil, err
-		}
-		count(batch, limits, n)
-	}
-	if len(cands) < p.Limit && len(full) > 0 {
-		// Read each full group again up to the limit: its rows this
-		// transaction locked already are read again, not skipped.
-		drop := map[string]bool{}
-		for _, k := range full {
-			drop[k] = true
-		}
-		cands = slices.DeleteFunc(cands, func(c store.ClaimCandidate) bool { return drop[c.GroupKey] })
-		limits := make([]int32, len(full))
-		for b := range full {
-			limits[b] = int32(p.Limit)
-		}
-		rows, err := c.Query(ctx, headsSQL, now, types, full, limits)
-		if err != nil {
-			return nil, nil, err
-		}
-		if _, err := scanHeads(rows); err != nil {
-			return nil, nil, err
-		}
-	}
-	// Lease the picks in one statement (end the runs expired leases left
-	// open, take the jobs with claim_seq in pick order, open their runs),
-	// read their connectors and commit, all in one round trip.
-	picks := store.PickClaims(cands, loads, p.Limit)
 	until := now + p.LeaseTTL.Microseconds()
-	batch := &pgx.Batch{}
-	var connIDs []string
-	pickIDs := make([]string, len(picks))
-	for k, i := range picks {
-		pickIDs[k] = cands[i].ID
-		if !slices.Contains(connIDs, cands[i].ConnectorID) {
-			connIDs = append(connIDs, cands[i].ConnectorID)
+	if len(keys) > 0 {
+		weights := make([]int64, len(keys))
+		for i, k := range keys {
+			weights[i] = loads[k].Weight
 		}
-	}
-	if len(picks) > 0 {
-		batch.Queue(`WITH p AS MATERIALIZED (
-    SELECT x.pid, x.ord, nextval('sluice_job_claim_seq') AS seq FROM unnest($2::text[]) WITH ORDINALITY AS x(pid, ord)),
+		b.Queue(`WITH p AS MATERIALIZED (
+    SELECT x.pid, x.ord, nextval('sluice_job_claim_seq') AS seq
+    FROM (SELECT * FROM sluice_job_pick($1, $4, $5, $6, $7) ORDER BY ord) x),
 a AS (
     UPDATE sluice_job_runs SET outcome = 'abandoned', ended_at = $1
     FROM p, sluice_jobs o
     WHERE o.id = p.pid AND o.lease_holder <> '' AND sluice_job_runs.job_id = p.pid AND sluice_job_runs.outcome = 'running'
         AND sluice_job_runs.token = o.lease_token),
 j AS (
-    UPDATE sluice_jobs SET lease_holder = $3, lease_token = lease_token + 1, lease_until = $4,
+    UPDATE sluice_jobs SET lease_holder = $2, lease_token = lease_token + 1, lease_until = $3,
         claim_seq = p.seq, runs = runs + 1, last_run_at = $1
     FROM p WHERE sluice_jobs.id = p.pid RETURNING `+store.JobColumns+`, p.ord),
 r AS (
-    INSERT INTO sluice_job_runs (job_id, token, holder, started_at) SELECT id, lease_token, $3, $1 FROM j ORDER BY ord RETURNING id, job_id)
-SELECT j.*, r.id FROM j JOIN r ON r.job_id = j.id ORDER BY j.ord`, now, pickIDs, p.Holder, until)
+    INSERT INTO sluice_job_runs (job_id, token, holder, started_at) SELECT id, lease_token, $2, $1 FROM j ORDER BY ord RETURNING id, job_id)
+SELECT j.*, r.id, `+store.ConnectorRowColumns+` FROM j JOIN r ON r.job_id = j.id JOIN sluice_job_connectors c ON c.id = j.connector_id
+ORDER BY j.ord`, now, p.Holder, until, types, keys, weights, int32(p.Limit))
 	}
-	for _, id := range connIDs {
-		batch.Queue(`SELECT `+store.ConnectorRowColumns+` FROM sluice_job_connectors c WHERE c.id = $1`, id)
-	}
-	batch.Queue(`COMMIT`)
-	br := c.SendBatch(ctx, batch)
+	b.Queue(`COMMIT`)
+	br := c.SendBatch(ctx, b)
 	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, err
+	}
+	var errs []error
+	if len(fin) > 0 {
+		rows, err := br.Query()
+		if err == nil {
+			errs, err = finishResults(rows, fin)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	for range ids {
+		if _, err := br.Exec(); err != nil {
+			return nil, nil, err
+		}
+	}
 	var out []store.Claim
 	at := store.FromMicros(now)
-	if len(picks) > 0 {
+	if len(keys) > 0 {
 		rows, err := br.Query()
 		if err != nil {
 			return nil, nil, fmt.Errorf("claiming jobs: %w", err)
 		}
 		for rows.Next() {
 			var ord, runID int64
-			j, err := store.ScanJob(func(d ...any) error { return rows.Scan(append(d, &ord, &runID)...) })
+			var conn store.Connector
+			j, err := store.ScanJob(func(d ...any) error {
+				var cerr error
+				conn, cerr = store.ScanConnector(func(cd ...any) error {
+					return rows.Scan(append(append(d, &ord, &runID), cd...)...)
+				})
+				return cerr
+			})
 			if err != nil {
 				rows.Close()
 				return nil, nil, fmt.Errorf("claiming jobs: %w", err)
 			}
-			out = append(out, store.Claim{Job: j, RunID: runID, At: at})
+			out = append(out, store.Claim{Job: j, RunID: runID, At: at, Connector: conn})
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return nil, nil, fmt.Errorf("claiming jobs: %w", err)
 		}
-		if len(out) != len(picks) {
-			return nil, nil, fmt.Errorf("claiming jobs: %d of %d picks leased", len(out), len(picks))
-		}
-	}
-	conns := map[string]store.Connector{}
-	for _, id := range connIDs {
-		c, err := store.ScanConnector(br.QueryRow().Scan)
-		if err != nil {
-			return nil, nil, fmt.Errorf("reading connector %q: %w", id, err)
-		}
-		conns[id] = c
-	}
-	for k := range out {
-		out[k].Connector = conns[out[k].Job.ConnectorID]
 	}
 	if _, err := br.Exec(); err != nil {
 		return nil, nil, fmt.Errorf("commit: %w", err)

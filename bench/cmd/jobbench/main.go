@@ -52,6 +52,7 @@ var (
 	flagJobs    = flag.Int("jobs", 10000, "due no-op jobs per case")
 	flagWorkers = flag.Int("workers", 4, "jobs run at once (Sluice Concurrency, River MaxWorkers)")
 	flagGroups  = flag.Int("groups", 10, "Sluice fairness groups the jobs are spread over")
+	flagAhead   = flag.Int("ahead", 0, "Sluice job.Config.ClaimAhead: jobs claimed beyond -workers, waiting for a slot (0: the default, -workers; -1: none)")
 	flagRounds  = flag.Int("rounds", 3, "rounds; the table shows medians")
 	flagCalls   = flag.Int("calls", 20000, "Run.Call figure: calls per round")
 	flagOnly    = flag.String("only", "", "run only cases whose name matches this regexp")
@@ -129,7 +130,14 @@ func run() error {
 		}
 	}
 	load1, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("jobbench: %d due no-op jobs, %d workers, %d groups, %d rounds (medians)\n", *flagJobs, *flagWorkers, *flagGroups, *flagRounds)
+	ahead := *flagAhead
+	switch {
+	case ahead == 0:
+		ahead = *flagWorkers
+	case ahead < 0:
+		ahead = 0
+	}
+	fmt.Printf("jobbench: %d due no-op jobs, %d workers (Sluice claims %d ahead), %d groups, %d rounds (medians)\n", *flagJobs, *flagWorkers, ahead, *flagGroups, *flagRounds)
 	fmt.Printf("load average before: %s", load0)
 	fmt.Printf("load average after:  %s", load1)
 	med := map[string]float64{}
@@ -337,6 +345,7 @@ func sluiceJobs(ctx context.Context, st store.JobStore, rates store.RateStore, l
 		Store:       st,
 		Holder:      "bench",
 		Concurrency: *flagWorkers,
+		ClaimAhead:  *flagAhead,
 		Limiter:     lim,
 		Gate:        job.CapacityGate(lim, job.ConnectorPolicies(st, time.Minute, nil)),
 		Handlers:    map[string]job.Handler{"noop": func(context.Context, *job.Run) error { return nil }},

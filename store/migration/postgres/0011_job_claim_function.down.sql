@@ -1,0 +1,1 @@
+DROP FUNCTION sluice_job_pick(bigint, text[], text[], bigint[], int);
