@@ -43,8 +43,16 @@ type Config struct {
 	// round trip and one claim (one transaction) takes more jobs. A waiting
 	// job's lease is heartbeated from its claim, as a running one's; when
 	// Run's context ends, waiting jobs are released (due at once, nothing
-	// counted), never started. Zero means Concurrency; negative means
-	// none (Run claims only for free slots). Poll never claims ahead.
+	// counted), never started. Negative means none (Run claims only for
+	// free slots). Poll never claims ahead.
+	//
+	// Zero means auto: up to Concurrency, as many as the handler slots
+	// are expected to free during one claim (Concurrency times the last
+	// claim's time over the recent mean handler time), so none until a
+	// handler has returned, and none while handlers take longer than a
+	// claim per slot. Jobs that run for seconds are then never held by
+	// one worker while another has a free slot; short jobs are claimed
+	// ahead in full.
 	ClaimAhead int
 	// LeaseTTL is how long a claim holds a job without a heartbeat. Zero
 	// means 30 seconds.
@@ -151,6 +159,12 @@ type Worker struct {
 
 	fin  *finisher    // group-commits successful finishes
 	runs atomic.Int32 // Run loops running
+
+	// autoAhead: Config.ClaimAhead was zero, so Run sizes its claim ahead
+	// (up to cfg.ClaimAhead) by handlerNS, an EWMA of the handlers' wall
+	// time in nanoseconds (0 until one has returned).
+	autoAhead bool
+	handlerNS atomic.Int64
 }
 
 // New validates cfg and returns a Worker.
@@ -185,8 +199,9 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 1
 	}
+	autoAhead := cfg.ClaimAhead == 0
 	switch {
-	case cfg.ClaimAhead == 0:
+	case autoAhead:
 		cfg.ClaimAhead = cfg.Concurrency
 	case cfg.ClaimAhead < 0:
 		cfg.ClaimAhead = 0
@@ -218,7 +233,7 @@ func New(cfg Config) (*Worker, error) {
 		rnd = mrand.Float64
 	}
 	return &Worker{cfg: cfg, store: cfg.Store, lim: cfg.Limiter, out: cfg.Outbound, clk: clock.Or(cfg.Clock),
-		holder: cfg.Holder, types: types, rnd: rnd, fin: &finisher{st: cfg.Store}}, nil
+		holder: cfg.Holder, types: types, rnd: rnd, fin: &finisher{st: cfg.Store}, autoAhead: autoAhead}, nil
 }
 
 // Holder returns the worker's name.
@@ -310,10 +325,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	// most limit jobs are claimed and not yet run, and at most maxHeld
 	// times limit jobs are held in all (waiting, running, or waiting for
 	// their outcome to be written).
-	limit := w.cfg.Concurrency + w.cfg.ClaimAhead
+	maxLimit := w.cfg.Concurrency + w.cfg.ClaimAhead
 	slots := make(chan struct{}, w.cfg.Concurrency)
-	free := make(chan struct{}, limit)
-	settled := make(chan struct{}, maxHeld*limit)
+	free := make(chan struct{}, maxLimit)
+	settled := make(chan struct{}, maxHeld*maxLimit)
 	running, held := 0, 0
 	coalesce := false
 	var lastClaim time.Duration
@@ -333,6 +348,9 @@ loop:
 				drained = true
 			}
 		}
+		// With ClaimAhead auto, how many places there are follows the
+		// handlers' time against a claim's (see ahead).
+		limit := w.cfg.Concurrency + w.ahead(lastClaim)
 		n := min(limit-running, maxHeld*limit-held)
 		if coalesce && n > 0 && n < limit {
 			// A slot just freed, or jobs just started: give the
@@ -416,6 +434,48 @@ const (
 	maxCoalesce = 10 * time.Millisecond
 )
 
+// ahead returns how many jobs Run may claim beyond its Concurrency, given
+// its last claim's time: Config.ClaimAhead when set, or with auto (zero)
+// as many as its handler slots are expected to free during one claim,
+// Concurrency x claim / mean handler time, at most Concurrency and none
+// before a handler has returned. A worker whose jobs take longer than a
+// claim per slot claims none ahead, so it never holds a job it cannot
+// start while another worker has a free slot for it.
+func (w *Worker) ahead(claim time.Duration) int {
+	if !w.autoAhead {
+		return w.cfg.ClaimAhead
+	}
+	m := w.handlerNS.Load()
+	if m <= 0 {
+		return 0
+	}
+	a := float64(w.cfg.Concurrency) * float64(claim) / float64(m)
+	if a >= float64(w.cfg.ClaimAhead) {
+		return w.cfg.ClaimAhead
+	}
+	return int(a)
+}
+
+// noteHandler adds a handler's wall time to the mean ahead sizes by (an
+// EWMA weighing the latest 1/8; at least 1 ns, so that a handler faster
+// than the clock's step still counts as one that returned).
+func (w *Worker) noteHandler(d time.Duration) {
+	if !w.autoAhead {
+		return
+	}
+	d = max(d, 1)
+	for {
+		old := w.handlerNS.Load()
+		nw := int64(d)
+		if old > 0 {
+			nw = old + (int64(d)-old)/8
+		}
+		if w.handlerNS.CompareAndSwap(old, max(nw, 1)) {
+			return
+		}
+	}
+}
+
 // maxHeld bounds the jobs Run holds, running or waiting for their outcome
 // to be written, in Concurrency units: outcomes are group-committed and
 // take about a claim's time, so while one claim is on the wire the jobs
@@ -493,7 +553,9 @@ func (w *Worker) execute(hctx, stop context.Context, c store.Claim, slots chan s
 		// The run's wall-clock envelope counts from here: a job claimed
 		// ahead spends none of it waiting for its slot.
 		r.started = w.clk.Now()
+		t0 := time.Now()
 		herr = safeCall(ctx, h, r)
+		w.noteHandler(time.Since(t0))
 		release(slots)
 	}
 	cancel()

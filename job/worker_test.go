@@ -611,3 +611,56 @@ func TestClaimAheadWaitSpendsNoEnvelope(t *testing.T) {
 		require.Equal(t, []job.EventKind{job.EventClaim, job.EventCommit, job.EventSuccess}, ev.kinds(waiting))
 	})
 }
+
+// TestLongJobsAreNotClaimedAhead: with ClaimAhead auto, two workers of
+// Concurrency 1 and two long jobs run one job each: neither claims the
+// second job ahead of a handler that has not returned, so neither holds a
+// job it cannot start while the other has a free slot.
+func TestLongJobsAreNotClaimedAhead(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		clk := clocktest.New(t0)
+		s := b.open(t, clk)
+		setupConnector(t, s, "p")
+		addJob(t, s, clk, store.JobSpec{ID: "a", ConnectorID: "p"})
+		addJob(t, s, clk, store.JobSpec{ID: "b", ConnectorID: "p"})
+		type start struct{ holder, job string }
+		started := make(chan start, 2)
+		proceed := make(chan struct{})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var done []chan error
+		for _, holder := range []string{"A", "B"} {
+			h := func(ctx context.Context, run *job.Run) error {
+				started <- start{holder, run.Job().ID}
+				<-proceed
+				return nil
+			}
+			w := mustWorker(t, job.Config{Store: s, Clock: clk, Holder: holder, Concurrency: 1, LeaseTTL: 30 * time.Second,
+				Heartbeat: 10 * time.Second, PollInterval: 100 * time.Millisecond, Handlers: map[string]job.Handler{"ohlcv": h}})
+			d := make(chan error, 1)
+			done = append(done, d)
+			go func() { d <- w.Run(ctx) }()
+		}
+		got := map[string]string{}
+		for len(got) < 2 {
+			select {
+			case st := <-started:
+				got[st.holder] = st.job
+			case <-time.After(time.Minute):
+				a, b := getJob(t, s, "a"), getJob(t, s, "b")
+				t.Fatalf("after a minute only %v ran: one worker holds both jobs (a held by %q, b by %q)", got, a.LeaseHolder, b.LeaseHolder)
+			}
+		}
+		require.ElementsMatch(t, []string{"a", "b"}, []string{got["A"], got["B"]})
+		cancel()
+		close(proceed)
+		for _, d := range done {
+			select {
+			case err := <-d:
+				require.NoError(t, err)
+			case <-time.After(time.Minute):
+				t.Fatal("Run did not return")
+			}
+		}
+	})
+}
