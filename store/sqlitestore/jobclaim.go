@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicerl/sluice/store"
@@ -59,12 +61,17 @@ func (tx *txn) query(query string, args ...any) (*sql.Rows, error) {
 const dueN = `j.disabled = 0 AND j.next_run_at <= ?1 AND (j.lease_holder = '' OR j.lease_until <= ?1)
 AND c.status = 'active' AND c.pressure_until <= ?1 AND (?2 = '' OR j.type IN (SELECT value FROM json_each(?2)))`
 
+// dueAtN is dueN at n.t (claimConnectorsSQL's store time) rather than ?1.
+var dueAtN = strings.ReplaceAll(dueN, "?1", "n.t")
+
 // The claim's statements.
-const (
+var (
 	// claimConnectorsSQL: the connectors with a claimable job, for the
-	// gate.
-	claimConnectorsSQL = `SELECT c.id FROM sluice_job_connectors c
-WHERE c.status = 'active' AND c.pressure_until <= ?1 AND EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.connector_id = c.id AND ` + dueN + `)
+	// gate, at the store time: ?1 if ?3 (an override), else ?1 (the
+	// process clock) clamped to the file's high-water mark.
+	claimConnectorsSQL = `WITH n AS (SELECT CASE WHEN ?3 THEN ?1 ELSE max(?1, at) END AS t FROM sluice_clock WHERE id = 1)
+SELECT c.id FROM n JOIN sluice_job_connectors c ON c.status = 'active' AND c.pressure_until <= n.t
+WHERE EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.connector_id = c.id AND ` + dueAtN + `)
 ORDER BY 1`
 	// claimDeferSQL moves the claimable jobs of connector ?3 to ?4 at
 	// the earliest (the gate said it has no capacity before).
@@ -85,16 +92,17 @@ WHERE EXISTS (SELECT 1 FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id =
 	// no column in OFFSET).
 	claimWeightedSQL = `SELECT coalesce((SELECT claim_seq FROM sluice_jobs WHERE group_key = ?1
 ORDER BY claim_seq DESC LIMIT 1 OFFSET ?2 - 1), 0)`
-	// claimHeadsSQL: the first ?4 claimable jobs of group ?3, in claim
-	// order, each with its connector's row (store.ConnectorRowColumns
-	// first) and whether its lease expired (someone held it). It walks
-	// sluice_jobs_group_order, which is in that order, and stops after ?4
-	// rows: left to itself, the planner reads every due job of the group
-	// by sluice_jobs_group_due and sorts them, O(due jobs) per claim.
-	claimHeadsSQL = `SELECT ` + store.ConnectorRowColumns + `, j.id, j.group_key, j.priority, j.next_run_at, j.lease_holder <> ''
+	// claimHeadSQL: the first ?K claimable jobs of group ?G (numbered by
+	// headsSQL), in claim order, each with its connector's row
+	// (store.ConnectorRowColumns first) and whether its lease expired
+	// (someone held it). It walks sluice_jobs_group_order, which is in
+	// that order, and stops after ?K rows: left to itself, the planner
+	// reads every due job of the group by sluice_jobs_group_due and sorts
+	// them, O(due jobs) per claim.
+	claimHeadSQL = `SELECT * FROM (SELECT ` + store.ConnectorRowColumns + `, j.id, j.group_key, j.priority, j.next_run_at, j.lease_holder <> ''
 FROM sluice_jobs j INDEXED BY sluice_jobs_group_order JOIN sluice_job_connectors c ON c.id = j.connector_id
-WHERE j.group_key = ?3 AND ` + dueN + `
-ORDER BY j.priority DESC, j.next_run_at, j.id LIMIT ?4`
+WHERE j.group_key = ?G AND ` + dueN + `
+ORDER BY j.priority DESC, j.next_run_at, j.id LIMIT ?K)`
 	// claimAbandonSQL closes the running runs of the picks whose lease
 	// expired (?2, a JSON array of ids): taken over, they are abandoned.
 	claimAbandonSQL = `UPDATE OR FAIL sluice_job_runs SET outcome = 'abandoned', ended_at = ?1
@@ -112,6 +120,24 @@ RETURNING claim_seq, ` + store.JobColumns
 SELECT value->>0, value->>1, ?1, ?2 FROM json_each(?3) ORDER BY key
 RETURNING id, job_id`
 )
+
+// maxHeadGroups bounds the groups one heads read takes (SQLite compounds at
+// most 500 SELECTs).
+const maxHeadGroups = 32
+
+// headsSQL reads the heads of m groups in one statement: claimHeadSQL once
+// per group, the k-th with group ?(3+2k) and limit ?(4+2k).
+func headsSQL(m int) string {
+	var b strings.Builder
+	for k := range m {
+		if k > 0 {
+			b.WriteString("\nUNION ALL\n")
+		}
+		r := strings.NewReplacer("?G", "?"+strconv.Itoa(3+2*k), "?K", "?"+strconv.Itoa(4+2*k))
+		b.WriteString(r.Replace(claimHeadSQL))
+	}
+	return b.String()
+}
 
 // ClaimJobs implements store.JobStore.
 func (s *Store) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]store.Claim, error) {
@@ -171,17 +197,17 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams, fin []store.EndP
 // gateConnectors lists the connectors with claimable jobs, outside any
 // transaction: the gate may call this same store.
 func (s *Store) gateConnectors(ctx context.Context, override time.Time, types string) ([]string, error) {
+	now := s.clk.Now().UnixMicro()
+	if !override.IsZero() {
+		now = override.UnixMicro()
+	}
 	var conns []string
 	err := s.read(ctx, func(*sql.Conn) error {
-		now, err := s.readNow(ctx, override)
-		if err != nil {
-			return err
-		}
 		st, err := s.jobStmt(ctx, claimConnectorsSQL)
 		if err != nil {
 			return err
 		}
-		rows, err := st.QueryContext(ctx, now, types)
+		rows, err := st.QueryContext(ctx, now, types, !override.IsZero())
 		if err != nil {
 			return err
 		}
@@ -196,20 +222,6 @@ func (s *Store) gateConnectors(ctx context.Context, override time.Time, types st
 		return rows.Err()
 	})
 	return conns, wrap(err)
-}
-
-// readNow is the store time for a read outside a transaction: the override,
-// or the process clock clamped to the file's high-water mark. The store's
-// mu is held.
-func (s *Store) readNow(ctx context.Context, override time.Time) (int64, error) {
-	if !override.IsZero() {
-		return override.UnixMicro(), nil
-	}
-	var at int64
-	if err := s.stmts.clockGet.QueryRowContext(ctx).Scan(&at); err != nil {
-		return 0, err
-	}
-	return max(s.clk.Now().UnixMicro(), at), nil
 }
 
 // deferGated moves the claimable jobs of each connector the gate refused
@@ -383,52 +395,29 @@ type claimHeads struct {
 	conns map[string]store.Connector
 }
 
-// heads reads the heads of the groups (keys, in fair order) until there
-// are enough for a claim of limit jobs; then, if the rounds could take more
-// from a group than was read from it, it reads more from those.
+// heads reads the heads of the groups (keys, in fair order) that a claim of
+// limit jobs can reach, in one statement in the common case.
 func (tx *txn) heads(limit int, keys []string, loads map[string]store.GroupLoad, now int64, types string) (*claimHeads, error) {
-	st, err := tx.s.jobStmt(tx.ctx, claimHeadsSQL)
+	hs := &claimHeads{conns: map[string]store.Connector{}}
+	share := func(k string) int { return store.GroupShare(limit, len(keys), loads[k].Weight) }
+	// Each group gives the first round at least one job (it has a
+	// claimable one: the groups' read said so in this transaction), so
+	// the first limit groups in fair order are all the first round can
+	// reach.
+	first := keys[:min(len(keys), limit)]
+	ks := make([]int, len(first))
+	for i, k := range first {
+		ks[i] = share(k)
+	}
+	n, err := tx.readHeads(hs, first, ks, now, types)
 	if err != nil {
 		return nil, err
 	}
-	hs := &claimHeads{conns: map[string]store.Connector{}}
-	read := func(key string, k int) (int, error) {
-		rows, err := st.QueryContext(tx.ctx, now, types, key, k)
-		if err != nil {
-			return 0, err
-		}
-		defer rows.Close()
-		n := 0
-		for rows.Next() {
-			var c store.ClaimCandidate
-			var held bool
-			cn, err := store.ScanConnector(func(dest ...any) error {
-				return rows.Scan(append(dest, &c.ID, &c.GroupKey, &c.Priority, &c.NextRunAt, &held)...)
-			})
-			if err != nil {
-				return 0, err
-			}
-			c.ConnectorID = cn.ID
-			hs.conns[cn.ID] = cn
-			hs.cands = append(hs.cands, c)
-			hs.held = append(hs.held, held)
-			n++
-		}
-		return n, rows.Err()
-	}
+	// If the rounds could take more from a group than was read from it,
+	// read up to limit from those.
 	var full []string
-	first := 0 // what the first round takes from the groups read
-	for _, k := range keys {
-		if first >= limit {
-			break // the rounds never reach the later groups
-		}
-		share := store.GroupShare(limit, len(keys), loads[k].Weight)
-		n, err := read(k, share)
-		if err != nil {
-			return nil, wrap(err)
-		}
-		first += min(n, int(max(loads[k].Weight, 1)))
-		if n == share && share < limit {
+	for i, k := range first {
+		if n[k] == ks[i] && ks[i] < limit {
 			full = append(full, k)
 		}
 	}
@@ -445,13 +434,63 @@ func (tx *txn) heads(limit int, keys []string, loads map[string]store.GroupLoad,
 			}
 		}
 		hs.cands, hs.held = hs.cands[:keep], hs.held[:keep]
-		for _, k := range full {
-			if _, err := read(k, limit); err != nil {
-				return nil, wrap(err)
-			}
+		ks = ks[:0]
+		for range full {
+			ks = append(ks, limit)
+		}
+		if _, err := tx.readHeads(hs, full, ks, now, types); err != nil {
+			return nil, err
 		}
 	}
 	return hs, nil
+}
+
+// readHeads reads up to ks[i] heads of each group groups[i] into hs,
+// maxHeadGroups groups per statement, and counts them by group.
+func (tx *txn) readHeads(hs *claimHeads, groups []string, ks []int, now int64, types string) (map[string]int, error) {
+	n := map[string]int{}
+	for len(groups) > 0 {
+		m := min(len(groups), maxHeadGroups)
+		st, err := tx.s.jobStmt(tx.ctx, headsSQL(m))
+		if err != nil {
+			return nil, err
+		}
+		args := make([]any, 0, 2+2*m)
+		args = append(args, now, types)
+		for i := range m {
+			args = append(args, groups[i], ks[i])
+		}
+		if err := hs.scan(tx.ctx, st, args, n); err != nil {
+			return nil, wrap(err)
+		}
+		groups, ks = groups[m:], ks[m:]
+	}
+	return n, nil
+}
+
+// scan runs a heads statement and adds its rows to hs.
+func (hs *claimHeads) scan(ctx context.Context, st *sql.Stmt, args []any, n map[string]int) error {
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c store.ClaimCandidate
+		var held bool
+		cn, err := store.ScanConnector(func(dest ...any) error {
+			return rows.Scan(append(dest, &c.ID, &c.GroupKey, &c.Priority, &c.NextRunAt, &held)...)
+		})
+		if err != nil {
+			return err
+		}
+		c.ConnectorID = cn.ID
+		hs.conns[cn.ID] = cn
+		hs.cands = append(hs.cands, c)
+		hs.held = append(hs.held, held)
+		n[c.GroupKey]++
+	}
+	return rows.Err()
 }
 
 // The finishes' statements: ?1 is a JSON array of [job id, token, end
