@@ -66,17 +66,20 @@ var dueAtN = strings.ReplaceAll(dueN, "?1", "n.t")
 
 // The claim's statements.
 var (
-	// claimConnectorsSQL: the connectors with a claimable job, for the
-	// gate, at the store time: ?1 if ?3 (an override), else ?1 (the
-	// process clock) clamped to the file's high-water mark.
+	// claimConnectorsSQL: for the gate, the connectors with a claimable job
+	// at the store time (?1 if ?3, an override; else ?1, the process
+	// clock, clamped to the file's high-water mark), and those of the
+	// jobs ?4 (a JSON array of ids) that the claim's finishes may make
+	// due.
 	claimConnectorsSQL = `WITH n AS (SELECT CASE WHEN ?3 THEN ?1 ELSE max(?1, at) END AS t FROM sluice_clock WHERE id = 1)
 SELECT c.id FROM n JOIN sluice_job_connectors c ON c.status = 'active' AND c.pressure_until <= n.t
 WHERE EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.connector_id = c.id AND ` + dueAtN + `)
+OR c.id IN (SELECT f.connector_id FROM json_each(?4) AS x JOIN sluice_jobs f ON f.id = x.value)
 ORDER BY 1`
 	// claimDeferSQL moves the claimable jobs of connector ?3 to ?4 at
 	// the earliest (the gate said it has no capacity before).
 	claimDeferSQL = `UPDATE OR FAIL sluice_jobs SET next_run_at = max(next_run_at, ?4)
-WHERE id IN (SELECT j.id FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
+WHERE id IN (SELECT j.id FROM sluice_jobs j CROSS JOIN sluice_job_connectors c ON c.id = j.connector_id
     WHERE j.connector_id = ?3 AND ` + dueN + `)`
 	// claimGroupsSQL: the groups with a claimable job, their weights,
 	// running jobs and latest claims, and the latest claim of all (the
@@ -86,7 +89,7 @@ WHERE id IN (SELECT j.id FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id
     coalesce((SELECT max(m.claim_seq) FROM sluice_jobs m WHERE m.group_key = g.group_key), 0),
     coalesce((SELECT max(a.claim_seq) FROM sluice_jobs a), 0)
 FROM sluice_job_groups g
-WHERE EXISTS (SELECT 1 FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
+WHERE EXISTS (SELECT 1 FROM sluice_jobs j CROSS JOIN sluice_job_connectors c ON c.id = j.connector_id
     WHERE j.group_key = g.group_key AND ` + dueN + `)`
 	// claimWeightedSQL: group ?1's ?2-th most recent claim (SQLite takes
 	// no column in OFFSET).
@@ -100,14 +103,14 @@ ORDER BY claim_seq DESC LIMIT 1 OFFSET ?2 - 1), 0)`
 	// reads every due job of the group by sluice_jobs_group_due and sorts
 	// them, O(due jobs) per claim.
 	claimHeadSQL = `SELECT * FROM (SELECT ` + store.ConnectorRowColumns + `, j.id, j.group_key, j.priority, j.next_run_at, j.lease_holder <> ''
-FROM sluice_jobs j INDEXED BY sluice_jobs_group_order JOIN sluice_job_connectors c ON c.id = j.connector_id
+FROM sluice_jobs j INDEXED BY sluice_jobs_group_order CROSS JOIN sluice_job_connectors c ON c.id = j.connector_id
 WHERE j.group_key = ?G AND ` + dueN + `
 ORDER BY j.priority DESC, j.next_run_at, j.id LIMIT ?K)`
 	// claimAbandonSQL closes the running runs of the picks whose lease
 	// expired (?2, a JSON array of ids): taken over, they are abandoned.
 	claimAbandonSQL = `UPDATE OR FAIL sluice_job_runs SET outcome = 'abandoned', ended_at = ?1
 WHERE job_id IN (SELECT value FROM json_each(?2)) AND outcome = 'running'
-AND token = (SELECT j.lease_token FROM sluice_jobs j WHERE j.id = sluice_job_runs.job_id AND j.lease_holder <> '')`
+AND token = (SELECT j.lease_token FROM sluice_jobs j WHERE j.id = sluice_job_runs.job_id AND +j.lease_holder <> '')`
 	// claimLeaseSQL leases the picks (?5, a JSON array of ids in pick
 	// order): the k-th gets claim sequence ?3 + k + 1 and a new token.
 	claimLeaseSQL = `UPDATE OR FAIL sluice_jobs SET lease_holder = ?1, lease_token = lease_token + 1, lease_until = ?2,
@@ -162,14 +165,25 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams, fin []store.EndP
 		return nil, nil, err
 	}
 	types := typesArg(p.Types)
+	// The gate is asked before the transaction (it may call this store)
+	// about the connectors with claimable jobs and those of fin's jobs,
+	// which the finishes may make due. In the transaction, only jobs of
+	// the connectors it allowed are claimed: a job that became claimable
+	// in between (another process's write, or time passing) waits for the
+	// next claim rather than go unchecked.
 	var waits map[string]time.Duration
+	var asked map[string]bool
 	if p.Gate != nil {
-		conns, err := s.gateConnectors(ctx, p.Now, types)
+		conns, err := s.gateConnectors(ctx, p.Now, types, fin)
 		if err != nil {
 			return nil, nil, err
 		}
 		if waits, err = store.AskGate(ctx, p.Gate, conns); err != nil {
 			return nil, nil, err
+		}
+		asked = make(map[string]bool, len(conns))
+		for _, c := range conns {
+			asked[c] = waits[c] == 0
 		}
 	}
 	var out []store.Claim
@@ -185,7 +199,7 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams, fin []store.EndP
 			return err
 		}
 		var err error
-		out, err = tx.claim(p, types)
+		out, err = tx.claim(p, types, asked)
 		return err
 	})
 	if err != nil {
@@ -196,18 +210,26 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams, fin []store.EndP
 
 // gateConnectors lists the connectors with claimable jobs, outside any
 // transaction: the gate may call this same store.
-func (s *Store) gateConnectors(ctx context.Context, override time.Time, types string) ([]string, error) {
+func (s *Store) gateConnectors(ctx context.Context, override time.Time, types string, fin []store.EndParams) ([]string, error) {
 	now := s.clk.Now().UnixMicro()
 	if !override.IsZero() {
 		now = override.UnixMicro()
 	}
+	jobs := make([]string, len(fin))
+	for i, f := range fin {
+		jobs[i] = f.JobID
+	}
+	finJSON, err := json.Marshal(jobs)
+	if err != nil {
+		return nil, err
+	}
 	var conns []string
-	err := s.read(ctx, func(*sql.Conn) error {
+	err = s.read(ctx, func(*sql.Conn) error {
 		st, err := s.jobStmt(ctx, claimConnectorsSQL)
 		if err != nil {
 			return err
 		}
-		rows, err := st.QueryContext(ctx, now, types, !override.IsZero())
+		rows, err := st.QueryContext(ctx, now, types, !override.IsZero(), string(finJSON))
 		if err != nil {
 			return err
 		}
@@ -252,7 +274,7 @@ func (tx *txn) deferGated(waits map[string]time.Duration, types string) error {
 // and leases them to p.Holder at tx.now: the groups' read, one read per
 // group it takes from, then two or three writes for all the picks. No row is locked by anyone else:
 // the transaction is the file's only writer.
-func (tx *txn) claim(p store.ClaimParams, types string) ([]store.Claim, error) {
+func (tx *txn) claim(p store.ClaimParams, types string, asked map[string]bool) ([]store.Claim, error) {
 	now := tx.now
 	rows, err := tx.query(claimGroupsSQL, now, types)
 	if err != nil {
@@ -293,8 +315,14 @@ func (tx *txn) claim(p store.ClaimParams, types string) ([]store.Claim, error) {
 	}
 	store.OrderGroups(keys, loads)
 	hs, err := tx.heads(p.Limit, keys, loads, now, types)
-	if err != nil || len(hs.cands) == 0 {
+	if err != nil {
 		return nil, err
+	}
+	if asked != nil {
+		hs.only(asked)
+	}
+	if len(hs.cands) == 0 {
+		return nil, nil
 	}
 	picks := store.PickClaims(hs.cands, loads, p.Limit)
 	ids := make([]string, len(picks))
@@ -393,6 +421,18 @@ type claimHeads struct {
 	cands []store.ClaimCandidate
 	held  []bool
 	conns map[string]store.Connector
+}
+
+// only keeps the candidates of the connectors the gate allowed.
+func (hs *claimHeads) only(allowed map[string]bool) {
+	keep := 0
+	for i, c := range hs.cands {
+		if allowed[c.ConnectorID] {
+			hs.cands[keep], hs.held[keep] = c, hs.held[i]
+			keep++
+		}
+	}
+	hs.cands, hs.held = hs.cands[:keep], hs.held[:keep]
 }
 
 // heads reads the heads of the groups (keys, in fair order) that a claim of
@@ -500,20 +540,20 @@ const (
 FROM json_each(?1)`
 	// finishHeldSQL names the finishes whose token holds their job.
 	finishHeldSQL = `SELECT x.i FROM (` + finishRowsSQL + `) AS x
-JOIN sluice_jobs j ON j.id = x.i AND j.lease_token = x.t AND j.lease_holder <> ''`
+CROSS JOIN sluice_jobs j ON j.id = x.i AND j.lease_token = x.t AND +j.lease_holder <> ''`
 	// finishRunsSQL ends the running run of every finish whose token
 	// holds its job.
 	finishRunsSQL = `UPDATE OR FAIL sluice_job_runs SET ended_at = x.n, outcome = 'succeeded', requests = x.q, retries = x.y, error = x.e
 FROM (` + finishRowsSQL + `) AS x
 WHERE sluice_job_runs.job_id = x.i AND sluice_job_runs.token = x.t AND sluice_job_runs.outcome = 'running'
-AND EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.id = x.i AND j.lease_token = x.t AND j.lease_holder <> '')`
+AND EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.id = x.i AND j.lease_token = x.t AND +j.lease_holder <> '')`
 	// finishJobsSQL releases and schedules every job whose finish's token
 	// holds it. No RETURNING: SQLite would keep a statement journal of
 	// every page the update touches.
 	finishJobsSQL = `UPDATE OR FAIL sluice_jobs SET lease_holder = '', lease_until = 0, next_run_at = x.r,
     last_success_at = x.n, consecutive_failures = 0, parked_reason = '', parked_until = 0
 FROM (` + finishRowsSQL + `) AS x
-WHERE sluice_jobs.id = x.i AND sluice_jobs.lease_token = x.t AND sluice_jobs.lease_holder <> ''`
+WHERE sluice_jobs.id = x.i AND sluice_jobs.lease_token = x.t AND +sluice_jobs.lease_holder <> ''`
 )
 
 // FinishJobs implements store.JobFinisher: one transaction (one commit)
