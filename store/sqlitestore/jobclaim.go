@@ -29,26 +29,71 @@ var (
 	_ store.ClaimFinisher = (*Store)(nil)
 )
 
-// jobStmt returns query prepared on the store's connection, once. The
-// store's mu is held (a transaction or a read is running).
-func (s *Store) jobStmt(ctx context.Context, query string) (*sql.Stmt, error) {
-	if st := s.jobStmts[query]; st != nil {
+// jobQuery names a job statement, prepared once per store (Store.jobStmts).
+type jobQuery int
+
+const (
+	qConnectors jobQuery = iota
+	qDefer
+	qGroups
+	qWeighted
+	qAbandon
+	qLease
+	qRuns
+	qFinishHeld
+	qFinishRuns
+	qFinishJobs
+	qHeads // qHeads + m - 1 reads the heads of m groups (headsSQL)
+	qCount = qHeads + maxHeadGroups
+)
+
+// sql is q's text.
+func (q jobQuery) sql() string {
+	switch q {
+	case qConnectors:
+		return claimConnectorsSQL
+	case qDefer:
+		return claimDeferSQL
+	case qGroups:
+		return claimGroupsSQL
+	case qWeighted:
+		return claimWeightedSQL
+	case qAbandon:
+		return claimAbandonSQL
+	case qLease:
+		return claimLeaseSQL
+	case qRuns:
+		return claimRunsSQL
+	case qFinishHeld:
+		return finishHeldSQL
+	case qFinishRuns:
+		return finishRunsSQL
+	case qFinishJobs:
+		return finishJobsSQL
+	}
+	return headsSQL(int(q-qHeads) + 1)
+}
+
+// jobStmt returns q prepared on the store's connection, once. The store's
+// mu is held (a transaction or a read is running).
+func (s *Store) jobStmt(ctx context.Context, q jobQuery) (*sql.Stmt, error) {
+	if s.jobStmts == nil {
+		s.jobStmts = make([]*sql.Stmt, qCount)
+	}
+	if st := s.jobStmts[q]; st != nil {
 		return st, nil
 	}
-	st, err := s.conn.PrepareContext(ctx, query)
+	st, err := s.conn.PrepareContext(ctx, q.sql())
 	if err != nil {
 		return nil, wrap(err)
 	}
-	if s.jobStmts == nil {
-		s.jobStmts = make(map[string]*sql.Stmt)
-	}
-	s.jobStmts[query] = st
+	s.jobStmts[q] = st
 	return st, nil
 }
 
 // query runs a prepared query in tx.
-func (tx *txn) query(query string, args ...any) (*sql.Rows, error) {
-	st, err := tx.s.jobStmt(tx.ctx, query)
+func (tx *txn) query(q jobQuery, args ...any) (*sql.Rows, error) {
+	st, err := tx.s.jobStmt(tx.ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +270,7 @@ func (s *Store) gateConnectors(ctx context.Context, override time.Time, types st
 	}
 	var conns []string
 	err = s.read(ctx, func(*sql.Conn) error {
-		st, err := s.jobStmt(ctx, claimConnectorsSQL)
+		st, err := s.jobStmt(ctx, qConnectors)
 		if err != nil {
 			return err
 		}
@@ -252,7 +297,7 @@ func (tx *txn) deferGated(waits map[string]time.Duration, types string) error {
 	if len(waits) == 0 {
 		return nil
 	}
-	st, err := tx.s.jobStmt(tx.ctx, claimDeferSQL)
+	st, err := tx.s.jobStmt(tx.ctx, qDefer)
 	if err != nil {
 		return err
 	}
@@ -276,7 +321,7 @@ func (tx *txn) deferGated(waits map[string]time.Duration, types string) error {
 // the transaction is the file's only writer.
 func (tx *txn) claim(p store.ClaimParams, types string, asked map[string]bool) ([]store.Claim, error) {
 	now := tx.now
-	rows, err := tx.query(claimGroupsSQL, now, types)
+	rows, err := tx.query(qGroups, now, types)
 	if err != nil {
 		return nil, err
 	}
@@ -303,7 +348,7 @@ func (tx *txn) claim(p store.ClaimParams, types string, asked map[string]bool) (
 	for _, g := range keys {
 		// A weighted group's weight-th most recent claim.
 		if l := loads[g]; l.Weight > 1 {
-			st, err := tx.s.jobStmt(tx.ctx, claimWeightedSQL)
+			st, err := tx.s.jobStmt(tx.ctx, qWeighted)
 			if err != nil {
 				return nil, err
 			}
@@ -339,7 +384,7 @@ func (tx *txn) claim(p store.ClaimParams, types string, asked map[string]bool) (
 		if err != nil {
 			return nil, err
 		}
-		st, err := tx.s.jobStmt(tx.ctx, claimAbandonSQL)
+		st, err := tx.s.jobStmt(tx.ctx, qAbandon)
 		if err != nil {
 			return nil, err
 		}
@@ -352,7 +397,7 @@ func (tx *txn) claim(p store.ClaimParams, types string, asked map[string]bool) (
 		return nil, err
 	}
 	out := make([]store.Claim, len(ids))
-	rows, err = tx.query(claimLeaseSQL, p.Holder, now+p.LeaseTTL.Microseconds(), seq, now, string(idsJSON))
+	rows, err = tx.query(qLease, p.Holder, now+p.LeaseTTL.Microseconds(), seq, now, string(idsJSON))
 	if err != nil {
 		return nil, err
 	}
@@ -388,7 +433,7 @@ func (tx *txn) claim(p store.ClaimParams, types string, asked map[string]bool) (
 		return nil, err
 	}
 	runIDs := make(map[string]int64, len(ids))
-	rows, err = tx.query(claimRunsSQL, p.Holder, now, string(arg))
+	rows, err = tx.query(qRuns, p.Holder, now, string(arg))
 	if err != nil {
 		return nil, err
 	}
@@ -491,7 +536,7 @@ func (tx *txn) readHeads(hs *claimHeads, groups []string, ks []int, now int64, t
 	n := map[string]int{}
 	for len(groups) > 0 {
 		m := min(len(groups), maxHeadGroups)
-		st, err := tx.s.jobStmt(tx.ctx, headsSQL(m))
+		st, err := tx.s.jobStmt(tx.ctx, qHeads+jobQuery(m-1))
 		if err != nil {
 			return nil, err
 		}
@@ -616,7 +661,7 @@ func (tx *txn) finishes(ps []store.EndParams, errs []error) error {
 	if err != nil {
 		return err
 	}
-	res, err := tx.query(finishHeldSQL, string(arg))
+	res, err := tx.query(qFinishHeld, string(arg))
 	if err != nil {
 		return err
 	}
@@ -635,14 +680,14 @@ func (tx *txn) finishes(ps []store.EndParams, errs []error) error {
 	}
 	if len(done) > 0 {
 		mark(tx)
-		st, err := tx.s.jobStmt(tx.ctx, finishRunsSQL)
+		st, err := tx.s.jobStmt(tx.ctx, qFinishRuns)
 		if err != nil {
 			return err
 		}
 		if _, err := st.ExecContext(tx.ctx, string(arg)); err != nil {
 			return wrap(err)
 		}
-		if st, err = tx.s.jobStmt(tx.ctx, finishJobsSQL); err != nil {
+		if st, err = tx.s.jobStmt(tx.ctx, qFinishJobs); err != nil {
 			return err
 		}
 		r, err := st.ExecContext(tx.ctx, string(arg))

@@ -62,7 +62,7 @@ type Store struct {
 	wakeups    store.LeaseWakeups   // lease.go: in-process release announcements
 	leaseStmts map[string]*sql.Stmt // lease.go: prepared on conn, guarded by mu
 	slots      *slotStmts           // prepared on first use (slot.go)
-	jobStmts   map[string]*sql.Stmt // jobclaim.go: prepared on conn, guarded by mu
+	jobStmts   []*sql.Stmt          // jobclaim.go: by jobQuery, prepared on conn, guarded by mu
 }
 
 type stmts struct {
