@@ -46,6 +46,7 @@ func ExampleOpen() {
 	// up 5 jobs
 	// up 6 job_claim_index
 	// up 7 job_cron
+	// up 8 job_hot_indexes
 	// 1 rate_state true
 	// 2 store_clock true
 	// 3 leases true
@@ -53,4 +54,5 @@ func ExampleOpen() {
 	// 5 jobs true
 	// 6 job_claim_index true
 	// 7 job_cron true
+	// 8 job_hot_indexes true
 }

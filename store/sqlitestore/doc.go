@@ -28,4 +28,16 @@
 // in Go with store.LeaseState inside the same group-committed transactions;
 // fencing tokens come from one counter per file, never reset. Releases are
 // announced to WatchLease watchers of the same Store only.
+//
+// The store is also a store.JobStore (job.go, jobclaim.go; migrations 0005
+// to 0008). A claim is one group-committed transaction with a fixed number
+// of prepared statements, whatever it takes: the groups with a claimable
+// job and their loads, the heads of the groups the fair rounds reach (one
+// statement, walking sluice_jobs_group_order in claim order), the picks'
+// leases, their runs. ClaimAndFinish (store.ClaimFinisher) writes a worker's
+// finished runs, three statements for any number of them, in the same
+// transaction, so that a worker's cycle pays for one commit. The claim's
+// gate is asked before the transaction (it may call this store), about the
+// connectors with claimable jobs and those of the finishes' jobs; only jobs
+// of the connectors it allowed are claimed.
 package sqlitestore

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/sluicerl/sluice/store"
@@ -223,205 +222,12 @@ func (s *Store) TriggerJob(ctx context.Context, id string, now time.Time) error 
 	return err
 }
 
-// dueSQL is the condition of a claimable job j of connector c, with three
-// parameters: now, now, now.
-const dueSQL = `j.disabled = 0 AND j.next_run_at <= ? AND (j.lease_holder = '' OR j.lease_until <= ?)
-AND c.status = 'active' AND c.pressure_until <= ?`
-
 func typesArg(types []string) string {
 	if len(types) == 0 {
 		return ""
 	}
 	b, _ := json.Marshal(types)
 	return string(b)
-}
-
-const typesSQL = ` AND (? = '' OR j.type IN (SELECT value FROM json_each(?)))`
-
-// ClaimJobs implements store.JobStore.
-func (s *Store) ClaimJobs(ctx context.Context, p store.ClaimParams) ([]store.Claim, error) {
-	if err := p.Check(); err != nil {
-		return nil, err
-	}
-	types := typesArg(p.Types)
-	var waits map[string]time.Duration
-	if p.Gate != nil {
-		var conns []string
-		err := s.read(ctx, func(conn *sql.Conn) error {
-			now, err := s.readNow(ctx, conn, p.Now)
-			if err != nil {
-				return err
-			}
-			rows, err := conn.QueryContext(ctx, `SELECT c.id FROM sluice_job_connectors c
-WHERE c.status = 'active' AND c.pressure_until <= ? AND EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.connector_id = c.id AND `+dueSQL+typesSQL+`)
-ORDER BY 1`, now, now, now, now, types, types)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var id string
-				if err := rows.Scan(&id); err != nil {
-					return err
-				}
-				conns = append(conns, id)
-			}
-			return rows.Err()
-		})
-		if err != nil {
-			return nil, wrap(err)
-		}
-		if waits, err = store.AskGate(ctx, p.Gate, conns); err != nil {
-			return nil, err
-		}
-	}
-	var out []store.Claim
-	err := s.do(ctx, overrideOf(p.Now), func(tx *txn) error {
-		out = nil
-		conn, now := tx.s.conn, tx.now
-		for id, w := range waits {
-			mark(tx)
-			if _, err := conn.ExecContext(tx.ctx, `UPDATE sluice_jobs SET next_run_at = max(next_run_at, ?)
-WHERE connector_id = ? AND id IN (SELECT j.id FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id WHERE `+dueSQL+typesSQL+`)`,
-				now+w.Microseconds(), id, now, now, now, types, types); err != nil {
-				return wrap(err)
-			}
-		}
-		// The groups with a claimable job, and their loads.
-		rows, err := conn.QueryContext(tx.ctx, `SELECT g.group_key, g.weight,
-    (SELECT count(*) FROM sluice_jobs h WHERE h.group_key = g.group_key AND h.lease_holder <> '' AND h.lease_until > ?),
-    coalesce((SELECT max(m.claim_seq) FROM sluice_jobs m WHERE m.group_key = g.group_key), 0)
-FROM sluice_job_groups g
-WHERE EXISTS (SELECT 1 FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id WHERE j.group_key = g.group_key AND `+dueSQL+typesSQL+`)`,
-			now, now, now, now, types, types)
-		if err != nil {
-			return wrap(err)
-		}
-		loads := map[string]store.GroupLoad{}
-		var keys []string
-		for rows.Next() {
-			var g string
-			var l store.GroupLoad
-			if err := rows.Scan(&g, &l.Weight, &l.Running, &l.LastClaim); err != nil {
-				rows.Close()
-				return wrap(err)
-			}
-			loads[g] = l
-			keys = append(keys, g)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return wrap(err)
-		}
-		for _, g := range keys {
-			// A weighted group's weight-th most recent claim (SQLite
-			// takes no column in OFFSET).
-			if l := loads[g]; l.Weight > 1 {
-				err := conn.QueryRowContext(tx.ctx, `SELECT coalesce((SELECT claim_seq FROM sluice_jobs WHERE group_key = ?
-ORDER BY claim_seq DESC LIMIT 1 OFFSET ?), 0)`, g, l.Weight-1).Scan(&l.LastClaim)
-				if err != nil {
-					return wrap(err)
-				}
-				loads[g] = l
-			}
-		}
-		store.OrderGroups(keys, loads)
-		// Read the heads of the groups in fair order until there are
-		// enough; then, if the rounds could take more from a group than
-		// was read from it, read more from those. No row is locked by
-		// anyone else: this transaction is the file's only writer.
-		var cands []store.ClaimCandidate
-		heads := func(key string, k int) (int, error) {
-			rows, err := conn.QueryContext(tx.ctx, `SELECT j.id, j.connector_id, j.group_key, j.priority, j.next_run_at
-FROM sluice_jobs j JOIN sluice_job_connectors c ON c.id = j.connector_id
-WHERE j.group_key = ? AND `+dueSQL+typesSQL+`
-ORDER BY j.priority DESC, j.next_run_at, j.id LIMIT ?`, key, now, now, now, types, types, k)
-			if err != nil {
-				return 0, err
-			}
-			defer rows.Close()
-			n := 0
-			for rows.Next() {
-				var c store.ClaimCandidate
-				if err := rows.Scan(&c.ID, &c.ConnectorID, &c.GroupKey, &c.Priority, &c.NextRunAt); err != nil {
-					return 0, err
-				}
-				cands = append(cands, c)
-				n++
-			}
-			return n, rows.Err()
-		}
-		var full []string
-		first := 0 // what the first round takes from the groups read
-		for _, k := range keys {
-			if first >= p.Limit {
-				break // the rounds never reach the later groups
-			}
-			share := store.GroupShare(p.Limit, len(keys), loads[k].Weight)
-			n, err := heads(k, share)
-			if err != nil {
-				return wrap(err)
-			}
-			first += min(n, int(max(loads[k].Weight, 1)))
-			if n == share && share < p.Limit {
-				full = append(full, k)
-			}
-		}
-		if len(cands) < p.Limit && len(full) > 0 {
-			drop := map[string]bool{}
-			for _, k := range full {
-				drop[k] = true
-			}
-			cands = slices.DeleteFunc(cands, func(c store.ClaimCandidate) bool { return drop[c.GroupKey] })
-			for _, k := range full {
-				if _, err := heads(k, p.Limit); err != nil {
-					return wrap(err)
-				}
-			}
-		}
-		if len(cands) == 0 {
-			return nil
-		}
-		var seq int64
-		if err := conn.QueryRowContext(tx.ctx, `SELECT coalesce(max(claim_seq), 0) FROM sluice_jobs`).Scan(&seq); err != nil {
-			return wrap(err)
-		}
-		mark(tx)
-		until := now + p.LeaseTTL.Microseconds()
-		conns := map[string]store.Connector{}
-		for _, i := range store.PickClaims(cands, loads, p.Limit) {
-			id := cands[i].ID
-			seq++
-			if _, err := conn.ExecContext(tx.ctx, `UPDATE sluice_job_runs SET outcome = 'abandoned', ended_at = ?
-WHERE job_id = ? AND outcome = 'running' AND token = (SELECT lease_token FROM sluice_jobs WHERE id = ? AND lease_holder <> '')`, now, id, id); err != nil {
-				return wrap(err)
-			}
-			j, err := store.ScanJob(conn.QueryRowContext(tx.ctx, `UPDATE sluice_jobs SET lease_holder = ?, lease_token = lease_token + 1, lease_until = ?,
-    claim_seq = ?, runs = runs + 1, last_run_at = ? WHERE id = ? RETURNING `+store.JobColumns, p.Holder, until, seq, now, id).Scan)
-			if err != nil {
-				return wrap(err)
-			}
-			var runID int64
-			if err := conn.QueryRowContext(tx.ctx, `INSERT INTO sluice_job_runs (job_id, token, holder, started_at) VALUES (?, ?, ?, ?) RETURNING id`,
-				id, j.LeaseToken, p.Holder, now).Scan(&runID); err != nil {
-				return wrap(err)
-			}
-			c, ok := conns[j.ConnectorID]
-			if !ok {
-				if c, err = store.ScanConnector(conn.QueryRowContext(tx.ctx, `SELECT `+store.ConnectorRowColumns+` FROM sluice_job_connectors c WHERE c.id = ?`,
-					j.ConnectorID).Scan); err != nil {
-					return wrap(err)
-				}
-				conns[j.ConnectorID] = c
-			}
-			out = append(out, store.Claim{Job: j, Connector: c, RunID: runID, At: store.FromMicros(now)})
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // SetGroupWeight implements store.JobStore.
@@ -475,19 +281,6 @@ func (s *Store) ListGroups(ctx context.Context, p store.ListParams) ([]store.Gro
 		return nil, wrap(err)
 	}
 	return out, nil
-}
-
-// readNow is the store time for a read outside a transaction: the override,
-// or the process clock clamped to the file's high-water mark.
-func (s *Store) readNow(ctx context.Context, conn *sql.Conn, override time.Time) (int64, error) {
-	if !override.IsZero() {
-		return override.UnixMicro(), nil
-	}
-	var at int64
-	if err := conn.QueryRowContext(ctx, `SELECT at FROM sluice_clock WHERE id = 1`).Scan(&at); err != nil {
-		return 0, err
-	}
-	return max(s.clk.Now().UnixMicro(), at), nil
 }
 
 // held checks, inside tx, that f's token holds its job.
@@ -697,58 +490,4 @@ func mark(tx *txn) {
 	if tx.override == 0 && tx.now > tx.b.clockAt {
 		tx.b.clockAt, tx.b.clockSet = tx.now, true
 	}
-}
-
-var _ store.JobFinisher = (*Store)(nil)
-
-// FinishJobs implements store.JobFinisher: one transaction (one commit)
-// that ends every run of ps whose token still holds its job, as FinishJob
-// does one; the others are reported stale or missing and change nothing.
-func (s *Store) FinishJobs(ctx context.Context, ps []store.EndParams) ([]error, error) {
-	if err := store.CheckFinishes(ps); err != nil {
-		return nil, err
-	}
-	errs := make([]error, len(ps))
-	if len(ps) == 0 {
-		return errs, nil
-	}
-	// The transaction runs at the finishes' common override, if they
-	// share one; each finish's own override decides its times.
-	override := overrideOf(ps[0].Now)
-	for _, p := range ps {
-		if overrideOf(p.Now) != override {
-			override = 0
-			break
-		}
-	}
-	err := s.do(ctx, override, func(tx *txn) error {
-		conn := tx.s.conn
-		for i, p := range ps {
-			errs[i] = held(tx, p.Fence)
-			if errs[i] != nil {
-				if errors.Is(errs[i], store.ErrStaleToken) || errors.Is(errs[i], store.ErrJobNotFound) {
-					continue
-				}
-				return errs[i]
-			}
-			now := tx.now
-			if o := overrideOf(p.Now); o != 0 {
-				now = o
-			}
-			mark(tx)
-			if _, err := conn.ExecContext(tx.ctx, `UPDATE sluice_job_runs SET ended_at = ?, outcome = ?, requests = ?, retries = ?, error = ?
-WHERE job_id = ? AND token = ? AND outcome = 'running'`, now, store.RunSucceeded, p.Stats.Requests, p.Stats.Retries, p.Error, p.JobID, p.Token); err != nil {
-				return wrap(err)
-			}
-			if _, err := conn.ExecContext(tx.ctx, `UPDATE sluice_jobs SET lease_holder = '', lease_until = 0, next_run_at = ?,
-    last_success_at = ?, consecutive_failures = 0, parked_reason = '', parked_until = 0 WHERE id = ?`, now+p.Delay.Microseconds(), now, p.JobID); err != nil {
-				return wrap(err)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return errs, nil
 }

@@ -62,6 +62,7 @@ type Store struct {
 	wakeups    store.LeaseWakeups   // lease.go: in-process release announcements
 	leaseStmts map[string]*sql.Stmt // lease.go: prepared on conn, guarded by mu
 	slots      *slotStmts           // prepared on first use (slot.go)
+	jobStmts   []*sql.Stmt          // jobclaim.go: by jobQuery, prepared on conn, guarded by mu
 }
 
 type stmts struct {
@@ -133,6 +134,10 @@ func (s *Store) open(ctx context.Context, cfg Config) error {
 			return
 		}
 		*dst, err = conn.PrepareContext(ctx, query)
+	}
+	if _, err = conn.ExecContext(ctx, "PRAGMA temp_store = MEMORY"); err != nil {
+		_ = conn.Close()
+		return fmt.Errorf("sqlitestore: %w", err)
 	}
 	st := &s.stmts
 	prep(&st.begin, "BEGIN IMMEDIATE")
