@@ -158,6 +158,43 @@ func claimAndFinish(t *testing.T, s store.JobStore) {
 	require.Equal(t, store.RunSucceeded, runs[0].Outcome)
 }
 
+// claimAndFinishGate: a job a ClaimAndFinish's finish makes due at once is
+// claimed in that call only if the gate allows its connector, even when no
+// other job of that connector was due (so nothing else asked about it) and
+// its group has another job due (so the claim reads its group).
+func claimAndFinishGate(t *testing.T, s store.JobStore) {
+	ctx := context.Background()
+	cf, ok := s.(store.ClaimFinisher)
+	if !ok {
+		t.Skip("not a store.ClaimFinisher")
+	}
+	conn(t, s, "busy")
+	conn(t, s, "free")
+	job(t, s, store.JobSpec{ID: "a", ConnectorID: "busy", GroupKey: "g"})
+	first := claim(t, s, "w", 1, at(0))
+	require.Equal(t, []string{"a"}, ids(first))
+	job(t, s, store.JobSpec{ID: "b", ConnectorID: "free", GroupKey: "g"})
+	var asked []string
+	g := func(_ context.Context, id string) (time.Duration, error) {
+		asked = append(asked, id)
+		if id == "busy" {
+			return 40 * time.Second, nil
+		}
+		return 0, nil
+	}
+	now := at(10 * time.Second)
+	cs, errs, err := cf.ClaimAndFinish(ctx, store.ClaimParams{Holder: "w", Limit: 2, LeaseTTL: time.Minute, Gate: g, Now: now},
+		[]store.EndParams{{Fence: fence(first[0]), Delay: 0, Now: now}})
+	require.NoError(t, err)
+	require.Equal(t, []error{nil}, errs)
+	require.Equal(t, []string{"b"}, ids(cs), "a, due again by its finish, was claimed although its connector has no capacity")
+	require.Contains(t, asked, "busy", "the gate was not asked about the finished job's connector")
+	a := mustGet(t, s, "a")
+	require.Empty(t, a.LeaseHolder)
+	require.Equal(t, now, a.LastSuccessAt)
+	require.Equal(t, at(50*time.Second), a.NextRunAt, "a is due when its connector has capacity again")
+}
+
 func mustGet(t *testing.T, s store.JobStore, id string) store.Job {
 	t.Helper()
 	j, err := s.GetJob(context.Background(), id)

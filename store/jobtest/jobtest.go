@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"CronFinishSchedulesNextCronTime", cronFinish},
 		{"FinishJobsBatchFencedEach", finishBatch},
 		{"ClaimAndFinishOneTransaction", claimAndFinish},
+		{"ClaimAndFinishGatesFinishedJobs", claimAndFinishGate},
 		{"FailCountsAndBacksOff", fail},
 		{"ParkCountsNoFailureAndHoldsConnector", park},
 		{"DeferWritesGapRecord", deferGap},

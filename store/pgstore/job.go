@@ -224,7 +224,8 @@ AND c.status = 'active' AND c.pressure_until <= $1 AND (cardinality($2::text[]) 
 // passed over before the limit counts them).
 //
 // It takes three round trips: one read (the store time, the groups and
-// their loads, and for the gate the connectors with due jobs), the gate's,
+// their loads, and for the gate the connectors with due jobs and those of
+// the jobs ClaimAndFinish finishes), the gate's,
 // then the transaction as one batch: BEGIN, the finishes of
 // ClaimAndFinish, the gate's deferrals, one claim statement (the heads'
 // locking reads and the fair pick in sluice_job_pick, the leases, the runs
@@ -272,7 +273,11 @@ CROSS JOIN LATERAL (
     SELECT 1 FROM sluice_jobs j WHERE j.connector_id = c.id AND `+due+` ORDER BY j.next_run_at LIMIT 1) d
 WHERE $3 AND c.status = 'active' AND c.pressure_until <= n.now
 UNION ALL
-SELECT 'n', '', 0, 0, 0, n.now FROM n`, nowArg(p.Now), types, p.Gate != nil)
+SELECT 'c', c.id, 0, 0, 0, n.now FROM n CROSS JOIN sluice_job_connectors c
+WHERE $3 AND c.status = 'active' AND c.pressure_until <= n.now
+    AND c.id IN (SELECT f.connector_id FROM sluice_jobs f WHERE f.id = ANY($4::text[]))
+UNION ALL
+SELECT 'n', '', 0, 0, 0, n.now FROM n`, nowArg(p.Now), types, p.Gate != nil, finishedIDs(p.Gate, fin))
 	if err != nil {
 		return nil, nil, wrap("claim", err)
 	}
@@ -299,6 +304,7 @@ SELECT 'n', '', 0, 0, 0, n.now FROM n`, nowArg(p.Now), types, p.Gate != nil)
 		return nil, nil, wrap("claim", err)
 	}
 	slices.Sort(conns)
+	conns = slices.Compact(conns)
 	var waits map[string]time.Duration
 	if p.Gate != nil {
 		if waits, err = store.AskGate(ctx, p.Gate, conns); err != nil {
@@ -332,6 +338,22 @@ SELECT 'n', '', 0, 0, 0, n.now FROM n`, nowArg(p.Now), types, p.Gate != nil)
 	}
 	committed = true
 	return out, errs, nil
+}
+
+// finishedIDs returns the ids of the jobs fin finishes when a gate is to
+// be asked: a finish may make its job due at once, inside the claim's
+// transaction, so the gate is asked about their connectors too (with those
+// with due jobs), and the gate's deferrals, after the finishes, move the
+// finished jobs of a connector without capacity as well.
+func finishedIDs(gate store.Gate, fin []store.EndParams) []string {
+	ids := []string{}
+	if gate == nil {
+		return ids
+	}
+	for _, f := range fin {
+		ids = append(ids, f.Fence.JobID)
+	}
+	return ids
 }
 
 // claimTx is ClaimJobs' transaction on c, at now, in one round trip: one
