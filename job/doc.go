@@ -16,9 +16,13 @@
 // and asks Config.Gate about capacity: a connector without it has its due
 // jobs moved to when capacity returns instead of claimed. CapacityGate is
 // such a gate: it peeks at the connector's limiter policies without
-// charging them. Worker.Run claims up to Config.ClaimAhead jobs (by default
-// Concurrency) beyond its free handler slots: they wait for a slot with
-// their leases heartbeated, and are released unrun when Run stops.
+// charging them. Worker.Run claims up to Config.ClaimAhead jobs beyond its
+// free handler slots: they wait for a slot with their leases heartbeated,
+// and are released unrun when Run stops. By default (auto) it claims as
+// many ahead as its slots free during one claim, up to Concurrency: all of
+// them for jobs much shorter than a claim, none for jobs longer than a
+// claim per slot, so a worker never holds a job it cannot start while
+// another worker has a free slot.
 //
 // The handler gets a *Run:
 //
