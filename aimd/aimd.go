@@ -182,13 +182,12 @@ type Config struct {
 	// limit that does not move pays for a probe ever more rarely. After a
 	// Retry-After the hold is at least 30 times the longest pause (a
 	// failed probe costs the key that pause). Trouble further above it,
-	// or at it, is an ordinary decrease. A probe grows convexly (its
-	// excess over the plateau grows by half itself a second on top of the
-	// additive increase); one that gets more than 10 % above the plateau,
-	// and was served that fast for a whole second, with no trouble, has
-	// found a limit that rose: it ramps up as a gentle slow start (x1.65
-	// a second) until the first refusal, which ends it as it ends a slow
-	// start.
+	// or at it, is an ordinary decrease. A probe that gets more than
+	// 10 % above the plateau, and was served that fast for a whole second,
+	// with no trouble, has found a limit that rose: it ramps up as a
+	// gentle slow start (x1.65 a second) until the first refusal, which
+	// ends it as it ends a slow start; one refused before it ramped
+	// returns to the plateau.
 	Hold time.Duration
 	// UsageMultiple stops growth while the rate is at or above
 	// UsageMultiple times the calls this State has seen complete per
@@ -846,10 +845,11 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 		// The limit lies between the plateau, which held for a whole
 		// hold, and the probe: back to the plateau, and hold longer
 		// before the next probe. A probe that failed at once says the
-		// plateau was only just under the limit, if at all. (A probe
-		// grows convexly and a provider's burst lets it pass a while:
-		// one refused before it ramped found no limit that rose,
-		// however far past probeSpan it got.)
+		// plateau was only just under the limit, if at all. (A
+		// provider's burst lets a pace over its limit pass a while,
+		// and a key that sends less than it may is not refused: one
+		// refused before it ramped found no limit that rose, however
+		// far past probeSpan it got.)
 		if s.rate <= probeEarly*s.good {
 			s.good = max(probeLower*s.good, c.floor)
 		}
@@ -1117,13 +1117,6 @@ func (c *Controller) grow(s *State, now int64) bool {
 		inc := c.increase
 		if inc == 0 {
 			inc = DefaultIncreaseFraction * max(s.peak, s.rate)
-		}
-		if s.good > 0 && s.rate > s.good && c.slowStart > 0 {
-			// Above the proven plateau the excess over it grows too
-			// (convex, as TCP CUBIC probes): a probe at a limit that
-			// did not move is refused as soon after it as before, one
-			// at a limit that rose reaches the ramp sooner.
-			inc += min(c.slowStart, rampGrowth) * (s.rate - s.good)
 		}
 		s.rate += inc * dt
 		if s.good > 0 && s.rate > probeSpan*s.good && c.slowStart > 0 && s.useKnown && s.useRate > probeSpan*s.good {

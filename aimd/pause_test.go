@@ -317,11 +317,12 @@ func TestProbeOfAnIdleKeyDoesNotRamp(t *testing.T) {
 	require.Greater(t, s.Good(), 0.0, "the plateau was proven and probed above")
 }
 
-// A probe grows convexly and a provider's burst lets a pace over its limit
-// pass for a while, so a probe may be well past probeSpan when the first
-// refusal comes: before it ramped, it found no limit that rose, and it
-// returns to the proven plateau (issue 18: recovering from 1.12 x the
-// plateau as from an ordinary refusal left the key at 0.86 of the limit).
+// A provider's burst lets a pace over its limit pass for a while, and a
+// key that sends less than it may is not refused, so a probe may be well
+// past probeSpan when the first refusal comes: before it ramped, it found
+// no limit that rose, and it returns to the proven plateau (issue 18:
+// recovering from 1.12 x the plateau as from an ordinary refusal left the
+// key at 0.86 of the limit).
 func TestProbeRefusedBeforeItRampedReturnsToThePlateau(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, Config{Start: 100, SlowStart: 2, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, Hold: 10 * time.Second, UsageMultiple: -1})
