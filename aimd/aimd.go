@@ -33,6 +33,14 @@ const (
 	probeLower = 0.98
 )
 
+// A probe above a proven plateau (State.good) that gets past probeSpan x
+// it with no throttle signal has found a limit that rose: the rate then
+// grows by rampGrowth times itself per second (x1.65 a second), as in a
+// slow start but gentler, until the first refusal, which ends it as it
+// ends a slow start (issue 18 item 4: at the additive 2 % a second, a
+// doubled limit took 45 s to find after the probe began).
+const rampGrowth = 0.5
+
 // A probe above the limit of a provider that answers with a Retry-After
 // costs the whole key that pause. So that probing costs at most about
 // 1/probeCost of the time, the hold before a probe (Config.Hold) is at
@@ -174,7 +182,12 @@ type Config struct {
 	// limit that does not move pays for a probe ever more rarely. After a
 	// Retry-After the hold is at least 30 times the longest pause (a
 	// failed probe costs the key that pause). Trouble further above it,
-	// or at it, is an ordinary decrease.
+	// or at it, is an ordinary decrease. A probe that gets more than
+	// 10 % above the plateau, and was served that fast for a whole second,
+	// with no trouble, has found a limit that rose: it ramps up as a
+	// gentle slow start (x1.65 a second) until the first refusal, which
+	// ends it as it ends a slow start; one refused before it ramped
+	// returns to the plateau.
 	Hold time.Duration
 	// UsageMultiple stops growth while the rate is at or above
 	// UsageMultiple times the calls this State has seen complete per
@@ -385,9 +398,11 @@ func (r Reason) String() string {
 type State struct {
 	// rate is the current rate (0 until the first observation: Start).
 	rate float64
-	// probing is true while in slow start (before the first decrease).
-	// started says probing and rate have been initialized.
-	probing, started bool
+	// probing is true while in slow start (before the first decrease),
+	// or in a ramp (rampGrowth) after a probe found a limit that rose;
+	// ramp says which. started says probing and rate have been
+	// initialized.
+	probing, ramp, started bool
 	// lastDecrease is when the rate last decreased (Unix µs, 0 never): a
 	// signal about a request sent before it belongs to that episode.
 	lastDecrease int64
@@ -611,14 +626,14 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			// slow start towards a rate already known (issue 18).
 			s.rate = c.ceilingFor(s)
 			s.peak = max(s.peak, s.rate)
-			s.probing = false
+			s.probing, s.ramp = false, false
 			s.lastIncrease = now
 			d.Change = Increased
 		}
 	}
 	if ceil := c.ceilingFor(s); s.rate > ceil {
 		s.rate = ceil
-		s.probing = false
+		s.probing, s.ramp = false, false
 		d.Change, d.Reason = Decreased, ReasonHint
 	}
 
@@ -826,11 +841,15 @@ func (c *Controller) newEpisode(s *State, now, sent int64) bool {
 // cut decreases the rate multiplicatively and starts a new episode; a
 // failed probe above a proven plateau returns to the plateau instead.
 func (c *Controller) cut(s *State, now int64, f float64) {
-	if s.good > 0 && s.rate > s.good && s.rate <= probeSpan*s.good {
+	if s.good > 0 && s.rate > s.good && (s.rate <= probeSpan*s.good || !s.ramp) {
 		// The limit lies between the plateau, which held for a whole
 		// hold, and the probe: back to the plateau, and hold longer
 		// before the next probe. A probe that failed at once says the
-		// plateau was only just under the limit, if at all.
+		// plateau was only just under the limit, if at all. (A
+		// provider's burst lets a pace over its limit pass a while,
+		// and a key that sends less than it may is not refused: one
+		// refused before it ramped found no limit that rose, however
+		// far past probeSpan it got.)
 		if s.rate <= probeEarly*s.good {
 			s.good = max(probeLower*s.good, c.floor)
 		}
@@ -851,7 +870,7 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 		s.held, s.level = s.level != 0, 0
 	}
 	s.cutTo = s.rate
-	s.probing = false
+	s.probing, s.ramp = false, false
 	s.lastDecrease = now
 	s.n = 0 // the p95 needs fresh evidence before it may cut again
 }
@@ -1072,6 +1091,8 @@ func (c *Controller) grow(s *State, now int64) bool {
 		goal = max(goal, ceil)
 	}
 	switch {
+	case s.probing && s.ramp:
+		s.rate += s.rate * min(c.slowStart, rampGrowth) * dt
 	case s.probing:
 		s.rate += s.rate * c.slowStart * dt
 	case s.rate < goal:
@@ -1098,10 +1119,18 @@ func (c *Controller) grow(s *State, now int64) bool {
 			inc = DefaultIncreaseFraction * max(s.peak, s.rate)
 		}
 		s.rate += inc * dt
+		if s.good > 0 && s.rate > probeSpan*s.good && c.slowStart > 0 && s.useKnown && s.useRate > probeSpan*s.good {
+			// Past the span a probe fails in, with no trouble, and
+			// served that fast for a whole second (a provider's
+			// burst lets a pace over its limit pass for a while; a
+			// key sending less than it may proves nothing): the
+			// limit rose. Find it as a slow start would, gently.
+			s.probing, s.ramp = true, true
+		}
 	}
 	if s.rate >= ceil {
 		s.rate = ceil
-		s.probing = false
+		s.probing, s.ramp = false, false
 	}
 	return s.rate > old
 }

@@ -36,7 +36,11 @@
 // when the probe failed within 1 %), and the next probe waits twice as
 // long, up to 8 x Hold, so that a key at a limit that does not move pays
 // for a probe ever more rarely; trouble at the plateau itself is an
-// ordinary decrease. A probe that fails with a Retry-After costs the whole
+// ordinary decrease. A probe that gets more than 10 % above the plateau,
+// served that fast for a whole second with no trouble, has found a limit
+// that rose: it ramps up (x1.65 a second) until the first refusal, which
+// ends it as it ends a slow start, so a raised limit is reached within
+// seconds of the probe, not at 2 % a second. A probe that fails with a Retry-After costs the whole
 // key that pause, so the hold is also at least 30 times the longest pause
 // since the last decrease without one (30 s after the whole second a
 // provider rounds a few milliseconds up to). With a plateau, a throttle

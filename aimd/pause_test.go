@@ -250,3 +250,92 @@ func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 		require.Equal(t, Decreased, d.Change)
 	})
 }
+
+// Issue 18 item 4: a probe above the proven plateau that gets 10 % past
+// it with no trouble has found a limit that rose; the rate then ramps up
+// (x1.65 a second) rather than creep up at 2 % of the old peak a second,
+// which took 45 s to find a doubled limit. The ramp ends at the first
+// refusal as a slow start does: with a Retry-After, cut twice as deep.
+func TestProbePastTheSpanRampsToARaisedLimit(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 100, SlowStart: 2, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, Hold: 10 * time.Second, UsageMultiple: -1})
+	s := c.Init()
+	at := t0
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
+	require.False(t, s.Probing())
+	// Level off and hold until the probe begins.
+	for s.Good() == 0 {
+		busyFor(c, &s, &at, s1)
+		require.Less(t, at, t0+60*s1, "no probe within 60 s")
+	}
+	good, began := s.Good(), at
+	require.False(t, s.Probing(), "a probe starts additive")
+	for s.rate < 2*good {
+		busyFor(c, &s, &at, 100*ms)
+		require.Less(t, at, began+10*s1, "the rate reached only %.1f/s (plateau %.1f/s) 10 s after the probe began", s.rate, good)
+	}
+	require.True(t, s.Probing(), "ramping")
+	r := s.rate
+	d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: s1})
+	require.Equal(t, Decreased, d.Change)
+	require.False(t, s.Probing(), "a refusal ends the ramp")
+	require.InDelta(t, r*0.8*0.8, s.rate, 1e-6, "cut twice as deep, as at the end of a slow start")
+}
+
+// A probe that fails within the span (the limit did not move) does not
+// ramp: it returns to the proven plateau.
+func TestProbeWithinTheSpanDoesNotRamp(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 100, SlowStart: 2, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, Hold: 10 * time.Second, UsageMultiple: -1})
+	s := c.Init()
+	at := t0
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
+	for s.rate <= s.Good()*1.05 || s.Good() == 0 {
+		busyFor(c, &s, &at, 100*ms)
+		require.False(t, s.Probing(), "ramping at %.2f x the plateau", s.rate/max(s.Good(), 1e-9))
+		require.Less(t, at, t0+60*s1)
+	}
+	good := s.Good()
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: s1})
+	require.InDelta(t, good, s.rate, 1e-9)
+	require.False(t, s.Probing())
+}
+
+// A key served slower than its proven plateau (the pace does not bind:
+// the application sends less) proves nothing by probing past it: no ramp.
+func TestProbeOfAnIdleKeyDoesNotRamp(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 100, SlowStart: 2, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, Hold: 10 * time.Second, UsageMultiple: -1})
+	s := c.Init()
+	at := t0
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
+	for end := at + 40*s1; at < end; {
+		at += 20 * ms // 50 calls a second, under the plateau of 90
+		c.Observe(&s, at, ok(10*ms))
+		require.False(t, s.Probing(), "ramping at %.1f/s, %d s after the refusal", s.rate, (at-t0)/s1)
+	}
+	require.Greater(t, s.Good(), 0.0, "the plateau was proven and probed above")
+}
+
+// A provider's burst lets a pace over its limit pass for a while, and a
+// key that sends less than it may is not refused, so a probe may be well
+// past probeSpan when the first refusal comes: before it ramped, it found
+// no limit that rose, and it returns to the proven plateau (issue 18:
+// recovering from 1.12 x the plateau as from an ordinary refusal left the
+// key at 0.86 of the limit).
+func TestProbeRefusedBeforeItRampedReturnsToThePlateau(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 100, SlowStart: 2, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, Hold: 10 * time.Second, UsageMultiple: -1})
+	s := c.Init()
+	at := t0
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
+	for s.Good() == 0 || s.rate < 1.15*s.Good() {
+		at += 20 * ms // served at 50/s: the probe does not ramp
+		c.Observe(&s, at, ok(10*ms))
+		require.Less(t, at, t0+60*s1)
+	}
+	require.False(t, s.Probing())
+	good := s.Good()
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: s1})
+	require.InDelta(t, good, s.rate, 1e-9, "back to the proven plateau")
+}

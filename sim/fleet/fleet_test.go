@@ -112,6 +112,22 @@ func TestIssue18Scenarios(t *testing.T) {
 	require.True(t, names["ietf"])
 }
 
+func TestIssue18RiseScenarios(t *testing.T) {
+	t.Parallel()
+	down := fleet.Issue18Scenarios(time.Minute)
+	up := fleet.Issue18RiseScenarios(time.Minute)
+	require.Len(t, up, len(down))
+	for i, sc := range up {
+		require.NoError(t, sc.Fill())
+		require.Equal(t, down[i].Name, sc.Name)
+		require.Equal(t, 50.0, sc.Provider.Limit)
+		require.Equal(t, []sim.Change{{At: 30 * time.Second, Limit: 100}}, sc.Provider.Changes)
+		require.Equal(t, 16, sc.Workers)
+		require.Equal(t, 2, sc.Processes)
+		require.Equal(t, sc.Name == "ban-on-refusals", sc.Provider.BanOnRefusals)
+	}
+}
+
 // RunManual counts the run's goroutines by their timers: told too few of
 // the client's own (Sluice's idle sweep, one per process), it fails rather
 // than step the clock while a goroutine is still running.

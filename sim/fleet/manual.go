@@ -15,12 +15,23 @@ import (
 // dialect once more as "ban-on-refusals", a provider that bans after 5
 // refusals in 10 s whatever the client did (ProviderConfig.BanOnRefusals).
 func Issue18Scenarios(d time.Duration) []sim.Scenario {
+	return issue18(d, 100, 50)
+}
+
+// Issue18RiseScenarios returns the same scenarios with the limit rising
+// instead: 50/s doubling to 100/s at d/2 (issue 18 item 4, re-convergence
+// up).
+func Issue18RiseScenarios(d time.Duration) []sim.Scenario {
+	return issue18(d, 50, 100)
+}
+
+func issue18(d time.Duration, from, to float64) []sim.Scenario {
 	var out []sim.Scenario
 	for _, dl := range sim.Dialects() {
 		sc := sim.Scenario{
 			Name: dl.String(),
-			Provider: sim.ProviderConfig{Dialect: dl, Limit: 100, Latency: 20 * time.Millisecond,
-				Changes: []sim.Change{{At: d / 2, Limit: 50}}},
+			Provider: sim.ProviderConfig{Dialect: dl, Limit: from, Latency: 20 * time.Millisecond,
+				Changes: []sim.Change{{At: d / 2, Limit: to}}},
 			Workers: 16, Processes: 2, Duration: d,
 		}
 		out = append(out, sc)

@@ -15,12 +15,15 @@
 // 16 workers in 2 processes, a hidden limit of 100/s halving to 50/s half
 // way, and a provider that bans after 5 refusals in 10 s), with Sluice next
 // to a fixed GCRA pace at 0.9x the starting limit in the same run; with
+// -rise the limit rises instead (50/s doubling to 100/s half way,
+// fleet.Issue18RiseScenarios); with
 // -virtual every run goes on a manual clock (fleet.RunManual: the
 // provider sees each request when its client sent it, however loaded the
 // machine), -parallel at a time:
 //
 //	go run ./cmd/simtable -issue18 -duration 60s -repeat 3             # real time, the machine as it is
 //	go run ./cmd/simtable -issue18 -duration 60s -repeat 3 -virtual    # virtual time
+//	go run ./cmd/simtable -issue18 -duration 60s -repeat 3 -virtual -rise
 package main
 
 import (
@@ -63,6 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "also write the rows, every second included, as JSON to this file (with -repeat, a list of each run's rows)")
 	repeat := fs.Int("repeat", 1, "run the table this many times, one after the other, and print the median of each figure and how many runs met each target")
 	issue18 := fs.Bool("issue18", false, "issue 18's scenarios (limit 100/s halving to 50/s, 16 workers in 2 processes) with Sluice and a fixed pace at 0.9x")
+	rise := fs.Bool("rise", false, "with -issue18: the limit rises instead, 50/s doubling to 100/s half way (fleet.Issue18RiseScenarios)")
 	virtual := fs.Bool("virtual", false, "with -issue18: run on a manual clock (virtual time), -parallel runs at a time")
 	parallel := fs.Int("parallel", 2, "with -virtual: how many runs at a time")
 	if err := fs.Parse(args); err != nil {
@@ -77,6 +81,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *duration < 2*time.Second {
 		return fmt.Errorf("-duration must be at least 2s, got %v", *duration)
 	}
+	if *rise && !*issue18 {
+		return fmt.Errorf("-rise needs -issue18")
+	}
 	if *virtual && !*issue18 {
 		return fmt.Errorf("-virtual needs -issue18")
 	}
@@ -90,6 +97,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	all := sim.StandardScenarios(*duration)
 	if *issue18 {
 		all = fleet.Issue18Scenarios(*duration)
+		if *rise {
+			all = fleet.Issue18RiseScenarios(*duration)
+		}
 	}
 	var scenarios []sim.Scenario
 	for _, sc := range all {

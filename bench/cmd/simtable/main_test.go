@@ -27,7 +27,7 @@ func TestRunShort(t *testing.T) {
 
 func TestRunFlagErrors(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"-duration", "1s"}, {"-only", "("}, {"-only", "nothing-matches"}, {"extra"}, {"-repeat", "0"}, {"-repeat", "101"}, {"-virtual"}, {"-issue18", "-virtual", "-parallel", "0"}} {
+	for _, args := range [][]string{{"-duration", "1s"}, {"-only", "("}, {"-only", "nothing-matches"}, {"extra"}, {"-repeat", "0"}, {"-repeat", "101"}, {"-virtual"}, {"-issue18", "-virtual", "-parallel", "0"}, {"-rise"}} {
 		var out, errb bytes.Buffer
 		if err := run(t.Context(), args, &out, &errb); err == nil {
 			t.Errorf("%v: no error", args)
