@@ -19,8 +19,8 @@
 // charging them. Worker.Run claims up to Config.ClaimAhead jobs beyond its
 // free handler slots: they wait for a slot with their leases heartbeated,
 // and are released unrun when Run stops. By default (auto) it claims as
-// many ahead as its slots free during one claim, up to Concurrency: all of
-// them for jobs much shorter than a claim, none for jobs longer than a
+// many ahead as its slots free during one claim, up to 3 x Concurrency:
+// that many for jobs much shorter than a claim, none for jobs longer than a
 // claim per slot, so a worker never holds a job it cannot start while
 // another worker has a free slot.
 //

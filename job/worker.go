@@ -46,10 +46,10 @@ type Config struct {
 	// counted), never started. Negative means none (Run claims only for
 	// free slots). Poll never claims ahead.
 	//
-	// Zero means auto: up to Concurrency, as many as the handler slots
-	// are expected to free during one claim (Concurrency times the last
-	// claim's time over the recent mean handler time), so none until a
-	// handler has returned, and none while handlers take longer than a
+	// Zero means auto: up to 3 x Concurrency, as many as the handler
+	// slots are expected to free during one claim (Concurrency times the
+	// last claim's time over the recent mean handler time), so none until
+	// a handler has returned, and none while handlers take longer than a
 	// claim per slot. Jobs that run for seconds are then never held by
 	// one worker while another has a free slot; short jobs are claimed
 	// ahead in full.
@@ -202,7 +202,7 @@ func New(cfg Config) (*Worker, error) {
 	autoAhead := cfg.ClaimAhead == 0
 	switch {
 	case autoAhead:
-		cfg.ClaimAhead = cfg.Concurrency
+		cfg.ClaimAhead = autoAheadMax * cfg.Concurrency
 	case cfg.ClaimAhead < 0:
 		cfg.ClaimAhead = 0
 	}
@@ -437,8 +437,8 @@ const (
 // ahead returns how many jobs Run may claim beyond its Concurrency, given
 // its last claim's time: Config.ClaimAhead when set, or with auto (zero)
 // as many as its handler slots are expected to free during one claim,
-// Concurrency x claim / mean handler time, at most Concurrency and none
-// before a handler has returned. A worker whose jobs take longer than a
+// Concurrency x claim / mean handler time, at most autoAheadMax x
+// Concurrency and none before a handler has returned. A worker whose jobs take longer than a
 // claim per slot claims none ahead, so it never holds a job it cannot
 // start while another worker has a free slot for it.
 func (w *Worker) ahead(claim time.Duration) int {
@@ -455,6 +455,11 @@ func (w *Worker) ahead(claim time.Duration) int {
 	}
 	return int(a)
 }
+
+// autoAheadMax bounds an auto ClaimAhead, in Concurrency units: jobs much
+// shorter than a claim are claimed this many slots' worth ahead, so that
+// one claim (one transaction) takes up to 4 x Concurrency jobs.
+const autoAheadMax = 3
 
 // noteHandler adds a handler's wall time to the mean ahead sizes by (an
 // EWMA weighing the latest 1/8; at least 1 ns, so that a handler faster

@@ -130,14 +130,14 @@ func run() error {
 		}
 	}
 	load1, _ := os.ReadFile("/proc/loadavg")
-	ahead := *flagAhead
+	ahead := fmt.Sprintf("claims %d ahead", *flagAhead)
 	switch {
-	case ahead == 0:
-		ahead = *flagWorkers
-	case ahead < 0:
-		ahead = 0
+	case *flagAhead == 0:
+		ahead = fmt.Sprintf("claims ahead auto, up to %d", 3**flagWorkers)
+	case *flagAhead < 0:
+		ahead = "claims none ahead"
 	}
-	fmt.Printf("jobbench: %d due no-op jobs, %d workers (Sluice claims %d ahead), %d groups, %d rounds (medians)\n", *flagJobs, *flagWorkers, ahead, *flagGroups, *flagRounds)
+	fmt.Printf("jobbench: %d due no-op jobs, %d workers (Sluice %s), %d groups, %d rounds (medians)\n", *flagJobs, *flagWorkers, ahead, *flagGroups, *flagRounds)
 	fmt.Printf("load average before: %s", load0)
 	fmt.Printf("load average after:  %s", load1)
 	med := map[string]float64{}
