@@ -320,6 +320,7 @@ func newWorkerCmd(opts *Options) *cobra.Command {
 		execCmd     string
 		types       []string
 		concurrency int
+		claimAhead  int
 		leaseTTL    time.Duration
 		holder      string
 		config      string
@@ -367,7 +368,7 @@ handler's Run.Call is paced by those policies.`,
 				for _, t := range types {
 					hs[t] = execHandler(execCmd, opts.Stderr)
 				}
-				cfg := job.Config{Store: s, Handlers: hs, Concurrency: concurrency, LeaseTTL: leaseTTL, Holder: holder}
+				cfg := job.Config{Store: s, Handlers: hs, Concurrency: concurrency, ClaimAhead: claimAhead, LeaseTTL: leaseTTL, Holder: holder}
 				if config != "" {
 					lim, closeState, err := openLimiter(c.Context(), opts, config, source["state"], state)
 					if err != nil {
@@ -390,6 +391,8 @@ handler's Run.Call is paced by those policies.`,
 	cmd.Flags().StringVar(&execCmd, "exec", "", "command that runs one job (sh -c)")
 	cmd.Flags().StringSliceVar(&types, "type", nil, "job types to run (repeatable)")
 	cmd.Flags().IntVar(&concurrency, "concurrency", 1, "jobs run at once")
+	cmd.Flags().IntVar(&claimAhead, "claim-ahead", 0,
+		"jobs claimed beyond --concurrency, each waiting for a slot with its lease heartbeated (0: auto, as many as the slots finish during one claim, up to 3 x --concurrency, none for jobs longer than a claim; -1: none)")
 	cmd.Flags().DurationVar(&leaseTTL, "lease-ttl", 30*time.Second, "how long a claim holds a job without a heartbeat")
 	cmd.Flags().StringVar(&holder, "holder", "", "this worker's name in leases and runs (default: random)")
 	cmd.Flags().StringVar(&config, "config", "", "policy `file` (YAML, as serve's; env SLUICE_CONFIG): gate every claim by the connector's policies")
