@@ -438,9 +438,9 @@ const (
 // its last claim's time: Config.ClaimAhead when set, or with auto (zero)
 // as many as its handler slots are expected to free during one claim,
 // Concurrency x claim / mean handler time, at most autoAheadMax x
-// Concurrency and none before a handler has returned. A worker whose jobs take longer than a
-// claim per slot claims none ahead, so it never holds a job it cannot
-// start while another worker has a free slot for it.
+// Concurrency and none before a handler has returned. A worker whose jobs
+// take longer than a claim per slot claims none ahead, so it never holds a
+// job it cannot start while another worker has a free slot for it.
 func (w *Worker) ahead(claim time.Duration) int {
 	if !w.autoAhead {
 		return w.cfg.ClaimAhead

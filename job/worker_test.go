@@ -501,11 +501,7 @@ func TestParseImportCron(t *testing.T) {
 // finishes.
 func TestClaimAheadHeartbeatsWaitingAndReleasesOnShutdown(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		clk := clocktest.New(t0)
-		s := b.open(t, clk)
-		setupConnector(t, s, "p")
-		addJob(t, s, clk, store.JobSpec{ID: "a", ConnectorID: "p"})
-		addJob(t, s, clk, store.JobSpec{ID: "b", ConnectorID: "p"})
+		clk, s := twoJobs(t, b)
 		started := make(chan string, 2)
 		proceed := make(chan struct{})
 		h := func(ctx context.Context, run *job.Run) error {
@@ -542,12 +538,7 @@ func TestClaimAheadHeartbeatsWaitingAndReleasesOnShutdown(t *testing.T) {
 		require.Empty(t, cs, "a job held by the worker was claimed by another")
 		cancel()
 		close(proceed)
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(time.Minute):
-			t.Fatal("Run did not return")
-		}
+		waitRun(t, done)
 		require.Len(t, started, 0, "the waiting job's handler ran after shutdown")
 		j = getJob(t, s, waiting)
 		require.Empty(t, j.LeaseHolder)
@@ -564,11 +555,7 @@ func TestClaimAheadHeartbeatsWaitingAndReleasesOnShutdown(t *testing.T) {
 // as a wall_clock gap.
 func TestClaimAheadWaitSpendsNoEnvelope(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		clk := clocktest.New(t0)
-		s := b.open(t, clk)
-		setupConnector(t, s, "p")
-		addJob(t, s, clk, store.JobSpec{ID: "a", ConnectorID: "p"})
-		addJob(t, s, clk, store.JobSpec{ID: "b", ConnectorID: "p"})
+		clk, s := twoJobs(t, b)
 		started := make(chan string, 2)
 		proceed := make(chan struct{})
 		h := func(ctx context.Context, run *job.Run) error {
@@ -599,12 +586,7 @@ func TestClaimAheadWaitSpendsNoEnvelope(t *testing.T) {
 			return len(ev.kinds("a")) == 3 && len(ev.kinds("b")) == 3
 		}, time.Minute, 5*time.Millisecond, "both jobs reported an outcome")
 		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(time.Minute):
-			t.Fatal("Run did not return")
-		}
+		waitRun(t, done)
 		// The running job's handler did take a minute: its envelope ran
 		// out (the check is not vacuous); the waiting one's did not.
 		require.Equal(t, []job.EventKind{job.EventClaim, job.EventCommit, job.EventDefer}, ev.kinds(running))
@@ -618,11 +600,7 @@ func TestClaimAheadWaitSpendsNoEnvelope(t *testing.T) {
 // job it cannot start while the other has a free slot.
 func TestLongJobsAreNotClaimedAhead(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		clk := clocktest.New(t0)
-		s := b.open(t, clk)
-		setupConnector(t, s, "p")
-		addJob(t, s, clk, store.JobSpec{ID: "a", ConnectorID: "p"})
-		addJob(t, s, clk, store.JobSpec{ID: "b", ConnectorID: "p"})
+		clk, s := twoJobs(t, b)
 		type start struct{ holder, job string }
 		started := make(chan start, 2)
 		proceed := make(chan struct{})
@@ -655,12 +633,31 @@ func TestLongJobsAreNotClaimedAhead(t *testing.T) {
 		cancel()
 		close(proceed)
 		for _, d := range done {
-			select {
-			case err := <-d:
-				require.NoError(t, err)
-			case <-time.After(time.Minute):
-				t.Fatal("Run did not return")
-			}
+			waitRun(t, d)
 		}
 	})
+}
+
+// twoJobs returns a store of backend b on a fake clock with connector p and
+// its due jobs a and b.
+func twoJobs(t *testing.T, b backend) (*clocktest.Clock, store.JobStore) {
+	t.Helper()
+	clk := clocktest.New(t0)
+	s := b.open(t, clk)
+	setupConnector(t, s, "p")
+	addJob(t, s, clk, store.JobSpec{ID: "a", ConnectorID: "p"})
+	addJob(t, s, clk, store.JobSpec{ID: "b", ConnectorID: "p"})
+	return clk, s
+}
+
+// waitRun waits, a minute at most, for a Run to return through done, and
+// requires it to have returned nil.
+func waitRun(t *testing.T, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return")
+	}
 }

@@ -133,7 +133,7 @@ func run() error {
 	ahead := fmt.Sprintf("claims %d ahead", *flagAhead)
 	switch {
 	case *flagAhead == 0:
-		ahead = fmt.Sprintf("claims ahead auto, up to %d", 3**flagWorkers)
+		ahead = "claims ahead auto" // job.Config.ClaimAhead's default
 	case *flagAhead < 0:
 		ahead = "claims none ahead"
 	}
