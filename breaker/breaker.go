@@ -244,6 +244,8 @@ type Breaker struct {
 	probeOK    int
 	lost       int // half-open: probes taken as lost whose slots were reused
 	lastProbe  int64
+	admitted   uint64 // calls admitted so far (Ticket.Seq)
+	failSeq    uint64 // admitted when the run's last failure was recorded
 }
 
 // State returns the breaker's state as of its last operation; an open
@@ -265,6 +267,9 @@ func (p *Policy) OpenUntil(b *Breaker) (int64, bool) {
 type Ticket struct {
 	Generation uint64
 	Probe      bool
+	// Seq numbers the calls a breaker admitted, in order (0: unknown, as
+	// in the zero Ticket).
+	Seq uint64
 }
 
 // Allow decides whether a call may go at now. A refused call gets ErrOpen or
@@ -277,7 +282,8 @@ func (p *Policy) Allow(b *Breaker, now int64) (Ticket, Event, error) {
 	}
 	switch b.state {
 	case Closed:
-		return Ticket{Generation: b.generation}, ev, nil
+		b.admitted++
+		return Ticket{Generation: b.generation, Seq: b.admitted}, ev, nil
 	case Open:
 		if now < b.since+p.openTimeout {
 			return Ticket{}, ev, ErrOpen
@@ -295,7 +301,8 @@ func (p *Policy) Allow(b *Breaker, now int64) (Ticket, Event, error) {
 	}
 	b.probes++
 	b.lastProbe = now
-	return Ticket{Generation: b.generation, Probe: true}, ev, nil
+	b.admitted++
+	return Ticket{Generation: b.generation, Probe: true, Seq: b.admitted}, ev, nil
 }
 
 // Record records the outcome of the call t at now and returns the
@@ -310,7 +317,7 @@ func (p *Policy) Record(b *Breaker, now int64, t Ticket, o Outcome) Event {
 	}
 	switch b.state {
 	case Closed:
-		return p.recordClosed(b, now, o)
+		return p.recordClosed(b, now, t, o)
 	case HalfOpen:
 		if !t.Probe {
 			return Event{}
@@ -343,7 +350,7 @@ func (p *Policy) Record(b *Breaker, now int64, t Ticket, o Outcome) Event {
 	return Event{}
 }
 
-func (p *Policy) recordClosed(b *Breaker, now int64, o Outcome) Event {
+func (p *Policy) recordClosed(b *Breaker, now int64, t Ticket, o Outcome) Event {
 	if o != Success && o != Failure {
 		return Event{}
 	}
@@ -365,7 +372,14 @@ func (p *Policy) recordClosed(b *Breaker, now int64, o Outcome) Event {
 		return Event{}
 	}
 	bk.failures++
-	b.consec++
+	// A call admitted before the run's last failure was recorded was in
+	// flight with it: calls sent together fail together, one signal (a
+	// provider's limit that fell refuses every call in flight at once).
+	// It counts in the window's failure rate, not in the run.
+	if b.consec == 0 || t.Seq == 0 || t.Seq > b.failSeq {
+		b.consec++
+		b.failSeq = b.admitted
+	}
 	if p.consecutive > 0 && b.consec >= p.consecutive {
 		return p.transition(b, now, Open, ReasonConsecutiveFailures)
 	}

@@ -354,10 +354,13 @@ func TestOutcomesOfAnEarlierGenerationAreIgnored(t *testing.T) {
 	p := mustNew(t, Config{ConsecutiveFailures: 2, OpenTimeout: time.Second, HalfOpenProbes: 1})
 	var b Breaker
 	var old [4]Ticket
-	for i := range old {
+	old[0], _, _ = p.Allow(&b, t0)
+	p.Record(&b, t0, old[0], Failure)
+	// Sent after the first failure was seen: each failure counts in the
+	// run (calls in flight together would be one failure of it).
+	for i := 1; i < len(old); i++ {
 		old[i], _, _ = p.Allow(&b, t0)
 	}
-	p.Record(&b, t0, old[0], Failure)
 	require.Equal(t, Open, p.Record(&b, t0, old[1], Failure).To)
 	probe, _, err := p.Allow(&b, t0+sec)
 	require.NoError(t, err)
@@ -482,4 +485,47 @@ func TestSeedOverloadOpensWithinFiveSeconds(t *testing.T) {
 			require.LessOrEqual(t, now-opened, DefaultOpenTimeout.Microseconds()+sec)
 		})
 	}
+}
+
+func TestFailuresInFlightTogetherAreOneOfTheRun(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{ConsecutiveFailures: 3, MinRequests: 1000})
+	var b Breaker
+	// Eight calls in flight at once all fail (a limit that fell refuses
+	// every one): one failure of the run, eight of the window.
+	var burst [8]Ticket
+	for i := range burst {
+		burst[i], _, _ = p.Allow(&b, t0)
+	}
+	for _, tk := range burst {
+		require.False(t, p.Record(&b, t0+ms, tk, Failure).Changed())
+	}
+	c := p.Counts(&b)
+	require.Equal(t, 1, c.Consecutive)
+	require.Equal(t, 8, c.Failures)
+	// Calls sent after a failure was seen, one at a time, lengthen it.
+	tk, _, _ := p.Allow(&b, t0+2*ms)
+	require.False(t, p.Record(&b, t0+3*ms, tk, Failure).Changed())
+	require.Equal(t, 2, p.Counts(&b).Consecutive)
+	tk, _, _ = p.Allow(&b, t0+4*ms)
+	ev := p.Record(&b, t0+5*ms, tk, Failure)
+	require.Equal(t, Open, ev.To)
+	require.Equal(t, ReasonConsecutiveFailures, ev.Reason)
+	require.Equal(t, 3, ev.Counts.Consecutive)
+}
+
+func TestFailuresInFlightStillCountInTheRate(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{ConsecutiveFailures: 3, MinRequests: 10, FailureRate: 0.5})
+	var b Breaker
+	var burst [10]Ticket
+	for i := range burst {
+		burst[i], _, _ = p.Allow(&b, t0)
+	}
+	for i, tk := range burst[:9] {
+		require.False(t, p.Record(&b, t0+ms, tk, Failure).Changed(), "failure %d", i)
+	}
+	ev := p.Record(&b, t0+ms, burst[9], Failure)
+	require.Equal(t, Open, ev.To)
+	require.Equal(t, ReasonFailureRate, ev.Reason)
 }

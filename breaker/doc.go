@@ -8,7 +8,12 @@
 // Config.ConsecutiveFailures failures follow each other, or when the
 // window holds at least Config.MinRequests outcomes and at least
 // Config.FailureRate of them failed: without the minimum-throughput guard a
-// cold start's first failure would read as a 100% failure rate. Open
+// cold start's first failure would read as a 100% failure rate. A run of
+// consecutive failures counts calls sent after the failure before them
+// was seen: calls in flight together fail together (a provider whose
+// limit fell refuses every one of them at once), so a failure of a call
+// admitted before the run's last failure was recorded counts in the
+// window's failure rate but does not lengthen the run (Ticket.Seq). Open
 // refuses every call with ErrOpen until Config.OpenTimeout has passed; the
 // next call then moves it to half-open, which admits at most
 // Config.HalfOpenProbes probes: the first failed probe opens it again,
