@@ -24,6 +24,17 @@
 //	go run ./cmd/simtable -issue18 -duration 60s -repeat 3             # real time, the machine as it is
 //	go run ./cmd/simtable -issue18 -duration 60s -repeat 3 -virtual    # virtual time
 //	go run ./cmd/simtable -issue18 -duration 60s -repeat 3 -virtual -rise
+//
+// With -procs BIN it runs issue 18's scenarios as the issue ran them, with
+// real OS processes of the sluice binary BIN, one dialect at a time (or
+// -parallel): a simulator per client (sluice sim --serve), two sluice sim
+// --target processes of 8 workers sharing the -state store (Redis by
+// default), and beside them two processes of a fixed pace at 0.45x the
+// starting limit each against the other simulator; the processes' seconds
+// are summed before the figures:
+//
+//	go build -o /tmp/sluice ../cmd/sluice
+//	go run ./cmd/simtable -issue18 -duration 60s -repeat 3 -procs /tmp/sluice
 package main
 
 import (
@@ -68,7 +79,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	issue18 := fs.Bool("issue18", false, "issue 18's scenarios (limit 100/s halving to 50/s, 16 workers in 2 processes) with Sluice and a fixed pace at 0.9x")
 	rise := fs.Bool("rise", false, "with -issue18: the limit rises instead, 50/s doubling to 100/s half way (fleet.Issue18RiseScenarios)")
 	virtual := fs.Bool("virtual", false, "with -issue18: run on a manual clock (virtual time), -parallel runs at a time")
-	parallel := fs.Int("parallel", 2, "with -virtual: how many runs at a time")
+	parallel := fs.Int("parallel", 2, "with -virtual: how many runs at a time; with -procs: how many dialects at a time (default 1)")
+	procs := fs.String("procs", "", "with -issue18: run the clients as real OS processes of this sluice binary (sluice sim --serve and --target), as issue 18 did")
+	state := fs.String("state", "redis://127.0.0.1:6379", "with -procs: the store the sluice processes share")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -86,6 +99,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *virtual && !*issue18 {
 		return fmt.Errorf("-virtual needs -issue18")
+	}
+	if *procs != "" && (!*issue18 || *virtual) {
+		return fmt.Errorf("-procs needs -issue18 and no -virtual")
+	}
+	if *procs != "" {
+		if _, err := os.Stat(*procs); err != nil {
+			return fmt.Errorf("-procs: %w", err)
+		}
+		if !isFlagSet(fs, "parallel") {
+			*parallel = 1
+		}
 	}
 	if *parallel < 1 {
 		return fmt.Errorf("-parallel must be at least 1, got %d", *parallel)
@@ -139,6 +163,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *virtual {
 			fmt.Fprintf(stderr, "run %d of %d: %d dialects x %d clients, %v each of virtual time, %d at a time...\n", i+1, *repeat, len(scenarios), len(contenders), *duration, *parallel)
 			rows, err = runVirtual(ctx, scenarios, contenders, extra, *parallel)
+		} else if *procs != "" {
+			fmt.Fprintf(stderr, "run %d of %d: %d dialects x 2 clients as OS processes of %s, %v each, %d at a time (load average %s)...\n", i+1, *repeat, len(scenarios), *procs, *duration, *parallel, loadavg())
+			rows, err = runProcs(ctx, *procs, *state, 0.9, scenarios, *parallel, stderr)
 		} else {
 			fmt.Fprintf(stderr, "run %d of %d: %d dialects x %d clients, %v each, all at once (load average %s)...\n", i+1, *repeat, len(scenarios), len(contenders), *duration, loadavg())
 			rows, err = sim.RunTable(ctx, scenarios, contenders, nil)
@@ -227,6 +254,13 @@ func runVirtual(ctx context.Context, scenarios []sim.Scenario, contenders []sim.
 		return nil, err
 	}
 	return rows, nil
+}
+
+// isFlagSet reports whether the flag name was given.
+func isFlagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // loadavg returns the first three fields of /proc/loadavg, or "unknown".

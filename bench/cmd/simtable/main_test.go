@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -111,5 +112,116 @@ func TestRunIssue18Virtual(t *testing.T) {
 	first := rows[1].Result.Seconds[0]
 	if first.Offered != 90 || first.Throttles != 0 {
 		t.Fatalf("fixed 0.9x, first second: %+v", first)
+	}
+}
+
+func TestSumSeconds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name string, r sim.Result) string {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	a := write("a.json", sim.Result{Seconds: []sim.Second{
+		{T: 0, Limit: 100, Offered: 10, Admitted: 9, Goodput: 8, Throttles: 1, Retries: 1, Rate: 40},
+		{T: 1, Limit: 50, Offered: 5, Admitted: 5, Goodput: 5, Bans: 1, Errors: 2, Rate: 20},
+	}})
+	b := write("b.json", sim.Result{Seconds: []sim.Second{
+		{T: 0, Limit: 100, Offered: 20, Admitted: 20, Goodput: 19, Rate: 41},
+		{T: 1, Limit: 50, Offered: 7, Admitted: 6, Goodput: 6, Throttles: 1, Rate: 21},
+		{T: 2, Limit: 50, Offered: 3, Admitted: 3, Goodput: 3, Rate: 22},
+	}})
+	got, err := sumSeconds([]string{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []sim.Second{
+		{T: 0, Limit: 100, Offered: 30, Admitted: 29, Goodput: 27, Throttles: 1, Retries: 1, Rate: 81},
+		{T: 1, Limit: 50, Offered: 12, Admitted: 11, Goodput: 11, Throttles: 1, Bans: 1, Errors: 2, Rate: 41},
+		{T: 2, Limit: 50, Offered: 3, Admitted: 3, Goodput: 3, Rate: 22},
+	}
+	if len(got.Seconds) != len(want) {
+		t.Fatalf("got %d seconds, want %d", len(got.Seconds), len(want))
+	}
+	for i := range want {
+		if got.Seconds[i] != want[i] {
+			t.Errorf("second %d: got %+v, want %+v", i, got.Seconds[i], want[i])
+		}
+	}
+	if _, err := sumSeconds([]string{a, filepath.Join(dir, "missing.json")}); err == nil {
+		t.Error("a missing file: no error")
+	}
+	empty := write("empty.json", sim.Result{})
+	if _, err := sumSeconds([]string{empty}); err == nil {
+		t.Error("a file of no seconds: no error")
+	}
+}
+
+// TestRunProcs runs two real OS processes of the sluice binary per client
+// against simulators of their own, sharing a SQLite store, and checks the
+// plumbing: both rows, the processes' seconds summed, the limit change
+// where the scenario puts it.
+func TestRunProcs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "sluice")
+	// Built in the main module (bench's go.sum does not cover the CLI's
+	// dependencies).
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/sluice")
+	build.Dir = filepath.Join("..", "..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	var out, errb bytes.Buffer
+	file := filepath.Join(dir, "rows.json")
+	args := []string{"-issue18", "-procs", bin, "-state", "sqlite:" + filepath.Join(dir, "state.db"), "-duration", "4s", "-only", "^bare-429$", "-out", file}
+	if err := run(t.Context(), args, &out, &errb); err != nil {
+		t.Fatal(err, errb.String())
+	}
+	for _, want := range []string{"| bare-429 | sluice |", "| bare-429 | fixed-0.9x |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []sim.Row
+	if err := json.Unmarshal(b, &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 {
+		t.Fatalf("-out holds %d rows, want 2", len(rows))
+	}
+	for _, r := range rows {
+		s := r.Result.Seconds
+		if len(s) < 4 {
+			t.Fatalf("%s: %d seconds, want at least 4", r.Contender, len(s))
+		}
+		if s[0].Limit != 100 || s[1].Limit != 100 || s[2].Limit != 50 || s[3].Limit != 50 {
+			t.Errorf("%s: limits %v %v %v %v, want 100 100 50 50 (the halving at 2 s)", r.Contender, s[0].Limit, s[1].Limit, s[2].Limit, s[3].Limit)
+		}
+	}
+}
+
+func TestRunProcsFlagErrors(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "sluice")
+	if err := os.WriteFile(bin, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"-procs", bin}, {"-issue18", "-virtual", "-procs", bin}, {"-issue18", "-procs", bin + "-missing"}} {
+		var out, errb bytes.Buffer
+		if err := run(t.Context(), args, &out, &errb); err == nil || !strings.Contains(err.Error(), "-procs") {
+			t.Errorf("%v: got %v, want an error naming -procs", args, err)
+		}
 	}
 }
