@@ -150,6 +150,16 @@ const (
 	// Ignored does not count: a call the caller canceled, or one that
 	// never reached the provider for reasons of its own.
 	Ignored
+	// Throttle is a refusal for load (a 429 or 503 the caller's rate
+	// controller acts on, not a Retry-After, which the caller should
+	// Ignore): it counts as a failure in the window's failure rate and
+	// fails a half-open probe, but neither lengthens nor ends a run of
+	// consecutive failures. A rate limiter slows down for throttles; a
+	// breaker opened by a short burst of them would stop the calls that
+	// carry that feedback and let the rate go stale (a throttled call must
+	// wait, not fail); a provider refusing most calls for long still trips
+	// the failure rate.
+	Throttle
 )
 
 // Classify maps a call's result to an Outcome: a network error (or
@@ -331,7 +341,7 @@ func (p *Policy) Record(b *Breaker, now int64, t Ticket, o Outcome) Event {
 			b.lost--
 		}
 		switch o {
-		case Failure:
+		case Failure, Throttle:
 			return p.transition(b, now, Open, ReasonProbeFailed)
 		case Success:
 			if late {
@@ -351,7 +361,7 @@ func (p *Policy) Record(b *Breaker, now int64, t Ticket, o Outcome) Event {
 }
 
 func (p *Policy) recordClosed(b *Breaker, now int64, t Ticket, o Outcome) Event {
-	if o != Success && o != Failure {
+	if o != Success && o != Failure && o != Throttle {
 		return Event{}
 	}
 	epoch := now / p.width
@@ -372,6 +382,9 @@ func (p *Policy) recordClosed(b *Breaker, now int64, t Ticket, o Outcome) Event 
 		return Event{}
 	}
 	bk.failures++
+	if o == Throttle {
+		return p.rateTrip(b, now)
+	}
 	// A call admitted before the run's last failure was recorded was in
 	// flight with it: calls sent together fail together, one signal (a
 	// provider's limit that fell refuses every call in flight at once).
@@ -383,6 +396,11 @@ func (p *Policy) recordClosed(b *Breaker, now int64, t Ticket, o Outcome) Event 
 	if p.consecutive > 0 && b.consec >= p.consecutive {
 		return p.transition(b, now, Open, ReasonConsecutiveFailures)
 	}
+	return p.rateTrip(b, now)
+}
+
+// rateTrip opens the breaker when the window's failure rate says so.
+func (p *Policy) rateTrip(b *Breaker, now int64) Event {
 	total, failures := p.window(b)
 	if total >= p.minRequests && float64(failures) >= p.rate*float64(total) {
 		return p.transition(b, now, Open, ReasonFailureRate)

@@ -529,3 +529,48 @@ func TestFailuresInFlightStillCountInTheRate(t *testing.T) {
 	require.Equal(t, Open, ev.To)
 	require.Equal(t, ReasonFailureRate, ev.Reason)
 }
+
+func TestThrottlesCountInTheRateNotInTheRun(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{ConsecutiveFailures: 3, MinRequests: 8, FailureRate: 0.5, OpenTimeout: time.Second, HalfOpenProbes: 1})
+	var b Breaker
+	at := t0
+	one := func(o Outcome) Event {
+		at += ms
+		tk, _, err := p.Allow(&b, at)
+		require.NoError(t, err)
+		return p.Record(&b, at, tk, o)
+	}
+	// Failures, then throttles, each sent after the last was seen: the
+	// throttles neither lengthen the run nor end it.
+	require.False(t, one(Failure).Changed())
+	require.False(t, one(Failure).Changed())
+	for range 3 {
+		require.False(t, one(Throttle).Changed())
+	}
+	c := p.Counts(&b)
+	require.Equal(t, 2, c.Consecutive)
+	require.Equal(t, 5, c.Failures)
+	ev := one(Failure)
+	require.Equal(t, ReasonConsecutiveFailures, ev.Reason)
+
+	// Throttles alone trip the failure rate.
+	b = Breaker{}
+	for range 4 {
+		require.False(t, one(Success).Changed())
+	}
+	for range 3 {
+		require.False(t, one(Throttle).Changed())
+	}
+	ev = one(Throttle)
+	require.Equal(t, Open, ev.To)
+	require.Equal(t, ReasonFailureRate, ev.Reason)
+
+	// A throttled probe fails.
+	at += sec
+	tk, _, err := p.Allow(&b, at)
+	require.NoError(t, err)
+	require.True(t, tk.Probe)
+	ev = p.Record(&b, at, tk, Throttle)
+	require.Equal(t, ReasonProbeFailed, ev.Reason)
+}

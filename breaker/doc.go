@@ -23,7 +23,9 @@
 //
 // Only provider trouble counts as a failure: 429, 5xx and network errors
 // (Classify). Other 4xx are healthy answers and count as successes; a
-// canceled call is ignored.
+// canceled call is ignored. A caller with a rate controller may record a
+// refusal for load as a Throttle instead: it counts in the failure rate
+// and fails a probe, but takes no part in a run of consecutive failures.
 //
 // Every transition is an Event (previous state, state, reason, counters,
 // time) carrying no request data, payloads or credentials, which a caller

@@ -147,23 +147,32 @@ func TestBreakerOpensAndReportsTransitions(t *testing.T) {
 }
 
 // A 429 that says when to come back paces the key; it does not trip the
-// breaker. A bare 429 does.
+// breaker. A bare 429 or 503 counts in the failure rate, which trips it
+// (MinRequests 2 here), but not in a run of consecutive failures (a limit
+// that fell refuses a burst of calls; the rate controller slows down for
+// them), which a 500 trips.
 func TestRetryAfterDoesNotTripTheBreaker(t *testing.T) {
 	t.Parallel()
+	rateTrips := breaker.Config{ConsecutiveFailures: 2, MinRequests: 2, FailureRate: 0.5, OpenTimeout: time.Hour}
+	runTrips := breaker.Config{ConsecutiveFailures: 2, MinRequests: 1000, OpenTimeout: time.Hour}
 	for _, tt := range []struct {
 		name  string
 		resp  func() *http.Response
+		cfg   breaker.Config
 		state string
 	}{
-		{"with Retry-After", response(429, "", "Retry-After", "0"), "closed"},
-		{"bare", response(429, ""), "open"},
+		{"with Retry-After", response(429, "", "Retry-After", "0"), rateTrips, "closed"},
+		{"bare, failure rate", response(429, ""), rateTrips, "open"},
+		{"bare, consecutive", response(429, ""), runTrips, "closed"},
+		{"503, consecutive", response(503, ""), runTrips, "closed"},
+		{"500, consecutive", response(500, ""), runTrips, "open"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			base := &scripted{resps: []func() *http.Response{tt.resp}}
 			cfg := fast(base)
 			cfg.Retry.MaxAttempts = 1
-			cfg.Breaker = breaker.Config{ConsecutiveFailures: 2, OpenTimeout: time.Hour}
+			cfg.Breaker = tt.cfg
 			c, err := outbound.New(cfg)
 			require.NoError(t, err)
 			for range 2 {

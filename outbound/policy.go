@@ -56,16 +56,24 @@ func (k *keyPolicy) allow(now int64) (func(now int64, rep *signal.Report), error
 	return func(now int64, rep *signal.Report) { k.brk.Done(now, t, breakerOutcome(rep)) }, nil
 }
 
-// breakerOutcome maps a report to the breaker: 429, 5xx and network errors
-// are failures, except that a throttle that says when to come back (a
+// breakerOutcome maps a report to the breaker: 5xx and network errors are
+// failures, except that a throttle that says when to come back (a
 // Retry-After) is the provider pacing us, not failing: it pauses the key
-// and does not trip the breaker (seed 001, 7.5).
+// and does not trip the breaker (seed 001, 7.5); and a throttle that does
+// not say (a bare 429 or 503, THROTTLED in a body) is a breaker.Throttle:
+// it counts in the failure rate but not in a run of consecutive failures,
+// since the key's rate controller slows down for it and a breaker opened
+// by one burst of refusals would stop the calls that carry that feedback
+// (issue 18: a limit that halved opened a process's breaker for 10 s and
+// left its rate stale). A ban without a Retry-After is a failure.
 func breakerOutcome(rep *signal.Report) breaker.Outcome {
 	switch {
 	case rep.Class == signal.ClassCanceled:
 		return breaker.Ignored
 	case rep.Throttled && rep.HasRetryAfter:
 		return breaker.Ignored
+	case rep.Throttled && !rep.Banned:
+		return breaker.Throttle
 	}
 	return breaker.Classify(rep.Status, rep.Status == 0 && rep.Class == signal.ClassTransient, false)
 }
