@@ -32,7 +32,10 @@ type adaptive struct {
 	syncedUntil int64   // µs: the store already holds a pause until then
 	costPerCall float64 // latest actual cost of a call, for cost-bucket hints
 	weight      usedWeight
-	latency     float64 // EWMA of attempt latency, µs
+	// span is the longest time to a windowless quota's reset seen, in
+	// whole seconds (µs): the quota's window, as far as the key can tell.
+	span    int64
+	latency float64 // EWMA of attempt latency, µs
 	// minLatency is the fastest success since minLatencyAt (µs).
 	minLatency, minLatencyAt int64
 	// stated is the provider's headline quota as last reported, for
@@ -272,6 +275,20 @@ func (a *adaptive) hint(rep *signal.Report) float64 {
 			r = statedMargin * float64(p.Limit) / (float64(p.Window) / 1e6)
 		case p.Known&signal.FieldWindow == 0 && p.Known&left == left && p.ResetAfter > 0 && p.Remaining > 0:
 			r = float64(p.Remaining) / (float64(p.ResetAfter) / 1e6)
+			if p.Known&signal.FieldLimit != 0 && p.Limit > 0 {
+				// The window is at least the longest time to a reset
+				// seen, in whole seconds (a reset given in Unix
+				// seconds, X-RateLimit-Reset's usual form, is
+				// whole): pace the limit over it, and what remains
+				// over the time to the reset only when that is
+				// less (the window was spent ahead of that pace).
+				// What remains alone swings with every answer near
+				// the reset (2 left 20 ms before it reads as 100/s)
+				// and a burst at a window's edge meets a refusal,
+				// whose Retry-After pauses the fleet.
+				a.span = max(a.span, (p.ResetAfter+999_999)/1_000_000*1_000_000)
+				r = min(r, statedMargin*float64(p.Limit)/(float64(a.span)/1e6))
+			}
 		}
 		if r > 0 && (best == 0 || r < best) {
 			best = r

@@ -2,6 +2,7 @@ package outbound_test
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -25,7 +26,7 @@ func TestStatedLimitIsPacedFromTheFirstAnswer(t *testing.T) {
 		want   float64
 	}{
 		{"IETF RateLimit-Policy", []string{"RateLimit-Policy", `"default";q=100;w=1`, "RateLimit", `"default";r=99;t=1`}, "", 98},
-		{"X-RateLimit-*", []string{"X-RateLimit-Limit", "600", "X-RateLimit-Remaining", "599", "X-RateLimit-Reset", "60"}, "", 599.0 / 60},
+		{"X-RateLimit-*", []string{"X-RateLimit-Limit", "600", "X-RateLimit-Remaining", "599", "X-RateLimit-Reset", "60"}, "", 0.98 * 600 / 60},
 		{"Shopify throttleStatus", []string{"Content-Type", "application/json"},
 			`{"data":{},"extensions":{"cost":{"requestedQueryCost":10,"actualQueryCost":5,` +
 				`"throttleStatus":{"maximumAvailable":1000,"currentlyAvailable":995,"restoreRate":50}}}}`, 10},
@@ -44,6 +45,48 @@ func TestStatedLimitIsPacedFromTheFirstAnswer(t *testing.T) {
 			require.InDelta(t, tc.want, rate, 1e-9, "the stated rate after the first answer")
 		})
 	}
+}
+
+// xrlWindow answers 200 with X-RateLimit-Limit/-Remaining/-Reset (Unix
+// seconds) of a fixed window of a second aligned to the clock, holding
+// limit calls, remaining as given for each call in turn.
+type xrlWindow struct {
+	clk       *clocktest.Clock
+	limit     int
+	remaining []int
+	n         int
+}
+
+func (x *xrlWindow) RoundTrip(*http.Request) (*http.Response, error) {
+	now := x.clk.Now()
+	r := x.remaining[min(x.n, len(x.remaining)-1)]
+	x.n++
+	return response(200, "ok", "X-RateLimit-Limit", strconv.Itoa(x.limit), "X-RateLimit-Remaining", strconv.Itoa(r),
+		"X-RateLimit-Reset", strconv.FormatInt(now.Unix()+1, 10))(), nil
+}
+
+// Issue 18: an X-RateLimit-* quota states no window; the key paces the
+// limit over the longest time to a reset seen (whole seconds), and what
+// remains over the time to the reset only when that is less. What remains
+// alone read as a rate near a reset (5 left 30 ms before it: 166/s) sent a
+// burst at the window's edge.
+func TestWindowlessQuotaPacesTheLimitOverItsWindow(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0) // t0 is on a whole second
+	x := &xrlWindow{clk: clk, limit: 100, remaining: []int{99, 5, 1}}
+	c, err := outbound.New(outbound.Config{Base: x, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk})})
+	require.NoError(t, err)
+	call := func() float64 {
+		resp := get(t, c, "http://api.test/")
+		require.NoError(t, resp.Body.Close())
+		rate, _ := c.Rate("api.test")
+		return rate
+	}
+	require.InDelta(t, 98, call(), 1e-9, "the first answer, a whole second before the reset: 0.98 x 100 over 1 s")
+	clk.Advance(970 * time.Millisecond)
+	require.InDelta(t, 98, call(), 1e-9, "5 left 30 ms before the reset is no faster pace than the window's")
+	clk.Advance(15 * time.Millisecond) // past the pace's next turn, so the call does not wait
+	require.InDelta(t, 1/0.015, call(), 1e-6, "1 left 15 ms before the reset: what remains is the slower pace")
 }
 
 // lateDrive runs f, moving w on to each timer the code under test waits
