@@ -33,6 +33,18 @@ const (
 	probeLower = 0.98
 )
 
+// A probe above a proven plateau (State.good) grows by probeGrowth times
+// itself a second (x1.1 a second), not additively: what tells a limit that
+// rose from one that did not is a rate past probeSpan x the plateau served
+// for a whole second, and at the additive 2 % of the peak a second the
+// probe took 5 s to get there, which was most of the 15-26 s an up
+// re-convergence took against a provider that states no limit (issue 18
+// item 4). Where the limit did not move, the probe is refused sooner after
+// it passes the limit (it spends a provider's burst of 0.1 s about 1.4 s
+// after, where the additive increase took about 3 s), and a failed probe
+// costs the same one refusal and pause.
+const probeGrowth = 0.1
+
 // A probe above a proven plateau (State.good) that gets past probeSpan x
 // it with no throttle signal has found a limit that rose: the rate then
 // grows by rampGrowth times itself per second (x1.65 a second), as in a
@@ -1117,6 +1129,15 @@ func (c *Controller) grow(s *State, now int64) bool {
 		inc := c.increase
 		if inc == 0 {
 			inc = DefaultIncreaseFraction * max(s.peak, s.rate)
+		}
+		if s.good > 0 && c.slowStart > 0 {
+			// A probe above the proven plateau grows by probeGrowth
+			// times itself a second (at least by the additive
+			// increase, and no faster than slow start): it passes
+			// probeSpan within a second or so, where the additive
+			// increase took 5 s. Without slow start (SlowStart < 0)
+			// the increase stays additive, as asked.
+			inc = max(inc, min(probeGrowth, c.slowStart)*s.rate)
 		}
 		s.rate += inc * dt
 		if s.good > 0 && s.rate > probeSpan*s.good && c.slowStart > 0 && s.useKnown && s.useRate > probeSpan*s.good {

@@ -28,21 +28,25 @@
 // With Config.Plateau set, recovery after a decrease levels off at that
 // fraction of the rate the decreases began at (half way closer when the
 // trouble was found while holding there) and holds for Config.Hold before
-// probing above it again: against a provider whose every refusal pauses
-// the key (a Retry-After rounded up to whole seconds), probing rarely near
-// the last cut costs fewer pauses than a sawtooth (the plateau of TCP
-// CUBIC). A plateau held for a whole Hold is proven (State.Good): a probe
-// that fails within 10 % above it returns to it at once (to 98 % of it
-// when the probe failed within 1 %), and the next probe waits twice as
-// long, up to 8 x Hold, so that a key at a limit that does not move pays
-// for a probe ever more rarely; trouble at the plateau itself is an
-// ordinary decrease. A probe that gets more than 10 % above the plateau,
-// served that fast for a whole second with no trouble, has found a limit
-// that rose: it ramps up (x1.65 a second) until the first refusal, which
-// ends it as it ends a slow start, so a raised limit is reached within
-// seconds of the probe, not at 2 % a second. A probe that fails with a Retry-After costs the whole
-// key that pause, so the hold is also at least 30 times the longest pause
-// since the last decrease without one (30 s after the whole second a
+// probing above it again: against a provider whose every refusal pauses the
+// key (a Retry-After rounded up to whole seconds), probing rarely near the
+// last cut costs fewer pauses than a sawtooth (the plateau of TCP CUBIC). A
+// plateau held for a whole Hold is proven (State.Good): a probe that fails
+// within 10 % above it returns to it at once (to 98 % of it when the probe
+// failed within 1 %), and the next probe waits twice as long, up to 8 x
+// Hold, so that a key at a limit that does not move pays for a probe ever
+// more rarely; trouble at the plateau itself is an ordinary decrease. A
+// probe grows by 10 % of itself a second (additively, as after any
+// decrease, when SlowStart is negative), so that within about a second it
+// is where a limit that rose shows: a probe that gets more than 10 % above
+// the plateau, served that fast for a whole second with no trouble, has
+// found a limit that rose. It ramps up (x1.65 a second) until the first
+// refusal, which ends it as it ends a slow start, so a raised limit is
+// reached within seconds of the probe, not at 2 % a second. A probe that
+// fails with a Retry-After costs the whole key that pause (the same one
+// refusal and pause at 10 % a second as at 2 %, since a provider's burst is
+// spent the sooner), so the hold is also at least 30 times the longest
+// pause since the last decrease without one (30 s after the whole second a
 // provider rounds a few milliseconds up to). With a plateau, a throttle
 // that pauses the key (a Retry-After) after slow start cuts only to the
 // plateau under the rate refused (half way closer only when the level had

@@ -339,3 +339,46 @@ func TestProbeRefusedBeforeItRampedReturnsToThePlateau(t *testing.T) {
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: s1})
 	require.InDelta(t, good, s.rate, 1e-9, "back to the proven plateau")
 }
+
+// Issue 18 item 4: a probe above the proven plateau grows by probeGrowth
+// times itself a second, so that it passes probeSpan (where a limit that
+// rose shows) within about a second; at the additive 2 % of the peak a
+// second it took 5 s. Without slow start the increase stays additive.
+func TestProbeGrowsGeometrically(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		slowStart float64
+		// After a second of probing the rate is at least min and at
+		// most max times the plateau.
+		min, max float64
+	}{
+		{"with slow start", 2, 1.1, 1.11},
+		{"without slow start", -1, 1.0, 1.03},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := mustNew(t, Config{Start: 100, SlowStart: tc.slowStart, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, Hold: 10 * time.Second, UsageMultiple: -1})
+			s := c.Init()
+			at := t0
+			c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
+			for s.Good() == 0 {
+				at += 10 * ms
+				c.Observe(&s, at, ok(10*ms))
+				require.Less(t, at, t0+60*s1, "no probe within a minute")
+			}
+			good := s.Good()
+			require.InDelta(t, 90.0, good, 1e-9)
+			begun := at
+			for at < begun+s1 {
+				at += 12 * ms
+				c.Observe(&s, at, ok(10*ms))
+			}
+			// Served at 83 calls a second, under 1.1 x the plateau: no
+			// ramp, the probe alone.
+			require.False(t, s.Probing(), "ramping")
+			require.GreaterOrEqual(t, s.rate, tc.min*good, "a second into the probe")
+			require.LessOrEqual(t, s.rate, tc.max*good, "a second into the probe")
+		})
+	}
+}
