@@ -33,8 +33,22 @@ const (
 	probeLower = 0.98
 )
 
+// A probe above a proven plateau (State.good) grows by probeGrowth times
+// itself a second (x1.1 a second), not additively: what tells a limit that
+// rose from one that did not is a rate past probeSpan x the plateau served
+// for a whole second, and at the additive 2 % of the peak a second the
+// probe took 5 s to get there, which was most of the 15-26 s an up
+// re-convergence took against a provider that states no limit (issue 18
+// item 4). Where the limit did not move, the probe is refused sooner after
+// it passes the limit (it spends a provider's burst of 0.1 s about 1.4 s
+// after, where the additive increase took about 3 s), and a failed probe
+// costs the same one refusal and pause.
+const probeGrowth = 0.1
+
 // A probe above a proven plateau (State.good) that gets past probeSpan x
-// it with no throttle signal has found a limit that rose: the rate then
+// it and x the rate where the last decrease found trouble (State.over),
+// served that fast for a whole second with no throttle signal, has found a
+// limit that rose: the rate then
 // grows by rampGrowth times itself per second (x1.65 a second), as in a
 // slow start but gentler, until the first refusal, which ends it as it
 // ends a slow start (issue 18 item 4: at the additive 2 % a second, a
@@ -424,6 +438,11 @@ type State struct {
 	// probe is Hold << backoff, at most 3).
 	good    float64
 	backoff int
+	// over is where the last decrease found trouble: the rate a failed
+	// probe was refused at, else the Peak the decrease left (0: none). A
+	// probe ramps only once served past probeSpan times it (and the
+	// plateau).
+	over float64
 	// pause is the longest Retry-After (µs) that came with a decrease
 	// since the last decrease without one, at most maxPauseCost: the cost
 	// of a failed probe, which lengthens the hold (probeCost).
@@ -510,7 +529,7 @@ func (c *Controller) start0(s *State) {
 		s.next, s.n = 0, 0
 	}
 	s.peak, s.cutTo, s.hint = sane(s.peak), sane(s.cutTo), sane(s.hint)
-	s.target, s.useRate, s.good = sane(s.target), sane(s.useRate), sane(s.good)
+	s.target, s.useRate, s.good, s.over = sane(s.target), sane(s.useRate), sane(s.good), sane(s.over)
 	s.proven, s.provenNext = sane(s.proven), sane(s.provenNext)
 	s.sus, s.susLow = sane(s.sus), sane(s.susLow)
 	s.pause = min(max(s.pause, 0), maxPauseCost)
@@ -731,6 +750,13 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// earn one more pause.
 					s.peak = min(s.peak, resumed)
 				}
+			}
+			if s.good > 0 {
+				// A failed probe: it found the limit near the rate
+				// it was refused at.
+				s.over = from
+			} else {
+				s.over = s.peak
 			}
 			switch reason {
 			case ReasonLatency, ReasonQueue:
@@ -1118,8 +1144,17 @@ func (c *Controller) grow(s *State, now int64) bool {
 		if inc == 0 {
 			inc = DefaultIncreaseFraction * max(s.peak, s.rate)
 		}
+		if s.good > 0 && c.slowStart > 0 {
+			// A probe above the proven plateau grows by probeGrowth
+			// times itself a second (at least by the additive
+			// increase, and no faster than slow start): it passes
+			// probeSpan within a second or so, where the additive
+			// increase took 5 s. Without slow start (SlowStart < 0)
+			// the increase stays additive, as asked.
+			inc = max(inc, min(probeGrowth, c.slowStart)*s.rate)
+		}
 		s.rate += inc * dt
-		if s.good > 0 && s.rate > probeSpan*s.good && c.slowStart > 0 && s.useKnown && s.useRate > probeSpan*s.good {
+		if ref := probeSpan * max(s.good, s.over); s.good > 0 && s.rate > ref && c.slowStart > 0 && s.useKnown && s.useRate > ref {
 			// Past the span a probe fails in, with no trouble, and
 			// served that fast for a whole second (a provider's
 			// burst lets a pace over its limit pass for a while; a

@@ -28,36 +28,43 @@
 // With Config.Plateau set, recovery after a decrease levels off at that
 // fraction of the rate the decreases began at (half way closer when the
 // trouble was found while holding there) and holds for Config.Hold before
-// probing above it again: against a provider whose every refusal pauses
-// the key (a Retry-After rounded up to whole seconds), probing rarely near
-// the last cut costs fewer pauses than a sawtooth (the plateau of TCP
-// CUBIC). A plateau held for a whole Hold is proven (State.Good): a probe
-// that fails within 10 % above it returns to it at once (to 98 % of it
-// when the probe failed within 1 %), and the next probe waits twice as
-// long, up to 8 x Hold, so that a key at a limit that does not move pays
-// for a probe ever more rarely; trouble at the plateau itself is an
-// ordinary decrease. A probe that gets more than 10 % above the plateau,
-// served that fast for a whole second with no trouble, has found a limit
-// that rose: it ramps up (x1.65 a second) until the first refusal, which
-// ends it as it ends a slow start, so a raised limit is reached within
-// seconds of the probe, not at 2 % a second. A probe that fails with a Retry-After costs the whole
-// key that pause, so the hold is also at least 30 times the longest pause
-// since the last decrease without one (30 s after the whole second a
-// provider rounds a few milliseconds up to). With a plateau, a throttle
-// that pauses the key (a Retry-After) after slow start cuts only to the
-// plateau under the rate refused (half way closer only when the level had
-// held 2 s), since the pause itself sheds the load and the key should
-// resume near its last good rate; one refused again within 2 s of the
-// pause's end cuts by Decrease twice, since the limit fell well below (so
-// that a provider that bans after a few refusals sees few), and recovers
-// under the rate the last pause resumed at; the refusal that ends slow
-// start, which overshoots, also cuts by Decrease twice and recovers under
-// one Decrease of the rate refused. A refusal with a Retry-After at a rate
-// the key held for a whole 2 s with successes, 10 s or more after the last
-// throttle signal, is excused: the key pauses as asked and keeps its rate
-// (a process starved of CPU sends the calls a stall held back in a bunch
-// that empties a provider's small burst below its limit); a limit that did
-// fall refuses it again soon after the pause, which cuts twice as deep.
+// probing above it again: against a provider whose every refusal pauses the
+// key (a Retry-After rounded up to whole seconds), probing rarely near the
+// last cut costs fewer pauses than a sawtooth (the plateau of TCP CUBIC). A
+// plateau held for a whole Hold is proven (State.Good): a probe that fails
+// within 10 % above it returns to it at once (to 98 % of it when the probe
+// failed within 1 %), and the next probe waits twice as long, up to 8 x
+// Hold, so that a key at a limit that does not move pays for a probe ever
+// more rarely; trouble at the plateau itself is an ordinary decrease. A
+// probe grows by 10 % of itself a second (additively, as after any
+// decrease, when SlowStart is negative), so that within about a second it
+// is where a limit that rose shows: a probe that gets more than 10 % above
+// the plateau and above the rate where the last decrease found trouble (the
+// rate a failed probe was refused at), served that fast for a whole second
+// with no trouble, has found a limit that rose (a provider's burst lets the
+// rate it refused pass for a second or so). It ramps up (x1.65 a second)
+// until the first refusal, which ends it as it ends a slow start, so a
+// raised limit is reached within seconds of the probe, not at 2 % a second.
+// A probe that fails with a Retry-After costs the whole key that pause (the
+// same one refusal and pause at 10 % a second as at 2 %, since a provider's
+// burst is spent the sooner), so the hold is also at least 30 times the
+// longest pause since the last decrease without one (30 s after the whole
+// second a provider rounds a few milliseconds up to). With a plateau, a
+// throttle that pauses the key (a Retry-After) after slow start cuts only
+// to the plateau under the rate refused (half way closer only when the
+// level had held 2 s), since the pause itself sheds the load and the key
+// should resume near its last good rate; one refused again within 2 s of
+// the pause's end cuts by Decrease twice, since the limit fell well below
+// (so that a provider that bans after a few refusals sees few), and
+// recovers under the rate the last pause resumed at; the refusal that ends
+// slow start, which overshoots, also cuts by Decrease twice and recovers
+// under one Decrease of the rate refused. A refusal with a Retry-After at a
+// rate the key held for a whole 2 s with successes, 10 s or more after the
+// last throttle signal, is excused: the key pauses as asked and keeps its
+// rate (a process starved of CPU sends the calls a stall held back in a
+// bunch that empties a provider's small burst below its limit); a limit
+// that did fall refuses it again soon after the pause, which cuts twice as
+// deep.
 //
 // With Config.Queue set, the latency gradient (as in TCP Vegas) reads a
 // provider that queues calls before it is slow: when the median of the
