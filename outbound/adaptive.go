@@ -76,11 +76,21 @@ func newAdaptive(ctl *aimd.Controller) *adaptive {
 	return &adaptive{ctl: ctl, state: ctl.Init()}
 }
 
-// rate returns the adapted rate, under the provider's hint.
+// rate returns the adapted rate, under the provider's hint; for a learned
+// weight budget, the window's ordinary pace (a window is paced faster only
+// to catch up after a pause, or to probe).
 func (a *adaptive) rate() float64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.ctl.Rate(&a.state)
+	return a.rateLocked()
+}
+
+func (a *adaptive) rateLocked() float64 {
+	r := a.ctl.Rate(&a.state)
+	if b := a.weight.base(); b > 0 {
+		r = min(r, b)
+	}
+	return r
 }
 
 // adopt takes up the fleet's shared rate (Config.SharedRate).
@@ -102,15 +112,34 @@ func (a *adaptive) turn(now int64) turn {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	until, paused := a.state.Paused(now)
-	return turn{rate: a.ctl.Rate(&a.state), until: until, paused: paused, stated: a.state.Hint() > 0}
+	r := a.ctl.Rate(&a.state)
+	if p, stop := a.weight.pace(now, int64(a.latency)); p > 0 {
+		// A learned window budget: the window's own pace, and a wait
+		// for its reset once its calls are spent (usedWeight).
+		r = min(r, p)
+		if stop > now && stop > until {
+			until, paused = stop, true
+		}
+	}
+	return turn{rate: r, until: until, paused: paused, stated: a.state.Hint() > 0}
+}
+
+// booked notes that a turn was booked d µs ahead.
+func (a *adaptive) booked(d int64) {
+	a.mu.Lock()
+	a.weight.booked(d)
+	a.mu.Unlock()
 }
 
 // paused reports whether a Retry-After pauses the key at now.
 func (a *adaptive) paused(now int64) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	_, p := a.state.Paused(now)
-	return p
+	if _, p := a.state.Paused(now); p {
+		return true
+	}
+	// A turn booked before the window's calls were spent, due now.
+	return a.weight.spent(now, int64(a.latency))
 }
 
 // notePause applies a pause of d µs heard of from the store at now, as if
@@ -204,7 +233,7 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 		a.ctl.SetRate(&a.state, shared)
 	}
 	budget := a.weight.budget
-	s.Hint = a.hint(rep)
+	s.Hint = a.hint(rep, now-s.Latency)
 	a.noteStated(rep, now)
 	var o outcome
 	if a.weight.budget != budget {
@@ -228,6 +257,15 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 		a.state.CapTarget(a.minLatency * targetOverMin)
 	}
 	o.decision = a.ctl.Observe(&a.state, now, s)
+	if a.weight.shown && s.Hint > 0 {
+		// A refusal that showed the learned window budget is
+		// explained by it: the key waits out the Retry-After and then
+		// paces by the window (usedWeight.pace), with no cut to
+		// recover from (issue 18: each one cost seconds of slow
+		// recovery, and a probe for a raised limit is one).
+		a.ctl.SetRate(&a.state, s.Hint)
+		o.decision.Change = aimd.Unchanged
+	}
 	o.rate = a.ctl.Rate(&a.state)
 	// A pause (Retry-After, a ban, an exhausted quota) goes to the store
 	// once per episode, so every process sharing the key waits too.
@@ -245,15 +283,16 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 
 // hint returns the sustainable rate the provider reported, in calls per
 // second, or 0: a quota over a window, or a cost bucket's restore rate
-// over the cost of a call. a.mu is held.
-func (a *adaptive) hint(rep *signal.Report) float64 {
+// over the cost of a call, or a learned weight budget's fastest pace;
+// sent is when rep's request left. a.mu is held.
+func (a *adaptive) hint(rep *signal.Report, sent int64) float64 {
 	if rep.HasCost && rep.CostActual > 0 {
 		a.costPerCall = rep.CostActual
 	}
 	if rep.RestoreRate > 0 && a.costPerCall > 0 {
 		return rep.RestoreRate / a.costPerCall
 	}
-	if h := a.weight.observe(rep); h > 0 {
+	if h := a.weight.observe(rep, sent); h > 0 {
 		return h
 	}
 	// Every policy the provider states bounds the rate: the tightest
@@ -338,10 +377,13 @@ type view struct {
 func (a *adaptive) view(now int64) view {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	v := view{rate: a.ctl.Rate(&a.state), hint: a.state.Hint(), probing: a.state.Probing(),
+	v := view{rate: a.rateLocked(), hint: a.state.Hint(), probing: a.state.Probing(),
 		avgLatency: time.Duration(a.latency) * time.Microsecond,
 		p50Latency: a.percentile(50), p95Latency: a.percentile(95),
 		stated: a.stated, pauses: a.pauses}
+	if b := a.weight.base(); b > 0 {
+		v.hint = b
+	}
 	if until, ok := a.state.Paused(now); ok {
 		v.pausedFor = time.Duration(until-now) * time.Microsecond
 	}

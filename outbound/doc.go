@@ -39,9 +39,19 @@
 // budget the provider never states but whose use it reports (Binance's
 // X-MBX-USED-WEIGHT-(interval)) is learned: a refusal while the header says
 // W means the budget is W, a call's weight is the smallest step between
-// reports, and the key is then paced, fleet-wide, at 97 % of the budget
-// over the window. The process that learns it writes it to the store; the
-// others take it up when they find the key paused.
+// reports, and the key is then paced, fleet-wide, window by window (the
+// windows aligned to the clock, as the provider's are): 98 % of the budget
+// by each window's reset, faster (up to 3 times the budget's pace, and no
+// more than 3 calls a latency) when a pause took the window's start, and
+// not at all once the window's share is spent. A success reporting more
+// than the budget raises it at once; to find a raised limit, every 5 s
+// (further apart when a failed probe would cost more than 0.5 % of the
+// budget: it costs the part of the next window its Retry-After takes) a
+// window that follows one spent to the budget probes: it spends the
+// budget, then sends one call at a time beyond it, so that an unchanged
+// limit costs one refusal with no call in flight behind it. The process
+// that learns a budget writes it to the store; the others take it up when
+// they find the key paused.
 // Config.SharedRate also keeps the adapted rate itself in the store, so
 // that a fleet adapts as one.
 //

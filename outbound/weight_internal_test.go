@@ -4,9 +4,11 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicerl/sluice/aimd"
 	"github.com/sluicerl/sluice/signal"
 )
 
@@ -20,32 +22,42 @@ func weightReport(status, used int, window string) *signal.Report {
 	return &rep
 }
 
+// sec is a second in µs; t0 is the start of a window of a second (and of
+// a minute), aligned to the clock as the provider's are.
+const sec = int64(time.Second / time.Microsecond)
+
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+
+// fast is the fastest pace at a weight budget of b calls a second.
+func fastAt(b float64) float64 { return weightBurst * b }
+
 func TestUsedWeightLearnsTheBudget(t *testing.T) {
 	t.Parallel()
 	var w usedWeight
 	// Calls of weight 2, two processes interleaved: this one sees every
 	// other report and some in a row.
-	for _, used := range []int{2, 6, 10, 12, 16, 20, 24} {
-		require.Zero(t, w.observe(weightReport(200, used, "1s")), "no budget before a refusal")
+	for i, used := range []int{2, 6, 10, 12, 16, 20, 24} {
+		require.Zero(t, w.observe(weightReport(200, used, "1s"), t0+int64(i)*1000), "no budget before a refusal")
 	}
 	require.Equal(t, int64(2), w.unit, "a call's weight is the smallest step")
 	// Refused at 100 used: the budget is 100 a second, 50 calls.
-	require.InDelta(t, weightMargin*50, w.observe(weightReport(429, 100, "1s")), 1e-9)
+	require.InDelta(t, fastAt(50), w.observe(weightReport(429, 100, "1s"), t0+500_000), 1e-9)
+	require.InDelta(t, 50, w.perWindow(), 1e-9)
 	// A ban's report (usage 0) changes nothing; a success above the
 	// budget raises it (the limit went up).
-	require.InDelta(t, weightMargin*50, w.observe(weightReport(418, 0, "1s")), 1e-9)
-	require.InDelta(t, weightMargin*51, w.observe(weightReport(200, 102, "1s")), 1e-9)
+	require.InDelta(t, fastAt(50), w.observe(weightReport(418, 0, "1s"), t0+600_000), 1e-9)
+	require.InDelta(t, fastAt(51), w.observe(weightReport(200, 102, "1s"), t0+700_000), 1e-9)
 	// The limit halves: refused at 50.
-	require.InDelta(t, weightMargin*25, w.observe(weightReport(429, 50, "1s")), 1e-9)
+	require.InDelta(t, fastAt(25), w.observe(weightReport(429, 50, "1s"), t0+sec+500_000), 1e-9)
 	// The window's length comes from the header: a minute's 1200 weight
 	// is 10 calls of 2 a second.
 	var m usedWeight
-	m.observe(weightReport(200, 4, "1m"))
-	m.observe(weightReport(200, 6, "1m"))
-	require.InDelta(t, weightMargin*10, m.observe(weightReport(429, 1200, "1m")), 1e-9)
+	m.observe(weightReport(200, 4, "1m"), t0)
+	m.observe(weightReport(200, 6, "1m"), t0+1000)
+	require.InDelta(t, fastAt(10), m.observe(weightReport(429, 1200, "1m"), t0+2000), 1e-9)
 	// Other reports keep what was learned.
 	rep := signal.Parse(0, signal.Response{Status: 200})
-	require.InDelta(t, weightMargin*10, m.observe(&rep), 1e-9)
+	require.InDelta(t, fastAt(10), m.observe(&rep, t0+3000), 1e-9)
 }
 
 // TestUsedWeightIgnoresForeignRefusals: a 429 while the window holds a
@@ -54,15 +66,17 @@ func TestUsedWeightLearnsTheBudget(t *testing.T) {
 func TestUsedWeightIgnoresForeignRefusals(t *testing.T) {
 	t.Parallel()
 	var w usedWeight
-	for _, used := range []int{2, 4, 6, 8, 100} {
-		w.observe(weightReport(200, used, "1s"))
+	for i, used := range []int{2, 4, 6, 8, 100} {
+		w.observe(weightReport(200, used, "1s"), t0+int64(i)*1000)
 	}
-	require.InDelta(t, weightMargin*60, w.observe(weightReport(429, 120, "1s")), 1e-9)
+	require.InDelta(t, fastAt(60), w.observe(weightReport(429, 120, "1s"), t0+10_000), 1e-9)
 	// Early in a new window (2 used), a refusal from another limit.
-	require.InDelta(t, weightMargin*60, w.observe(weightReport(429, 2, "1s")), 1e-9,
+	require.InDelta(t, fastAt(60), w.observe(weightReport(429, 2, "1s"), t0+sec+1000), 1e-9,
 		"a refusal at 2 of a window that has held 120 is not this window's budget")
+	require.False(t, w.shown, "nor does it explain the refusal")
 	// A refusal near what the window holds is: the limit went down.
-	require.InDelta(t, weightMargin*40, w.observe(weightReport(429, 80, "1s")), 1e-9)
+	require.InDelta(t, fastAt(40), w.observe(weightReport(429, 80, "1s"), t0+sec+2000), 1e-9)
+	require.True(t, w.shown)
 }
 
 // TestUsedWeightIgnoresGarbageWindows: an interval outside a second to a
@@ -71,14 +85,161 @@ func TestUsedWeightIgnoresGarbageWindows(t *testing.T) {
 	t.Parallel()
 	for _, window := range []string{"99999d", "2d", "9999h"} {
 		var w usedWeight
-		w.observe(weightReport(200, 2, window))
-		w.observe(weightReport(200, 4, window))
-		require.Zero(t, w.observe(weightReport(429, 100, window)), window)
+		w.observe(weightReport(200, 2, window), t0)
+		w.observe(weightReport(200, 4, window), t0+1000)
+		require.Zero(t, w.observe(weightReport(429, 100, window), t0+2000), window)
 		require.Zero(t, w.window, window)
 	}
 	var w usedWeight
-	w.observe(weightReport(200, 2, "1s"))
-	w.observe(weightReport(200, 4, "1s"))
-	require.Zero(t, w.observe(weightReport(429, 1<<50, "1s")), "a usage of 2^50")
-	require.InDelta(t, weightMargin*50, w.observe(weightReport(429, 100, "1s")), 1e-9)
+	w.observe(weightReport(200, 2, "1s"), t0)
+	w.observe(weightReport(200, 4, "1s"), t0+1000)
+	require.Zero(t, w.observe(weightReport(429, 1<<50, "1s"), t0+2000), "a usage of 2^50")
+	require.InDelta(t, fastAt(50), w.observe(weightReport(429, 100, "1s"), t0+3000), 1e-9)
+}
+
+// learned returns a usedWeight that learned a budget of 100 weight a
+// second (50 calls of 2) from a refusal in the window before t0.
+func learned(t *testing.T) *usedWeight {
+	t.Helper()
+	w := &usedWeight{}
+	w.observe(weightReport(200, 2, "1s"), t0-sec+1000)
+	w.observe(weightReport(200, 4, "1s"), t0-sec+2000)
+	w.observe(weightReport(429, 100, "1s"), t0-sec+900_000)
+	require.InDelta(t, 50, w.perWindow(), 1e-9)
+	return w
+}
+
+// Issue 18: a window is paced by what it has left until its reset, so that
+// one whose start a Retry-After took still gets its budget, and one whose
+// calls are spent waits for its reset rather than send one too many.
+func TestUsedWeightPacesTheWindow(t *testing.T) {
+	t.Parallel()
+	const lat = 20_000
+	w := learned(t)
+	// The window after the refusal's: nothing used yet, the even pace.
+	r, stop := w.pace(t0, lat)
+	require.InDelta(t, weightMargin*50, r, 1e-9)
+	require.Zero(t, stop)
+	// Half way through it with nothing used (a pause took its start):
+	// the fast pace, capped at maxInFlight calls a latency.
+	r, stop = w.pace(t0+sec/2, lat)
+	require.InDelta(t, min(fastAt(50), maxInFlight*1e6/lat), r, 1e-9)
+	require.Zero(t, stop)
+	// Reports show 48 calls used by 0.9 s: the calls are spent, the key
+	// waits for the reset, and a turn booked before then is not taken.
+	for i, used := range []int{90, 92, 94, 96} {
+		w.observe(weightReport(200, used, "1s"), t0+800_000+int64(i)*25_000)
+	}
+	_, stop = w.pace(t0+900_000, lat)
+	require.Equal(t, t0+sec, stop)
+	require.True(t, w.spent(t0+900_000, lat))
+	// The next window starts afresh.
+	r, stop = w.pace(t0+sec, lat)
+	require.InDelta(t, weightMargin*50, r, 1e-9)
+	require.Zero(t, stop)
+	require.False(t, w.spent(t0+sec, lat))
+}
+
+// Issue 18 item 4: a learned budget is probed every probeGap windows once
+// the window before was spent to it with no refusal, so that a raised
+// limit is found: the budget first, fast, then one call at a time beyond
+// it; a success above the budget raises it, and the next window probes
+// too.
+func TestUsedWeightProbesARaisedLimit(t *testing.T) {
+	t.Parallel()
+	const lat = 10_000
+	w := learned(t)
+	gap := w.probeGap(lat)
+	require.Equal(t, probeEvery/sec, gap, "at 50 calls a second and 10 ms, a failed probe costs nothing of the next window")
+	// The first probing window after t0, and the one before it spent.
+	k := (t0/sec/gap + 1) * gap
+	start := k * sec
+	w.observe(weightReport(200, 94, "1s"), start-sec+900_000)
+	w.observe(weightReport(200, 98, "1s"), start-sec+950_000)
+	require.True(t, w.probing(k, lat))
+	require.False(t, w.probing(k+1, lat))
+	r, stop := w.pace(start+1000, lat)
+	require.InDelta(t, fastAt(50), r, 1e-9, "the budget, fast")
+	require.Zero(t, stop)
+	// Two calls under the budget: one call at a time.
+	w.observe(weightReport(200, 96, "1s"), start+300_000)
+	r, _ = w.pace(start+310_000, lat)
+	require.InDelta(t, 1e6/(probeSpacing*lat), r, 1e-9)
+	// A success above the budget: raised at once; two calls at a time
+	// for the rest of the window, and the next window probes too.
+	w.observe(weightReport(200, 102, "1s"), start+400_000)
+	require.InDelta(t, 51, w.perWindow(), 1e-9)
+	r, _ = w.pace(start+410_000, lat)
+	require.InDelta(t, 2e6/(probeSpacing*lat), r, 1e-9)
+	_, stop = w.pace(start+sec-int64(probeStop*float64(sec))+1000, lat)
+	require.Equal(t, start+sec, stop, "growth stops short of the reset")
+	require.True(t, w.probing(k+1, lat))
+	// Refused at 110 in the next window: that is the budget, and the
+	// window after does not probe.
+	w.observe(weightReport(429, 110, "1s"), start+sec+500_000)
+	require.InDelta(t, 55, w.perWindow(), 1e-9)
+	require.False(t, w.probing(k+2, lat))
+}
+
+// A probe needs demand: a window before that the key did not spend to the
+// budget (the demand, not the pace, held it back) shows nothing a probe
+// could test; nor does one just refused.
+func TestUsedWeightProbesOnlyASpentBudget(t *testing.T) {
+	t.Parallel()
+	const lat = 10_000
+	w := learned(t)
+	gap := w.probeGap(lat)
+	k := (t0/sec/gap + 1) * gap
+	start := k * sec
+	w.observe(weightReport(200, 40, "1s"), start-sec+900_000)
+	require.False(t, w.probing(k, lat), "40 of 100 used")
+	w.observe(weightReport(200, 98, "1s"), start-sec+950_000)
+	require.True(t, w.probing(k, lat))
+	w.observe(weightReport(429, 100, "1s"), start-sec+960_000)
+	require.False(t, w.probing(k, lat), "refused in the window before")
+}
+
+// Where a failed probe costs much of the next window (the fast pace capped
+// by the calls in flight, with one-second windows whose Retry-After takes
+// a whole second), probes are further apart, so that they cost at most
+// probeShare of the budget; with a minute's windows, a Retry-After's
+// rounding costs nothing, and every window may probe.
+func TestUsedWeightProbeGap(t *testing.T) {
+	t.Parallel()
+	w := learned(t)
+	require.Equal(t, probeEvery/sec, w.probeGap(10_000))
+	w.budget = 200 // 100 calls a second; at 20 ms, 150 at most
+	require.Greater(t, w.probeGap(20_000), 10*probeEvery/sec)
+	var m usedWeight
+	m.observe(weightReport(200, 2, "1m"), t0)
+	m.observe(weightReport(200, 4, "1m"), t0+1000)
+	m.observe(weightReport(429, 12000, "1m"), t0+2000)
+	require.Equal(t, int64(1), m.probeGap(20_000))
+}
+
+// Issue 18: a refusal that showed the learned budget is explained by it,
+// as a probe's is: the key waits out the Retry-After but its rate is not
+// cut (a cut cost seconds of slow recovery after each one). A foreign
+// refusal still cuts.
+func TestAdaptiveBudgetRefusalIsNoCut(t *testing.T) {
+	t.Parallel()
+	ctl, err := aimd.New(aimd.Config{Start: 40, SlowStart: -1, IgnoreLatency: true, Decrease: 0.5})
+	require.NoError(t, err)
+	a := newAdaptive(ctl)
+	now := t0 - sec + 1000
+	for _, used := range []int{2, 4, 6, 8} {
+		a.observe(sample(weightReport(200, used, "1s"), time.Millisecond), weightReport(200, used, "1s"), now, 0)
+		now += 1000
+	}
+	rep := weightReport(429, 100, "1s")
+	o := a.observe(sample(rep, time.Millisecond), rep, now, 0)
+	require.Positive(t, o.pause, "the Retry-After pauses the fleet")
+	require.InDelta(t, fastAt(50), a.ctl.Rate(&a.state), 1e-9, "no cut")
+	require.InDelta(t, weightMargin*50, a.rate(), 1e-9, "the window's ordinary pace")
+	require.True(t, a.paused(now+1000))
+	// A foreign refusal (2 used of a window that held 100) cuts.
+	now += 3 * sec
+	rep = weightReport(429, 2, "1s")
+	a.observe(sample(rep, time.Millisecond), rep, now, 0)
+	require.Less(t, a.ctl.Rate(&a.state), fastAt(50))
 }
