@@ -153,12 +153,13 @@ const (
 	// Throttle is a refusal for load (a 429 or 503 the caller's rate
 	// controller acts on, not a Retry-After, which the caller should
 	// Ignore): it counts as a failure in the window's failure rate and
-	// fails a half-open probe, but neither lengthens nor ends a run of
-	// consecutive failures. A rate limiter slows down for throttles; a
-	// breaker opened by a short burst of them would stop the calls that
-	// carry that feedback and let the rate go stale (a throttled call must
-	// wait, not fail); a provider refusing most calls for long still trips
-	// the failure rate.
+	// fails a half-open probe. While a call succeeded within the window it
+	// neither lengthens nor ends a run of consecutive failures: a rate
+	// limiter slows down for throttles, and a breaker opened by a short
+	// burst of them would stop the calls that carry that feedback and let
+	// the rate go stale (a throttled call must wait, not fail). With no
+	// success for a window (or ever) it is a Failure: a provider that
+	// refuses everything is down, whatever status it picks.
 	Throttle
 )
 
@@ -256,6 +257,7 @@ type Breaker struct {
 	lastProbe  int64
 	admitted   uint64 // calls admitted so far (Ticket.Seq)
 	failSeq    uint64 // admitted when the run's last failure was recorded
+	lastOK     int64  // when a call last succeeded (0: never)
 }
 
 // State returns the breaker's state as of its last operation; an open
@@ -347,6 +349,7 @@ func (p *Policy) Record(b *Breaker, now int64, t Ticket, o Outcome) Event {
 			if late {
 				b.probes++ // it counts as an admitted probe again
 			}
+			b.lastOK = now
 			b.probeOK++
 			if b.probeOK >= p.probes {
 				return p.transition(b, now, Closed, ReasonProbesSucceeded)
@@ -379,11 +382,12 @@ func (p *Policy) recordClosed(b *Breaker, now int64, t Ticket, o Outcome) Event 
 	bk.total++
 	if o == Success {
 		b.consec = 0
+		b.lastOK = now
 		return Event{}
 	}
 	bk.failures++
-	if o == Throttle {
-		return p.rateTrip(b, now)
+	if o == Throttle && b.lastOK != 0 && now-b.lastOK < p.width*int64(p.buckets) {
+		return p.rateTrip(b, now) // refused amid successes: pacing, not down
 	}
 	// A call admitted before the run's last failure was recorded was in
 	// flight with it: calls sent together fail together, one signal (a

@@ -541,8 +541,9 @@ func TestThrottlesCountInTheRateNotInTheRun(t *testing.T) {
 		require.NoError(t, err)
 		return p.Record(&b, at, tk, o)
 	}
-	// Failures, then throttles, each sent after the last was seen: the
-	// throttles neither lengthen the run nor end it.
+	// A success, failures, then throttles, each sent after the last was
+	// seen: the throttles neither lengthen the run nor end it.
+	require.False(t, one(Success).Changed())
 	require.False(t, one(Failure).Changed())
 	require.False(t, one(Failure).Changed())
 	for range 3 {
@@ -551,6 +552,7 @@ func TestThrottlesCountInTheRateNotInTheRun(t *testing.T) {
 	c := p.Counts(&b)
 	require.Equal(t, 2, c.Consecutive)
 	require.Equal(t, 5, c.Failures)
+	require.Equal(t, 6, c.Requests)
 	ev := one(Failure)
 	require.Equal(t, ReasonConsecutiveFailures, ev.Reason)
 
@@ -573,4 +575,39 @@ func TestThrottlesCountInTheRateNotInTheRun(t *testing.T) {
 	require.True(t, tk.Probe)
 	ev = p.Record(&b, at, tk, Throttle)
 	require.Equal(t, ReasonProbeFailed, ev.Reason)
+}
+
+// A provider that refuses everything is down, whatever status it picks:
+// throttles with no success in the window, or none ever, run like failures.
+func TestThrottlesWithNoSuccessAreARun(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{Window: 10 * time.Second, Buckets: 10, ConsecutiveFailures: 3, MinRequests: 1000})
+	var b Breaker
+	at := t0
+	one := func(o Outcome) Event {
+		at += ms
+		tk, _, err := p.Allow(&b, at)
+		require.NoError(t, err)
+		return p.Record(&b, at, tk, o)
+	}
+	// Never a success: the third throttle opens it.
+	require.False(t, one(Throttle).Changed())
+	require.False(t, one(Throttle).Changed())
+	ev := one(Throttle)
+	require.Equal(t, Open, ev.To)
+	require.Equal(t, ReasonConsecutiveFailures, ev.Reason)
+
+	// A success, then throttles within the window: no run.
+	b = Breaker{}
+	require.False(t, one(Success).Changed())
+	for range 5 {
+		require.False(t, one(Throttle).Changed())
+	}
+	require.Zero(t, p.Counts(&b).Consecutive)
+	// Once the window has passed with no success, they run again.
+	at += 10 * sec
+	require.False(t, one(Throttle).Changed())
+	require.False(t, one(Throttle).Changed())
+	ev = one(Throttle)
+	require.Equal(t, ReasonConsecutiveFailures, ev.Reason)
 }

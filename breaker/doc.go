@@ -25,7 +25,10 @@
 // (Classify). Other 4xx are healthy answers and count as successes; a
 // canceled call is ignored. A caller with a rate controller may record a
 // refusal for load as a Throttle instead: it counts in the failure rate
-// and fails a probe, but takes no part in a run of consecutive failures.
+// and fails a probe, but takes no part in a run of consecutive failures
+// while some call succeeded within the window; with no success for a
+// window, or ever, it is a failure like any other (a provider refusing
+// everything is down).
 //
 // Every transition is an Event (previous state, state, reason, counters,
 // time) carrying no request data, payloads or credentials, which a caller

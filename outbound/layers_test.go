@@ -148,34 +148,42 @@ func TestBreakerOpensAndReportsTransitions(t *testing.T) {
 
 // A 429 that says when to come back paces the key; it does not trip the
 // breaker. A bare 429 or 503 counts in the failure rate, which trips it
-// (MinRequests 2 here), but not in a run of consecutive failures (a limit
-// that fell refuses a burst of calls; the rate controller slows down for
-// them), which a 500 trips.
+// (MinRequests 3 here), but not in a run of consecutive failures while
+// the provider also serves (a limit that fell refuses a burst of calls;
+// the rate controller slows down for them), which a 500 trips; from a
+// provider that never served, it is a failure like a 500 (it is down).
 func TestRetryAfterDoesNotTripTheBreaker(t *testing.T) {
 	t.Parallel()
-	rateTrips := breaker.Config{ConsecutiveFailures: 2, MinRequests: 2, FailureRate: 0.5, OpenTimeout: time.Hour}
+	rateTrips := breaker.Config{ConsecutiveFailures: 2, MinRequests: 3, FailureRate: 0.5, OpenTimeout: time.Hour}
 	runTrips := breaker.Config{ConsecutiveFailures: 2, MinRequests: 1000, OpenTimeout: time.Hour}
 	for _, tt := range []struct {
-		name  string
-		resp  func() *http.Response
-		cfg   breaker.Config
-		state string
+		name   string
+		resp   func() *http.Response
+		cfg    breaker.Config
+		state  string
+		served bool // a 200 first
 	}{
-		{"with Retry-After", response(429, "", "Retry-After", "0"), rateTrips, "closed"},
-		{"bare, failure rate", response(429, ""), rateTrips, "open"},
-		{"bare, consecutive", response(429, ""), runTrips, "closed"},
-		{"503, consecutive", response(503, ""), runTrips, "closed"},
-		{"500, consecutive", response(500, ""), runTrips, "open"},
+		{"with Retry-After", response(429, "", "Retry-After", "0"), rateTrips, "closed", false},
+		{"bare, failure rate", response(429, ""), rateTrips, "open", true},
+		{"bare, consecutive", response(429, ""), runTrips, "closed", true},
+		{"503, consecutive", response(503, ""), runTrips, "closed", true},
+		{"500, consecutive", response(500, ""), runTrips, "open", true},
+		{"bare, never served", response(429, ""), runTrips, "open", false},
+		{"503, never served", response(503, ""), runTrips, "open", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			base := &scripted{resps: []func() *http.Response{tt.resp}}
+			resps := []func() *http.Response{tt.resp, tt.resp}
+			if tt.served {
+				resps = append([]func() *http.Response{response(200, "ok")}, resps...)
+			}
+			base := &scripted{resps: resps}
 			cfg := fast(base)
 			cfg.Retry.MaxAttempts = 1
 			cfg.Breaker = tt.cfg
 			c, err := outbound.New(cfg)
 			require.NoError(t, err)
-			for range 2 {
+			for range len(resps) {
 				resp := get(t, c, "http://api.test/")
 				_ = resp.Body.Close()
 			}

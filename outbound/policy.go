@@ -61,11 +61,13 @@ func (k *keyPolicy) allow(now int64) (func(now int64, rep *signal.Report), error
 // Retry-After) is the provider pacing us, not failing: it pauses the key
 // and does not trip the breaker (seed 001, 7.5); and a throttle that does
 // not say (a bare 429 or 503, THROTTLED in a body) is a breaker.Throttle:
-// it counts in the failure rate but not in a run of consecutive failures,
-// since the key's rate controller slows down for it and a breaker opened
-// by one burst of refusals would stop the calls that carry that feedback
-// (issue 18: a limit that halved opened a process's breaker for 10 s and
-// left its rate stale). A ban without a Retry-After is a failure.
+// it counts in the failure rate but, while the provider also serves, not
+// in a run of consecutive failures, since the key's rate controller slows
+// down for it and a breaker opened by one burst of refusals would stop the
+// calls that carry that feedback (issue 18: a limit that halved opened a
+// process's breaker for 10 s and left its rate stale); from a provider
+// that served nothing for the breaker's window it is a failure. A ban
+// without a Retry-After is a failure.
 func breakerOutcome(rep *signal.Report) breaker.Outcome {
 	switch {
 	case rep.Class == signal.ClassCanceled:
