@@ -79,7 +79,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	issue18 := fs.Bool("issue18", false, "issue 18's scenarios (limit 100/s halving to 50/s, 16 workers in 2 processes) with Sluice and a fixed pace at 0.9x")
 	rise := fs.Bool("rise", false, "with -issue18: the limit rises instead, 50/s doubling to 100/s half way (fleet.Issue18RiseScenarios)")
 	virtual := fs.Bool("virtual", false, "with -issue18: run on a manual clock (virtual time), -parallel runs at a time")
-	parallel := fs.Int("parallel", 2, "with -virtual: how many runs at a time; with -procs: how many dialects at a time (default 1)")
+	parallel := fs.Int("parallel", 2, "how many at a time: runs with -virtual; dialects with -procs, where it defaults to 1")
 	procs := fs.String("procs", "", "with -issue18: run the clients as real OS processes of this sluice binary (sluice sim --serve and --target), as issue 18 did")
 	state := fs.String("state", "redis://127.0.0.1:6379", "with -procs: the store the sluice processes share")
 	if err := fs.Parse(args); err != nil {
