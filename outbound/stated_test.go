@@ -55,14 +55,21 @@ type xrlWindow struct {
 	limit     int
 	remaining []int
 	n         int
+	// delta gives the reset as whole seconds from now, rounded up, not
+	// as a Unix time: a window of a second always says 1.
+	delta bool
 }
 
 func (x *xrlWindow) RoundTrip(*http.Request) (*http.Response, error) {
 	now := x.clk.Now()
 	r := x.remaining[min(x.n, len(x.remaining)-1)]
 	x.n++
+	reset := strconv.FormatInt(now.Unix()+1, 10)
+	if x.delta {
+		reset = "1"
+	}
 	return response(200, "ok", "X-RateLimit-Limit", strconv.Itoa(x.limit), "X-RateLimit-Remaining", strconv.Itoa(r),
-		"X-RateLimit-Reset", strconv.FormatInt(now.Unix()+1, 10))(), nil
+		"X-RateLimit-Reset", reset)(), nil
 }
 
 // Issue 18: an X-RateLimit-* quota states no window; the key paces the
@@ -87,6 +94,30 @@ func TestWindowlessQuotaPacesTheLimitOverItsWindow(t *testing.T) {
 	require.InDelta(t, 98, call(), 1e-9, "5 left 30 ms before the reset is no faster pace than the window's")
 	clk.Advance(15 * time.Millisecond) // past the pace's next turn, so the call does not wait
 	require.InDelta(t, 1/0.015, call(), 1e-6, "1 left 15 ms before the reset: what remains is the slower pace")
+}
+
+// A reset in whole seconds from now is rounded: a window of a second says
+// 1 from its start to its end, so what remains over it (50 left half way:
+// 50/s) is no pace; the limit over the window is. A provider of 1 s
+// windows not written here got 0.65 of its limit when what remained over
+// a rounded second set the pace.
+func TestWholeSecondResetIsNoPace(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	x := &xrlWindow{clk: clk, limit: 100, remaining: []int{99, 50, 3}, delta: true}
+	c, err := outbound.New(outbound.Config{Base: x, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk})})
+	require.NoError(t, err)
+	call := func() float64 {
+		resp := get(t, c, "http://api.test/")
+		require.NoError(t, resp.Body.Close())
+		rate, _ := c.Rate("api.test")
+		return rate
+	}
+	require.InDelta(t, 98, call(), 1e-9, "the first answer: 0.98 x 100 over 1 s")
+	clk.Advance(500 * time.Millisecond)
+	require.InDelta(t, 98, call(), 1e-9, "50 left half way through the window, reset 1: still the window's pace")
+	clk.Advance(450 * time.Millisecond)
+	require.InDelta(t, 98, call(), 1e-9, "3 left near the end, reset 1")
 }
 
 // lateDrive runs f, moving w on to each timer the code under test waits
