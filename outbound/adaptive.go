@@ -32,6 +32,10 @@ type adaptive struct {
 	syncedUntil int64   // µs: the store already holds a pause until then
 	costPerCall float64 // latest actual cost of a call, for cost-bucket hints
 	weight      usedWeight
+	// bucket follows a leaky bucket that reports its level but not its
+	// leak (X-Shopify-Shop-Api-Call-Limit): once the leak is known, the
+	// key is paced by it, not by the aimd rate.
+	bucket leakyBucket
 	// span is the longest time to a windowless quota's reset seen, in
 	// whole seconds (µs): the quota's window, as far as the key can tell.
 	span    int64
@@ -86,6 +90,9 @@ func (a *adaptive) rate() float64 {
 }
 
 func (a *adaptive) rateLocked() float64 {
+	if a.bucket.active() {
+		return a.bucket.rate
+	}
 	r := a.ctl.Rate(&a.state)
 	if b := a.weight.base(); b > 0 {
 		r = min(r, b)
@@ -121,7 +128,17 @@ func (a *adaptive) turn(now int64) turn {
 			until, paused = stop, true
 		}
 	}
-	return turn{rate: r, until: until, paused: paused, stated: a.state.Hint() > 0}
+	stated := a.state.Hint() > 0
+	if a.bucket.active() {
+		// The bucket's pace, and a stop before a call it would have
+		// no room for. The level is the fleet's: so is the pace.
+		p, stop := a.bucket.pace(now, int64(a.latency))
+		r, stated = p, true
+		if stop > now && stop > until {
+			until, paused = stop, true
+		}
+	}
+	return turn{rate: r, until: until, paused: paused, stated: stated}
 }
 
 // booked notes that a turn was booked d µs ahead.
@@ -235,6 +252,7 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 	budget := a.weight.budget
 	s.Hint = a.hint(rep, now-s.Latency)
 	a.noteStated(rep, now)
+	a.bucket.observe(rep, now-s.Latency, a.ctl.Rate(&a.state))
 	var o outcome
 	if a.weight.budget != budget {
 		o.budget, o.budgetWindow = a.weight.budget, a.weight.window // learned here: tell the fleet
@@ -267,6 +285,9 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 		o.decision.Change = aimd.Unchanged
 	}
 	o.rate = a.ctl.Rate(&a.state)
+	if a.bucket.active() {
+		o.rate = a.bucket.rate
+	}
 	// A pause (Retry-After, a ban, an exhausted quota) goes to the store
 	// once per episode, so every process sharing the key waits too.
 	d := o.decision

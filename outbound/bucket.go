@@ -1,0 +1,117 @@
+package outbound
+
+import (
+	"github.com/sluicerl/sluice/signal"
+)
+
+// leakyBucket follows a leaky bucket whose level the provider reports on
+// every answer but whose leak rate it never states (Shopify's REST Admin
+// API: X-Shopify-Shop-Api-Call-Limit: 32/40, calls in the bucket of 40,
+// leaking at a rate the plan sets and the provider may lower; a call that
+// finds it full is refused with a Retry-After of 2 s, which pauses the
+// whole fleet). The level is the fleet's: it integrates the fleet's rate
+// minus the leak, so it says what no process can see alone, whether the
+// fleet sends more than the leak or less. So the key
+//
+//   - paces by the level, not by the aimd rate: a PI controller whose
+//     integral is the leak as far as the level tells (it grows while the
+//     level is under bucketTarget of the bucket, falls while over) and
+//     whose proportional part brings the level back; every process of
+//     the fleet reads the same level and paces at about the same rate;
+//   - stops before a call that the bucket, as the latest report showed it
+//     less the leak since, would have no room for, the calls in flight
+//     and a margin counted, rather than meet the refusal that pauses the
+//     fleet 2 s.
+//
+// A level between empty and full means the fleet is served at exactly the
+// leak, whatever the estimate's error. The zero value knows nothing; the
+// key's adaptive mutex guards it.
+type leakyBucket struct {
+	size int64 // the bucket, in calls; 0 until a report states it
+	// level and at are the latest report's level and when its call left
+	// (µs).
+	level, at int64
+	// leak is the controller's integral: the leak as the level tells it
+	// (calls/s); rate the pace it sets.
+	leak, rate float64
+}
+
+// The controller's gains: critically damped at bucketOmega radians a
+// second, so that a leak that halves moves the level by about a sixth of
+// the bucket and the pace settles within 2 s.
+const (
+	bucketOmega  = 3.0
+	bucketKi     = bucketOmega * bucketOmega // per second², on the level's error
+	bucketKp     = 2 * bucketOmega           // per second, on the level's error
+	bucketTarget = 0.5                       // of the bucket
+	// bucketStep is the longest time (µs) one report's error is
+	// integrated over: the fleet sent nothing in a pause, and a key idle
+	// for a while must not wind the integral up.
+	bucketStep = int64(100_000)
+	// bucketMargin is the room, in calls, kept free in the bucket beyond
+	// the calls in flight.
+	bucketMargin = 2
+	// bucketMinRate is the slowest pace (calls/s) a known bucket is paced
+	// at: it still reports the level.
+	bucketMinRate = 0.5
+)
+
+// shopifyBucket returns the bucket's level and size from a report of
+// X-Shopify-Shop-Api-Call-Limit, ok false when rep holds none.
+func shopifyBucket(rep *signal.Report) (used, size int64, ok bool) {
+	const want = signal.FieldLimit | signal.FieldUsed
+	for i := range rep.Policies[:min(rep.NPolicies, len(rep.Policies))] {
+		p := &rep.Policies[i]
+		if p.Source == signal.SourceShopifyREST && p.Known&want == want && p.Limit > 0 {
+			return p.Used, p.Limit, true
+		}
+	}
+	return 0, 0, false
+}
+
+// active reports whether the key paces by the bucket.
+func (b *leakyBucket) active() bool { return b.size > 0 }
+
+// observe takes one report of the bucket's level, of a call that left at
+// sent, and paces the key anew; pace is the key's adapted rate, where the
+// integral starts. It reports whether rep held a level.
+func (b *leakyBucket) observe(rep *signal.Report, sent int64, pace float64) bool {
+	used, size, ok := shopifyBucket(rep)
+	if !ok {
+		return false
+	}
+	if size != b.size {
+		*b = leakyBucket{size: size, leak: max(pace, bucketMinRate), at: sent}
+	}
+	if sent < b.at {
+		// An answer to a call that left before the latest report's:
+		// an older level, no news.
+		return true
+	}
+	if rep.Throttled {
+		// A refusal: the bucket was full.
+		used = size
+	}
+	e := bucketTarget*float64(size) - float64(used)
+	dt := float64(min(sent-b.at, bucketStep)) / 1e6
+	b.leak = max(b.leak+bucketKi*e*dt, bucketMinRate)
+	b.level, b.at = used, sent
+	b.rate = max(b.leak+bucketKp*e, bucketMinRate)
+	return true
+}
+
+// pace returns the key's pace and, at now, when it must stop until (0:
+// no stop): the level the latest report showed, less the leak since, plus
+// the calls in flight (a latency's worth, lat µs), leaves less than
+// bucketMargin free.
+func (b *leakyBucket) pace(now, lat int64) (rate float64, stop int64) {
+	over := float64(b.level) + b.rate*float64(lat)/1e6 + bucketMargin + 1 - float64(b.size)
+	if over <= 0 {
+		return b.rate, 0
+	}
+	till := b.at + int64(over/b.leak*1e6)
+	if till <= now {
+		return b.rate, 0
+	}
+	return b.rate, till
+}
