@@ -167,6 +167,9 @@ func (a *adaptive) notePause(now, d int64) (news bool, window int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	until := now + d
+	// Another process was refused: the bucket was full, and the fleet
+	// sends nothing until then.
+	a.bucket.quiet(until, float64(a.bucket.size), true)
 	held, _ := a.state.Paused(now)
 	const ms = int64(time.Millisecond / time.Microsecond)
 	// Ours already (or one we have heard of): nothing new.
@@ -287,6 +290,9 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 	o.rate = a.ctl.Rate(&a.state)
 	if a.bucket.active() {
 		o.rate = a.bucket.rate
+		if o.decision.PausedUntil > now && rep.Throttled {
+			a.bucket.quiet(o.decision.PausedUntil, float64(a.bucket.size), true)
+		}
 	}
 	// A pause (Retry-After, a ban, an exhausted quota) goes to the store
 	// once per episode, so every process sharing the key waits too.

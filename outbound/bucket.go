@@ -21,7 +21,15 @@ import (
 //   - stops before a call that the bucket, as the latest report showed it
 //     less the leak since, would have no room for, the calls in flight
 //     and a margin counted, rather than meet the refusal that pauses the
-//     fleet 2 s.
+//     fleet 2 s;
+//   - measures the leak across a stop or a pause, when the fleet sent
+//     nothing: a level that fell less than the leak says is a leak
+//     overestimated (cut to what was measured, at most to a quarter), one
+//     that emptied says the leak is at least what left it;
+//   - halves the leak at a refusal (the first of its episode): the fleet
+//     sent more than the bucket holds, whatever the integral said (a key
+//     whose adapted rate, where the integral starts, was far above the
+//     leak would otherwise be refused again after every pause).
 //
 // A level between empty and full means the fleet is served at exactly the
 // leak, whatever the estimate's error. The zero value knows nothing; the
@@ -34,6 +42,13 @@ type leakyBucket struct {
 	// leak is the controller's integral: the leak as the level tells it
 	// (calls/s); rate the pace it sets.
 	leak, rate float64
+	// A quiet spell, when the fleet sent nothing (a stop or a pause),
+	// from quietFrom (µs, the latest report's call before it) with the
+	// bucket at quietLevel, until quietTill (0: none).
+	quietFrom, quietTill int64
+	quietLevel           float64
+	// pausedTill ends the latest pause for a refusal (µs).
+	pausedTill int64
 }
 
 // The controller's gains: critically damped at bucketOmega radians a
@@ -54,6 +69,8 @@ const (
 	// bucketMinRate is the slowest pace (calls/s) a known bucket is paced
 	// at: it still reports the level.
 	bucketMinRate = 0.5
+	// bucketCut is what a refusal leaves of the leak.
+	bucketCut = 0.5
 )
 
 // shopifyBucket returns the bucket's level and size from a report of
@@ -88,8 +105,16 @@ func (b *leakyBucket) observe(rep *signal.Report, sent int64, pace float64) bool
 		// an older level, no news.
 		return true
 	}
+	if b.quietTill > 0 && sent >= b.quietTill {
+		b.measure(used, sent)
+	}
 	if rep.Throttled {
-		// A refusal: the bucket was full.
+		// A refusal: the bucket was full. The first of its episode
+		// (not a call that left before a refusal's pause known here
+		// ended) halves the leak.
+		if sent >= b.pausedTill {
+			b.leak = max(b.leak*bucketCut, bucketMinRate)
+		}
 		used = size
 	}
 	e := bucketTarget*float64(size) - float64(used)
@@ -98,6 +123,46 @@ func (b *leakyBucket) observe(rep *signal.Report, sent int64, pace float64) bool
 	b.level, b.at = used, sent
 	b.rate = max(b.leak+bucketKp*e, bucketMinRate)
 	return true
+}
+
+// measure compares the level of the first call that left after a quiet
+// spell with what the leak says: used, of a call that left at sent.
+func (b *leakyBucket) measure(used, sent int64) {
+	dur := float64(sent-b.quietFrom) / 1e6
+	b.quietTill = 0
+	if dur <= 0 {
+		return
+	}
+	// What left the bucket, the call itself counted.
+	measured := max(b.quietLevel+1-float64(used), 0) / dur
+	switch {
+	case used <= 1:
+		// It may have run empty: the leak is at least that.
+		b.leak = max(b.leak, measured)
+	case float64(used) > b.quietLevel-b.leak*dur+2:
+		// It fell less than the leak says (by more than a call's
+		// rounding): the leak is less.
+		b.leak = max(measured, b.leak/4, bucketMinRate)
+	}
+}
+
+// quiet notes that the fleet sends nothing until till (µs) with the bucket
+// at level as of the latest report: a stop for room, or the pause of a
+// refusal (refused; the level is then the bucket's size).
+func (b *leakyBucket) quiet(till int64, level float64, refused bool) {
+	if !b.active() {
+		return
+	}
+	if refused {
+		b.pausedTill = max(b.pausedTill, till)
+	}
+	if till <= b.quietTill {
+		return
+	}
+	if b.quietTill == 0 {
+		b.quietFrom, b.quietLevel = b.at, level
+	}
+	b.quietTill = till
 }
 
 // pace returns the key's pace and, at now, when it must stop until (0:
@@ -113,5 +178,6 @@ func (b *leakyBucket) pace(now, lat int64) (rate float64, stop int64) {
 	if till <= now {
 		return b.rate, 0
 	}
+	b.quiet(till, float64(b.level)+b.rate*float64(lat)/1e6, false)
 	return b.rate, till
 }
