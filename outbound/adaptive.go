@@ -91,7 +91,7 @@ func (a *adaptive) rate() float64 {
 
 func (a *adaptive) rateLocked() float64 {
 	if a.bucket.active() {
-		return a.bucket.rate
+		return a.ctl.Clamp(a.bucket.rate)
 	}
 	r := a.ctl.Rate(&a.state)
 	if b := a.weight.base(); b > 0 {
@@ -133,7 +133,7 @@ func (a *adaptive) turn(now int64) turn {
 		// The bucket's pace, and a stop before a call it would have
 		// no room for. The level is the fleet's: so is the pace.
 		p, stop := a.bucket.pace(now, int64(a.latency))
-		r, stated = p, true
+		r, stated = a.ctl.Clamp(p), true
 		if stop > now && stop > until {
 			until, paused = stop, true
 		}
@@ -141,10 +141,21 @@ func (a *adaptive) turn(now int64) turn {
 	return turn{rate: r, until: until, paused: paused, stated: stated}
 }
 
-// booked notes that a turn was booked d µs ahead.
-func (a *adaptive) booked(d int64) {
+// booked notes that a turn was booked d µs ahead at now.
+func (a *adaptive) booked(now, d int64) {
 	a.mu.Lock()
 	a.weight.booked(d)
+	if d > 0 {
+		a.bucket.waited = now
+	}
+	a.mu.Unlock()
+}
+
+// heldBack notes that the pace held a turn back at now (beyond the
+// longest a turn is booked ahead).
+func (a *adaptive) heldBack(now int64) {
+	a.mu.Lock()
+	a.bucket.waited = now
 	a.mu.Unlock()
 }
 
@@ -169,7 +180,7 @@ func (a *adaptive) notePause(now, d int64) (news bool, window int64) {
 	until := now + d
 	// Another process was refused: the bucket was full, and the fleet
 	// sends nothing until then.
-	a.bucket.quiet(until, float64(a.bucket.size), true)
+	a.bucket.quiet(until, float64(a.bucket.size))
 	held, _ := a.state.Paused(now)
 	const ms = int64(time.Millisecond / time.Microsecond)
 	// Ours already (or one we have heard of): nothing new.
@@ -289,9 +300,9 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 	}
 	o.rate = a.ctl.Rate(&a.state)
 	if a.bucket.active() {
-		o.rate = a.bucket.rate
+		o.rate = a.ctl.Clamp(a.bucket.rate)
 		if o.decision.PausedUntil > now && rep.Throttled {
-			a.bucket.quiet(o.decision.PausedUntil, float64(a.bucket.size), true)
+			a.bucket.quiet(o.decision.PausedUntil, float64(a.bucket.size))
 		}
 	}
 	// A pause (Retry-After, a ban, an exhausted quota) goes to the store

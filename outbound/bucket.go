@@ -25,11 +25,9 @@ import (
 //   - measures the leak across a stop or a pause, when the fleet sent
 //     nothing: a level that fell less than the leak says is a leak
 //     overestimated (cut to what was measured, at most to a quarter), one
-//     that emptied says the leak is at least what left it;
-//   - halves the leak at a refusal (the first of its episode): the fleet
-//     sent more than the bucket holds, whatever the integral said (a key
-//     whose adapted rate, where the integral starts, was far above the
-//     leak would otherwise be refused again after every pause).
+//     that emptied says the leak is at least what left it (a key whose
+//     adapted rate, where the integral starts, was far above the leak
+//     would otherwise be refused again after every pause).
 //
 // A level between empty and full means the fleet is served at exactly the
 // leak, whatever the estimate's error. The zero value knows nothing; the
@@ -47,18 +45,24 @@ type leakyBucket struct {
 	// bucket at quietLevel, until quietTill (0: none).
 	quietFrom, quietTill int64
 	quietLevel           float64
-	// pausedTill ends the latest pause for a refusal (µs).
-	pausedTill int64
+	// every is the time between reports, an EWMA (µs).
+	every float64
+	// waited is when a turn last waited for the pace (µs): the key's
+	// calls were held back, not too few to fill the bucket.
+	waited int64
 }
 
-// The controller's gains: critically damped at bucketOmega radians a
-// second, so that a leak that halves moves the level by about a sixth of
-// the bucket and the pace settles within 2 s.
+// The controller's gains (per second² on the level's error for the
+// integral, per second for the proportional part): critically damped at
+// omega radians a second, at most bucketOmega, so that a leak of 100 that
+// halves moves the level by about a sixth of the bucket and the pace
+// settles within 2 s; a slow leak gets a slower controller, at least
+// bucketReports of its reports a radian.
 const (
-	bucketOmega  = 3.0
-	bucketKi     = bucketOmega * bucketOmega // per second², on the level's error
-	bucketKp     = 2 * bucketOmega           // per second, on the level's error
-	bucketTarget = 0.5                       // of the bucket
+	bucketOmega    = 3.0
+	bucketReports  = 8.0
+	bucketMinOmega = 0.05
+	bucketTarget   = 0.5 // of the bucket
 	// bucketStep is the longest time (µs) one report's error is
 	// integrated over: the fleet sent nothing in a pause, and a key idle
 	// for a while must not wind the integral up.
@@ -69,8 +73,14 @@ const (
 	// bucketMinRate is the slowest pace (calls/s) a known bucket is paced
 	// at: it still reports the level.
 	bucketMinRate = 0.5
-	// bucketCut is what a refusal leaves of the leak.
-	bucketCut = 0.5
+	// bucketFloor is the slowest pace, as a share of the leak.
+	bucketFloor = 0.25
+	// bucketPredict is the longest time (µs) the level is moved on
+	// without a report.
+	bucketPredict = int64(1e6)
+	// bucketIdle is how long (µs) after a turn last waited for the pace
+	// an empty bucket no longer raises the leak.
+	bucketIdle = int64(1e6)
 )
 
 // shopifyBucket returns the bucket's level and size from a report of
@@ -109,19 +119,26 @@ func (b *leakyBucket) observe(rep *signal.Report, sent int64, pace float64) bool
 		b.measure(used, sent)
 	}
 	if rep.Throttled {
-		// A refusal: the bucket was full. The first of its episode
-		// (not a call that left before a refusal's pause known here
-		// ended) halves the leak.
-		if sent >= b.pausedTill {
-			b.leak = max(b.leak*bucketCut, bucketMinRate)
-		}
+		// A refusal: the bucket was full.
 		used = size
 	}
 	e := bucketTarget*float64(size) - float64(used)
+	if gap := float64(sent - b.at); b.every == 0 {
+		b.every = gap
+	} else {
+		b.every += 0.1 * (gap - b.every)
+	}
 	dt := float64(min(sent-b.at, bucketStep)) / 1e6
-	b.leak = max(b.leak+bucketKi*e*dt, bucketMinRate)
+	if used <= 1 && e > 0 && sent-b.waited > bucketIdle {
+		// An empty bucket says the leak is more than the fleet sends
+		// only when the pace held calls back: a key with fewer calls
+		// than its pace would otherwise wind the leak up without
+		// bound, and burst at it when calls come.
+		dt = 0
+	}
+	b.leak = max(b.leak+b.ki()*e*dt, bucketMinRate)
 	b.level, b.at = used, sent
-	b.rate = max(b.leak+bucketKp*e, bucketMinRate)
+	b.rate = b.paceAt(float64(used))
 	return true
 }
 
@@ -148,15 +165,9 @@ func (b *leakyBucket) measure(used, sent int64) {
 
 // quiet notes that the fleet sends nothing until till (µs) with the bucket
 // at level as of the latest report: a stop for room, or the pause of a
-// refusal (refused; the level is then the bucket's size).
-func (b *leakyBucket) quiet(till int64, level float64, refused bool) {
-	if !b.active() {
-		return
-	}
-	if refused {
-		b.pausedTill = max(b.pausedTill, till)
-	}
-	if till <= b.quietTill {
+// refusal (the level is then the bucket's size).
+func (b *leakyBucket) quiet(till int64, level float64) {
+	if !b.active() || till <= b.quietTill {
 		return
 	}
 	if b.quietTill == 0 {
@@ -165,19 +176,50 @@ func (b *leakyBucket) quiet(till int64, level float64, refused bool) {
 	b.quietTill = till
 }
 
+// paceAt returns the pace for a bucket at level: the leak, plus what
+// brings the level back to bucketTarget of the bucket, and never under
+// bucketFloor of the leak (a pace far under it books the next turn far
+// ahead, past the reports that would have raised it; a full bucket is the
+// stop's to guard).
+func (b *leakyBucket) paceAt(level float64) float64 {
+	e := bucketTarget*float64(b.size) - level
+	return max(b.leak+b.kp()*e, b.leak*bucketFloor, bucketMinRate)
+}
+
+// omega is the controller's bandwidth (radians a second): bucketOmega, or
+// less when the key's reports come too far apart for it (a leak of 2 a
+// second reports every half second).
+func (b *leakyBucket) omega() float64 {
+	if b.every <= 0 {
+		return bucketOmega
+	}
+	return min(bucketOmega, max(1e6/b.every/bucketReports, bucketMinOmega))
+}
+
+func (b *leakyBucket) kp() float64 { return 2 * b.omega() }
+func (b *leakyBucket) ki() float64 { w := b.omega(); return w * w }
+
 // pace returns the key's pace and, at now, when it must stop until (0:
-// no stop): the level the latest report showed, less the leak since, plus
-// the calls in flight (a latency's worth, lat µs), leaves less than
-// bucketMargin free.
+// no stop). The pace is for the level the latest report showed, or for
+// that level less the leak since when that is faster (no report comes
+// while the pace is slow). A stop holds the key while the level the latest report
+// showed, less the leak since, plus the calls in flight (a latency's
+// worth, lat µs), leaves less than bucketMargin free.
 func (b *leakyBucket) pace(now, lat int64) (rate float64, stop int64) {
+	rate = b.rate
+	if dt := min(now-b.at, bucketPredict); dt > 0 {
+		// Only ever faster: the calls sent since are few when the
+		// pace is slow, and a report on them lowers it again.
+		rate = max(rate, b.paceAt(max(0, float64(b.level)-b.leak*float64(dt)/1e6)))
+	}
 	over := float64(b.level) + b.rate*float64(lat)/1e6 + bucketMargin + 1 - float64(b.size)
 	if over <= 0 {
-		return b.rate, 0
+		return rate, 0
 	}
 	till := b.at + int64(over/b.leak*1e6)
 	if till <= now {
-		return b.rate, 0
+		return rate, 0
 	}
-	b.quiet(till, float64(b.level)+b.rate*float64(lat)/1e6, false)
-	return b.rate, till
+	b.quiet(till, float64(b.level)+b.rate*float64(lat)/1e6)
+	return rate, till
 }
