@@ -561,6 +561,10 @@ func (c *Controller) clampRate(r float64) float64 {
 	return min(max(r, c.floor), c.ceiling)
 }
 
+// Clamp brings r into [Floor, Ceiling], as every rate the controller sets
+// is: for a rate decided elsewhere (a NaN r is Start).
+func (c *Controller) Clamp(r float64) float64 { return c.clampRate(r) }
+
 // Rate returns the key's current rate.
 func (c *Controller) Rate(s *State) float64 {
 	if !s.started {

@@ -761,3 +761,15 @@ func TestRetryAfterResumesNearTheLastGoodRate(t *testing.T) {
 	d = c.Observe(&s, t0, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
 	require.InDelta(t, 80.0, d.Rate, 1e-9)
 }
+
+// Clamp brings a rate decided elsewhere into [Floor, Ceiling], as every
+// rate the controller sets; NaN is Start.
+func TestClamp(t *testing.T) {
+	t.Parallel()
+	c, err := New(Config{Start: 3, Floor: 2, Ceiling: 50})
+	require.NoError(t, err)
+	require.Equal(t, 2.0, c.Clamp(0.5))
+	require.Equal(t, 50.0, c.Clamp(1e4))
+	require.Equal(t, 7.0, c.Clamp(7))
+	require.Equal(t, 3.0, c.Clamp(math.NaN()))
+}

@@ -33,6 +33,10 @@ type adaptive struct {
 	syncedUntil int64   // µs: the store already holds a pause until then
 	costPerCall float64 // latest actual cost of a call, for cost-bucket hints
 	weight      usedWeight
+	// bucket follows a leaky bucket that reports its level but not its
+	// leak (X-Shopify-Shop-Api-Call-Limit): once the leak is known, the
+	// key is paced by it, not by the aimd rate.
+	bucket leakyBucket
 	// span is the longest time to a windowless quota's reset seen, in
 	// whole seconds (µs): the quota's window, as far as the key can tell.
 	span    int64
@@ -87,6 +91,9 @@ func (a *adaptive) rate() float64 {
 }
 
 func (a *adaptive) rateLocked() float64 {
+	if a.bucket.active() {
+		return a.ctl.Clamp(a.bucket.rate)
+	}
 	r := a.ctl.Rate(&a.state)
 	if b := a.weight.base(); b > 0 {
 		r = min(r, b)
@@ -122,13 +129,34 @@ func (a *adaptive) turn(now int64) turn {
 			until, paused = stop, true
 		}
 	}
-	return turn{rate: r, until: until, paused: paused, stated: a.state.Hint() > 0}
+	stated := a.state.Hint() > 0
+	if a.bucket.active() {
+		// The bucket's pace, and a stop before a call it would have
+		// no room for. The level is the fleet's: so is the pace.
+		p, stop := a.bucket.pace(now, int64(a.latency))
+		r, stated = a.ctl.Clamp(p), true
+		if stop > now && stop > until {
+			until, paused = stop, true
+		}
+	}
+	return turn{rate: r, until: until, paused: paused, stated: stated}
 }
 
-// booked notes that a turn was booked d µs ahead.
-func (a *adaptive) booked(d int64) {
+// booked notes that a turn was booked d µs ahead at now.
+func (a *adaptive) booked(now, d int64) {
 	a.mu.Lock()
 	a.weight.booked(d)
+	if d > 0 {
+		a.bucket.waited = now
+	}
+	a.mu.Unlock()
+}
+
+// heldBack notes that the pace held a turn back at now (beyond the
+// longest a turn is booked ahead).
+func (a *adaptive) heldBack(now int64) {
+	a.mu.Lock()
+	a.bucket.waited = now
 	a.mu.Unlock()
 }
 
@@ -151,6 +179,9 @@ func (a *adaptive) notePause(now, d int64) (news bool, window int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	until := now + d
+	// Another process was refused: the bucket was full, and the fleet
+	// sends nothing until then.
+	a.bucket.quiet(until, float64(a.bucket.size))
 	held, _ := a.state.Paused(now)
 	const ms = int64(time.Millisecond / time.Microsecond)
 	// Ours already (or one we have heard of): nothing new.
@@ -236,6 +267,7 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 	budget := a.weight.budget
 	s.Hint = a.hint(rep, now-s.Latency)
 	a.noteStated(rep, now)
+	a.bucket.observe(rep, now-s.Latency, a.ctl.Rate(&a.state))
 	var o outcome
 	if a.weight.budget != budget {
 		o.budget, o.budgetWindow = a.weight.budget, a.weight.window // learned here: tell the fleet
@@ -268,6 +300,12 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 		o.decision.Change = aimd.Unchanged
 	}
 	o.rate = a.ctl.Rate(&a.state)
+	if a.bucket.active() {
+		o.rate = a.ctl.Clamp(a.bucket.rate)
+		if o.decision.PausedUntil > now && rep.Throttled {
+			a.bucket.quiet(o.decision.PausedUntil, float64(a.bucket.size))
+		}
+	}
 	// A pause (Retry-After, a ban, an exhausted quota) goes to the store
 	// once per episode, so every process sharing the key waits too.
 	d := o.decision

@@ -52,6 +52,21 @@
 // limit costs one refusal with no call in flight behind it. The process
 // that learns a budget writes it to the store; the others take it up when
 // they find the key paused.
+// A leaky bucket that reports its level but not its leak (Shopify REST's
+// X-Shopify-Shop-Api-Call-Limit: 32/40, the fleet's calls in a bucket of
+// 40 leaking at a rate the plan sets, and a full bucket refused with a
+// Retry-After of 2 s) is paced by its level, fleet-wide, as soon as an
+// answer shows it: a PI controller holds the level at half the bucket (its
+// integral is the leak as far as the level tells, its bandwidth at most 3
+// radians a second and less when the key's answers come far apart), so
+// that the fleet is served at exactly the leak, whatever the leak's
+// estimate errs by, and follows a leak that halves or doubles within a
+// second or two; a call that the latest level, less the leak since, the
+// calls in flight and a margin of 2 would not leave room for waits
+// (a hard stop, not the refusal that pauses the fleet 2 s); the level
+// after a stop or a pause corrects the leak's estimate; and an empty
+// bucket raises it only while the pace holds calls back. Within
+// [Floor, Ceiling] of the aimd config, which then sets no rate for the key.
 // Config.SharedRate also keeps the adapted rate itself in the store, so
 // that a fleet adapts as one.
 //

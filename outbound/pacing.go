@@ -96,7 +96,7 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 		}
 		if all.Allowed {
 			delay := max(all.Results[0].Delay, all.Results[1].Delay)
-			ks.adapt.booked(delay.Microseconds())
+			ks.adapt.booked(now, delay.Microseconds())
 			slept := c.clk.Now()
 			if err := sleep(ctx, c.clk, delay); err != nil {
 				_, _ = c.store.Settle(context.WithoutCancel(ctx), store.SettleParams{
@@ -128,6 +128,9 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 			if !r.Allowed {
 				wait = max(wait, r.RetryAfter)
 			}
+		}
+		if !all.Results[0].Allowed {
+			ks.adapt.heldBack(now)
 		}
 		p := all.Results[1]
 		if !p.Allowed && p.RetryAfter > 0 {

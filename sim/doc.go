@@ -11,7 +11,10 @@
 // THROTTLED inside an HTTP 200 and refunds the unused cost, and an
 // exchange-like weighted fixed window aligned to the clock that reports
 // X-MBX-USED-WEIGHT, and a provider that states its policy in the IETF
-// RateLimit and RateLimit-Policy fields. ProviderConfig.BanOnRefusals
+// RateLimit and RateLimit-Policy fields, and Shopify's REST Admin API: a
+// leaky bucket of ProviderConfig.BucketSize requests leaking at the limit,
+// X-Shopify-Shop-Api-Call-Limit on every answer and 429 with Retry-After
+// "2.0" when full. ProviderConfig.BanOnRefusals
 // makes a banning provider count every refusal, not only those of a
 // client that did not back off.
 //

@@ -57,6 +57,13 @@ const (
 	// request over the quota gets 429 with Retry-After (whole seconds,
 	// rounded up) and r=0.
 	IETF
+	// ShopifyREST is Shopify's REST Admin API as its documentation
+	// describes it: a leaky bucket of BucketSize requests that leaks at
+	// the limit a second (standard plans: 40 leaking 2 a second); every
+	// answer, 200 or 429, carries X-Shopify-Shop-Api-Call-Limit:
+	// <used>/<bucket size>, and a request that finds the bucket full is
+	// refused with 429 and Retry-After: 2.0, whatever the level.
+	ShopifyREST
 )
 
 var dialectNames = [...]string{
@@ -69,6 +76,7 @@ var dialectNames = [...]string{
 	CostBucket:        "cost-bucket",
 	WeightWindow:      "weight-window",
 	IETF:              "ietf",
+	ShopifyREST:       "shopify-rest",
 }
 
 // Dialects lists every dialect in declaration order.
@@ -161,6 +169,9 @@ type ProviderConfig struct {
 	// means 2 and 1 s.
 	Weight int           `json:"weight,omitempty" yaml:"weight"`
 	Window time.Duration `json:"window,omitempty" yaml:"window"`
+	// BucketSize is ShopifyREST's bucket in requests (Burst does not
+	// apply to it). Zero means 40, Shopify's standard plans' bucket.
+	BucketSize int `json:"bucket_size,omitempty" yaml:"bucket_size"`
 	// Clock times the provider. Nil means the real clock.
 	Clock clock.Clock `json:"-" yaml:"-"`
 }
@@ -213,6 +224,7 @@ func (c *ProviderConfig) defaults() error {
 		{"requested_cost", &c.RequestedCost, 10},
 		{"actual_cost", &c.ActualCost, 5},
 		{"weight", &c.Weight, 2},
+		{"bucket_size", &c.BucketSize, 40},
 	} {
 		if *f.p < 0 {
 			return fmt.Errorf("%w: %s must be >= 0, got %d", ErrInvalidConfig, f.name, *f.p)
@@ -251,6 +263,8 @@ type Provider struct {
 	nextFree time.Time
 	// CostBucket: points available
 	points float64
+	// ShopifyREST: requests in the bucket
+	level float64
 	// WeightWindow
 	winStart time.Time
 	used     int
@@ -330,6 +344,9 @@ type outcome struct {
 	// to its reset.
 	quota, remaining int
 	reset            time.Duration
+	// ShopifyREST: the bucket's level after the request (0: not
+	// ShopifyREST) and size.
+	callLimit, bucketSize int
 }
 
 type costReport struct {
@@ -360,6 +377,8 @@ func (p *Provider) decide(now time.Time) outcome {
 		return p.decideWeight(now, limit)
 	case IETF:
 		return p.decideIETF(now, limit)
+	case ShopifyREST:
+		return p.decideShopifyREST(now, limit)
 	}
 	// Token bucket at the hidden limit.
 	b := p.burst(limit)
@@ -472,6 +491,30 @@ func (p *Provider) decideIETF(now time.Time, limit float64) outcome {
 	return o
 }
 
+// shopifyRetryAfter is the Retry-After Shopify's REST Admin API sends with
+// every 429, written as Shopify writes it.
+const shopifyRetryAfter = "2.0"
+
+// decideShopifyREST applies the leaky bucket: it leaks at limit a second
+// since the last request, and a request that fits adds one.
+func (p *Provider) decideShopifyREST(now time.Time, limit float64) outcome {
+	if dt := now.Sub(p.last).Seconds(); dt > 0 {
+		p.level = max(0, p.level-dt*limit)
+		p.last = now
+	}
+	size := p.cfg.BucketSize
+	o := outcome{status: http.StatusOK, bucketSize: size}
+	if p.level+1 > float64(size) {
+		o.status, o.throttled = http.StatusTooManyRequests, true
+	} else {
+		p.level++
+	}
+	// The used count is whole: round up, so that a client never sees
+	// more room than there is.
+	o.callLimit = min(size, int(math.Ceil(p.level-1e-9)))
+	return o
+}
+
 // weightHeader is the X-MBX-USED-WEIGHT header name for the window length.
 func weightHeader(win time.Duration) string {
 	switch {
@@ -510,6 +553,12 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h := w.Header()
+	if o.bucketSize > 0 {
+		h.Set("X-Shopify-Shop-Api-Call-Limit", fmt.Sprintf("%d/%d", o.callLimit, o.bucketSize))
+		if o.throttled {
+			h.Set("Retry-After", shopifyRetryAfter)
+		}
+	}
 	if o.retryAfter > 0 {
 		if p.cfg.Dialect == RetryAfterDate {
 			// HTTP-dates have whole seconds: round up so that a client
@@ -538,6 +587,8 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case o.banned:
 		_, _ = w.Write([]byte(`{"code":-1003,"msg":"banned"}` + "\n"))
+	case o.throttled && o.bucketSize > 0:
+		_, _ = w.Write([]byte(`{"errors":"Exceeded calls per second for api client. Reduce request rates to resume uninterrupted service."}` + "\n"))
 	case o.throttled:
 		_, _ = w.Write([]byte(`{"error":"too many requests"}` + "\n"))
 	default:

@@ -57,7 +57,9 @@ func TestProviderEnforcesHiddenLimit(t *testing.T) {
 		t.Run(d.String(), func(t *testing.T) {
 			t.Parallel()
 			clk := clocktest.New(t0)
-			p, err := NewProvider(ProviderConfig{Dialect: d, Limit: 40, Clock: clk, BanAfter: 1 << 30,
+			// shopify-rest's bucket holds 0.1 s of the limit, as the
+			// others' burst does (BucketSize is ShopifyREST's alone).
+			p, err := NewProvider(ProviderConfig{Dialect: d, Limit: 40, Clock: clk, BanAfter: 1 << 30, BucketSize: 4,
 				Changes: []Change{{At: 10 * time.Second, Limit: 20}}})
 			require.NoError(t, err)
 			// Offered 200/s, five times the limit, for 10 s: about 40/s get in.
@@ -125,6 +127,11 @@ func TestProviderSignals(t *testing.T) {
 			require.Equal(t, http.StatusTooManyRequests, r.StatusCode)
 			require.Equal(t, "80", r.Header.Get("X-MBX-USED-WEIGHT-1S")) // 40/s x weight 2
 			require.Equal(t, "1", r.Header.Get("Retry-After"))
+		}},
+		{ShopifyREST, func(t *testing.T, r *http.Response, _ []byte) {
+			require.Equal(t, http.StatusTooManyRequests, r.StatusCode)
+			require.Equal(t, "40/40", r.Header.Get("X-Shopify-Shop-Api-Call-Limit"))
+			require.Equal(t, "2.0", r.Header.Get("Retry-After"))
 		}},
 	}
 	for _, tt := range tests {
@@ -213,6 +220,7 @@ func TestProviderConfigErrors(t *testing.T) {
 		{Latency: -1},
 		{RequestedCost: 1, ActualCost: 2},
 		{Weight: -1},
+		{Dialect: ShopifyREST, BucketSize: -1},
 	} {
 		_, err := NewProvider(c)
 		require.ErrorIs(t, err, ErrInvalidConfig, "%+v", c)
@@ -228,6 +236,40 @@ func TestParseDialect(t *testing.T) {
 	}
 	_, err := ParseDialect("nope")
 	require.ErrorContains(t, err, `unknown dialect "nope"`)
+}
+
+// The shopify-rest dialect is a leaky bucket that states its level on
+// every answer and refuses with Retry-After "2.0" once full, as Shopify's
+// REST Admin API documents.
+func TestShopifyRESTLeakyBucket(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(t0)
+	p, err := NewProvider(ProviderConfig{Dialect: ShopifyREST, Limit: 2, Clock: clk})
+	require.NoError(t, err)
+	require.Equal(t, 40, p.Config().BucketSize)
+	for i := range 40 { // a burst of the bucket: all admitted
+		r := serve(p)
+		require.Equal(t, http.StatusOK, r.StatusCode)
+		require.Equal(t, fmt.Sprintf("%d/40", i+1), r.Header.Get("X-Shopify-Shop-Api-Call-Limit"))
+		require.Empty(t, r.Header.Get("Retry-After"))
+	}
+	r := serve(p)
+	require.Equal(t, http.StatusTooManyRequests, r.StatusCode)
+	require.Equal(t, "40/40", r.Header.Get("X-Shopify-Shop-Api-Call-Limit"))
+	require.Equal(t, "2.0", r.Header.Get("Retry-After"))
+	// It leaks 2 a second: after 1 s two fit, and the level shows it.
+	clk.Advance(time.Second)
+	require.Equal(t, "39/40", serve(p).Header.Get("X-Shopify-Shop-Api-Call-Limit"))
+	require.Equal(t, "40/40", serve(p).Header.Get("X-Shopify-Shop-Api-Call-Limit"))
+	require.Equal(t, http.StatusTooManyRequests, serve(p).StatusCode)
+	// Empty after 20 s; a used count is rounded up.
+	clk.Advance(20 * time.Second)
+	require.Equal(t, "1/40", serve(p).Header.Get("X-Shopify-Shop-Api-Call-Limit"))
+	clk.Advance(250 * time.Millisecond)
+	require.Equal(t, "2/40", serve(p).Header.Get("X-Shopify-Shop-Api-Call-Limit")) // 0.5 + 1
+	st := p.Stats()
+	require.Equal(t, int64(2), st.Throttled)
+	require.Equal(t, int64(44), st.Admitted)
 }
 
 // The IETF dialect states its policy and what remains on every answer

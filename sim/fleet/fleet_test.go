@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -136,4 +137,34 @@ func TestRunManualCountsTimers(t *testing.T) {
 	sc := scenario()
 	_, err := fleet.RunManual(t.Context(), sc, fleet.Sluice("sluice", true, fleet.FigureOptions()), 0)
 	require.ErrorContains(t, err, "timers pending")
+}
+
+// Issue 18: Shopify's REST leaky bucket (sim dialect shopify-rest) reports
+// its level on every answer but never its leak, and a call that finds it
+// full pauses the fleet 2 s (Retry-After: 2.0). Sluice paces by the level:
+// served at the leak, with no refusal, and back within seconds when the
+// leak halves or doubles. (With the aimd rate alone it served 0.87 of the
+// limit halving and 0.69 rising, never re-converging.) Virtual time: the
+// figures depend on the clients' logic alone.
+func TestSluicePacesShopifyRESTByItsLevel(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		scs  []sim.Scenario
+	}{
+		{"halving", fleet.Issue18Scenarios(30 * time.Second)},
+		{"rising", fleet.Issue18RiseScenarios(30 * time.Second)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			i := slices.IndexFunc(tc.scs, func(sc sim.Scenario) bool { return sc.Name == "shopify-rest" })
+			require.GreaterOrEqual(t, i, 0)
+			sc := tc.scs[i]
+			s := runManual(t, sc, fleet.Sluice("sluice", true, fleet.FigureOptions()), sc.Processes)
+			require.GreaterOrEqual(t, s.GoodputRatio, 0.95, "%+v", s)
+			require.LessOrEqual(t, s.ThrottleRatio, 0.01, "%+v", s)
+			require.GreaterOrEqual(t, s.ReconvergeS, 0, "%+v", s)
+			require.LessOrEqual(t, s.ReconvergeS, 3, "%+v", s)
+		})
+	}
 }
