@@ -71,8 +71,11 @@
 // that a fleet adapts as one.
 //
 // A rate the provider states (IETF RateLimit-Policy's quota per window,
-// paced at 98 % of it, X-RateLimit-* as what remains over the time to the
-// reset, a cost bucket's restore rate, a
+// paced at 98 % of it; X-RateLimit-* with no window as 98 % of the limit
+// over the longest time to a reset seen, in whole seconds, or what remains
+// over the least the time to the reset may be when that is less (a reset
+// in whole seconds from now is rounded: "1" on a window of a second says
+// nothing of what remains); a cost bucket's restore rate; a
 // learned weight budget) is paced at once from the first answer, with no
 // slow start towards it. Latency means the provider's time: for HTTP, from
 // the request written to the first response byte; and a process whose own
