@@ -530,17 +530,25 @@ func TestFailuresInFlightStillCountInTheRate(t *testing.T) {
 	require.Equal(t, ReasonFailureRate, ev.Reason)
 }
 
+// oneAfterAnother returns a function that admits one call a millisecond
+// after the last (*at moves on) and records its outcome o at once: each
+// call sent after the one before it was seen.
+func oneAfterAnother(t *testing.T, p *Policy, b *Breaker, at *int64) func(o Outcome) Event {
+	t.Helper()
+	return func(o Outcome) Event {
+		*at += ms
+		tk, _, err := p.Allow(b, *at)
+		require.NoError(t, err)
+		return p.Record(b, *at, tk, o)
+	}
+}
+
 func TestThrottlesCountInTheRateNotInTheRun(t *testing.T) {
 	t.Parallel()
 	p := mustNew(t, Config{ConsecutiveFailures: 3, MinRequests: 8, FailureRate: 0.5, OpenTimeout: time.Second, HalfOpenProbes: 1})
 	var b Breaker
 	at := t0
-	one := func(o Outcome) Event {
-		at += ms
-		tk, _, err := p.Allow(&b, at)
-		require.NoError(t, err)
-		return p.Record(&b, at, tk, o)
-	}
+	one := oneAfterAnother(t, p, &b, &at)
 	// A success, failures, then throttles, each sent after the last was
 	// seen: the throttles neither lengthen the run nor end it.
 	require.False(t, one(Success).Changed())
@@ -584,12 +592,7 @@ func TestThrottlesWithNoSuccessAreARun(t *testing.T) {
 	p := mustNew(t, Config{Window: 10 * time.Second, Buckets: 10, ConsecutiveFailures: 3, MinRequests: 1000})
 	var b Breaker
 	at := t0
-	one := func(o Outcome) Event {
-		at += ms
-		tk, _, err := p.Allow(&b, at)
-		require.NoError(t, err)
-		return p.Record(&b, at, tk, o)
-	}
+	one := oneAfterAnother(t, p, &b, &at)
 	// Never a success: the third throttle opens it.
 	require.False(t, one(Throttle).Changed())
 	require.False(t, one(Throttle).Changed())

@@ -1,7 +1,6 @@
 package outbound
 
 import (
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -352,22 +351,6 @@ func (a *adaptive) hint(rep *signal.Report, sent int64) float64 {
 			// stops the key until its reset.
 			r = statedMargin * float64(p.Limit) / (float64(p.Window) / 1e6)
 		case p.Known&signal.FieldWindow == 0 && p.Known&left == left && p.ResetAfter > 0 && p.Remaining > 0:
-			// A reset in whole seconds from now (X-RateLimit-Reset: 1,
-			// not a Unix time) is rounded: the reset may come up to a
-			// second sooner. What remains is paced over the least the
-			// time may be, and not at all when that is none (a window
-			// of a second always says 1: 50 left half way through it
-			// read as 50/s, and a provider of 1 s windows not written
-			// here got 0.65 of its limit).
-			until := p.ResetAfter
-			if until%1_000_000 == 0 {
-				until -= 1_000_000
-			}
-			if until > 0 {
-				r = float64(p.Remaining) / (float64(until) / 1e6)
-			} else {
-				r = math.Inf(1)
-			}
 			if p.Known&signal.FieldLimit != 0 && p.Limit > 0 {
 				// The window is at least the longest time to a reset
 				// seen, in whole seconds (a reset given in Unix
@@ -380,10 +363,23 @@ func (a *adaptive) hint(rep *signal.Report, sent int64) float64 {
 				// and a burst at a window's edge meets a refusal,
 				// whose Retry-After pauses the fleet.
 				a.span = max(a.span, (p.ResetAfter+999_999)/1_000_000*1_000_000)
-				r = min(r, statedMargin*float64(p.Limit)/(float64(a.span)/1e6))
+				r = statedMargin * float64(p.Limit) / (float64(a.span) / 1e6)
 			}
-			if math.IsInf(r, 1) {
-				r = 0 // no limit, and no time to pace what remains over
+			// A reset in whole seconds from now (X-RateLimit-Reset: 1,
+			// not a Unix time) is rounded: the reset may come up to a
+			// second sooner. What remains is paced over the least the
+			// time may be, and not at all when that is none (a window
+			// of a second always says 1: 50 left half way through it
+			// read as 50/s, and a provider of 1 s windows not written
+			// here got 0.65 of its limit).
+			until := p.ResetAfter
+			if until%1_000_000 == 0 {
+				until -= 1_000_000
+			}
+			if until > 0 {
+				if rest := float64(p.Remaining) / (float64(until) / 1e6); r == 0 || rest < r {
+					r = rest
+				}
 			}
 		}
 		if r > 0 && (best == 0 || r < best) {

@@ -101,11 +101,11 @@ func (b *leakyBucket) active() bool { return b.size > 0 }
 
 // observe takes one report of the bucket's level, of a call that left at
 // sent, and paces the key anew; pace is the key's adapted rate, where the
-// integral starts. It reports whether rep held a level.
-func (b *leakyBucket) observe(rep *signal.Report, sent int64, pace float64) bool {
+// integral starts.
+func (b *leakyBucket) observe(rep *signal.Report, sent int64, pace float64) {
 	used, size, ok := shopifyBucket(rep)
 	if !ok {
-		return false
+		return
 	}
 	if size != b.size {
 		*b = leakyBucket{size: size, leak: max(pace, bucketMinRate), at: sent}
@@ -113,7 +113,7 @@ func (b *leakyBucket) observe(rep *signal.Report, sent int64, pace float64) bool
 	if sent < b.at {
 		// An answer to a call that left before the latest report's:
 		// an older level, no news.
-		return true
+		return
 	}
 	if b.quietTill > 0 && sent >= b.quietTill {
 		b.measure(used, sent)
@@ -139,7 +139,6 @@ func (b *leakyBucket) observe(rep *signal.Report, sent int64, pace float64) bool
 	b.leak = max(b.leak+b.ki()*e*dt, bucketMinRate)
 	b.level, b.at = used, sent
 	b.rate = b.paceAt(float64(used))
-	return true
 }
 
 // measure compares the level of the first call that left after a quiet

@@ -72,6 +72,20 @@ func (x *xrlWindow) RoundTrip(*http.Request) (*http.Response, error) {
 		"X-RateLimit-Reset", reset)(), nil
 }
 
+// caller returns a function that makes one call through a client of x on
+// x's clock and returns the key's rate after it.
+func (x *xrlWindow) caller(t *testing.T) func() float64 {
+	t.Helper()
+	c, err := outbound.New(outbound.Config{Base: x, Clock: x.clk, Store: memstore.New(memstore.Config{Clock: x.clk})})
+	require.NoError(t, err)
+	return func() float64 {
+		resp := get(t, c, "http://api.test/")
+		require.NoError(t, resp.Body.Close())
+		rate, _ := c.Rate("api.test")
+		return rate
+	}
+}
+
 // Issue 18: an X-RateLimit-* quota states no window; the key paces the
 // limit over the longest time to a reset seen (whole seconds), and what
 // remains over the time to the reset only when that is less. What remains
@@ -81,14 +95,7 @@ func TestWindowlessQuotaPacesTheLimitOverItsWindow(t *testing.T) {
 	t.Parallel()
 	clk := clocktest.New(t0) // t0 is on a whole second
 	x := &xrlWindow{clk: clk, limit: 100, remaining: []int{99, 5, 1}}
-	c, err := outbound.New(outbound.Config{Base: x, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk})})
-	require.NoError(t, err)
-	call := func() float64 {
-		resp := get(t, c, "http://api.test/")
-		require.NoError(t, resp.Body.Close())
-		rate, _ := c.Rate("api.test")
-		return rate
-	}
+	call := x.caller(t)
 	require.InDelta(t, 98, call(), 1e-9, "the first answer, a whole second before the reset: 0.98 x 100 over 1 s")
 	clk.Advance(970 * time.Millisecond)
 	require.InDelta(t, 98, call(), 1e-9, "5 left 30 ms before the reset is no faster pace than the window's")
@@ -105,14 +112,7 @@ func TestWholeSecondResetIsNoPace(t *testing.T) {
 	t.Parallel()
 	clk := clocktest.New(t0)
 	x := &xrlWindow{clk: clk, limit: 100, remaining: []int{99, 50, 3}, delta: true}
-	c, err := outbound.New(outbound.Config{Base: x, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk})})
-	require.NoError(t, err)
-	call := func() float64 {
-		resp := get(t, c, "http://api.test/")
-		require.NoError(t, resp.Body.Close())
-		rate, _ := c.Rate("api.test")
-		return rate
-	}
+	call := x.caller(t)
 	require.InDelta(t, 98, call(), 1e-9, "the first answer: 0.98 x 100 over 1 s")
 	clk.Advance(500 * time.Millisecond)
 	require.InDelta(t, 98, call(), 1e-9, "50 left half way through the window, reset 1: still the window's pace")
