@@ -85,6 +85,20 @@ const (
 	excuseSpan  = 10_000_000 // µs
 )
 
+// A refusal soon after the pause of an excused one confirms that the limit
+// fell under a rate the key held for seconds: a step (a plan or a share
+// changed), not drift, and its size is unknown. The rate halves from the
+// rate refused (TCP Reno's answer to a loss) and holds there before
+// probing above it, as any level holds (Config.Hold, and probeCost times
+// the pause), since a provider that bans after a few refusals in a window
+// (10 s is usual) has seen two episodes already, each of about 1 + rate x
+// latency refusals, and a recovery towards the old level would earn a
+// third within the window (issue 18: at a halving, cuts to 0.64 of the
+// rate recovering towards 0.91 of it took three episodes, five refusals
+// and a ban). The price: a limit that fell by less than half is served at
+// half the old rate until the probe after the hold finds it.
+const confirmedCut = 0.5
+
 // LatencyFloor bounds a decrease the latency alone asks for (Reason
 // Latency or Queue, with no throttle signal): it never takes the rate below
 // this fraction of the proven rate, the highest rate calls have succeeded
@@ -453,6 +467,10 @@ type State struct {
 	// at provenAt (Unix µs).
 	proven, provenNext float64
 	provenAt           int64
+	// excused says the last episode's refusal was excused (the rate
+	// kept); a refusal soon after its pause confirms that the limit fell
+	// (confirmedCut). Any decrease clears it.
+	excused bool
 	// sus is the highest rate held for a whole sustainSpan with successes
 	// and no decrease since the last refusal that cut (0: none); susFrom
 	// (Unix µs, 0: not yet) began the current span, susLow is the lowest
@@ -678,6 +696,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			// refusals of calls in flight with it are not news.
 			s.refusedAt, s.lastDecrease, s.cutTo = now, now, s.rate
 			s.susFrom, s.n = 0, 0
+			s.excused = true
 		} else if c.newEpisode(s, now, sent) {
 			f := c.decrease
 			queued := int64(0)
@@ -697,15 +716,21 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// once), so that a queue built up drains quickly.
 				f = min(f, max(0.5, c.factor*s.target/float64(s.P95())))
 			}
-			slowExit, chained := false, false
+			slowExit, chained, confirmed := false, false, false
 			if in.RetryAfter > 0 && c.plateau > 0 && (reason == ReasonThrottled || reason == ReasonRetryAfter) {
 				if prevPause > 0 && sent-prevPause <= chainWindow {
 					// Refused again soon after the last pause ended:
 					// the limit fell well below the rate cut to last
 					// time. Cut twice as deep, so that a provider
-					// that bans after a few refusals sees few.
+					// that bans after a few refusals sees few; by
+					// half, and hold there, when the last pause was
+					// an excused refusal's at a rate held for
+					// seconds (confirmedCut).
 					f = c.decrease * c.decrease
 					chained = true
+					if s.excused {
+						f, confirmed = min(f, confirmedCut), true
+					}
 				} else if s.probing {
 					// The end of a slow start, which grows by
 					// e^SlowStart a second: by the time the refusal
@@ -753,6 +778,14 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// limit, and recovery stays under it rather than
 					// earn one more pause.
 					s.peak = min(s.peak, resumed)
+				}
+				if confirmed {
+					// The limit fell by a step of unknown size:
+					// no recovery above the halved rate, which
+					// holds as any level does (Config.Hold, and
+					// probeCost x the pause) before a probe looks
+					// for more.
+					s.peak, s.held = s.rate/c.plateau, false
 				}
 			}
 			if s.good > 0 {
@@ -900,7 +933,7 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 		s.held, s.level = s.level != 0, 0
 	}
 	s.cutTo = s.rate
-	s.probing, s.ramp = false, false
+	s.probing, s.ramp, s.excused = false, false, false
 	s.lastDecrease = now
 	s.n = 0 // the p95 needs fresh evidence before it may cut again
 }

@@ -63,8 +63,11 @@
 // last throttle signal, is excused: the key pauses as asked and keeps its
 // rate (a process starved of CPU sends the calls a stall held back in a
 // bunch that empties a provider's small burst below its limit); a limit
-// that did fall refuses it again soon after the pause, which cuts twice as
-// deep.
+// that did fall refuses it again soon after the pause, which confirms a
+// step down of unknown size: the rate halves and holds there, with no
+// recovery towards the old level, until a probe after the hold (so that a
+// provider banning after a few refusals in 10 s sees two episodes at a
+// halving, not three).
 //
 // With Config.Queue set, the latency gradient (as in TCP Vegas) reads a
 // provider that queues calls before it is slow: when the median of the

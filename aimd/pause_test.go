@@ -210,7 +210,28 @@ func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 		busyFor(c, &s, &at, 200*ms)
 		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
 		require.Equal(t, Decreased, d.Change)
-		require.InDelta(t, 0.64*90, d.Rate, 1e-9, "twice as deep")
+		require.InDelta(t, 0.5*90, d.Rate, 1e-9, "the fall confirmed: halved (confirmedCut)")
+		// Held there, with no recovery towards the rate kept, for the
+		// whole hold (a minute here) ...
+		busyFor(c, &s, &at, 59*s1)
+		require.InDelta(t, 0.5*90, s.rate, 1e-9, "held")
+		// ... then a probe looks for more.
+		busyFor(c, &s, &at, 3*s1)
+		require.Greater(t, s.rate, 0.5*90)
+	})
+	t.Run("refused again soon after a pause not excused", func(t *testing.T) {
+		t.Parallel()
+		s := c.Init()
+		at := t0
+		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
+		busyFor(c, &s, &at, 3*s1) // not sustained long enough after the refusal
+		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+		require.Equal(t, Decreased, d.Change)
+		from := d.Rate
+		at += s1
+		busyFor(c, &s, &at, 200*ms)
+		d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+		require.InDelta(t, 0.64*from, d.Rate, 1e-9, "twice as deep, not halved")
 	})
 	t.Run("refused again within excuseSpan", func(t *testing.T) {
 		t.Parallel()
