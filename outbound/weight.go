@@ -39,6 +39,10 @@ type usedWeight struct {
 	unit   int64 // the weight of one call, 0 until known
 	budget int64 // the window's budget, 0 until a refusal showed it
 	peak   int64 // the most usage reported for this interval
+	// served is the most usage reported for a window before cur: how far
+	// a window is known to go with no refusal while the budget is unknown
+	// (see explore).
+	served int64
 	// cur is the latest window (its index since the epoch) a report was
 	// sent in and curUsed the most usage reported for it; prev and
 	// prevUsed the one before it.
@@ -183,6 +187,7 @@ func (w *usedWeight) observe(rep *signal.Report, sent int64) float64 {
 	k := sent / w.window
 	switch {
 	case k > w.cur:
+		w.served = max(w.served, w.curUsed)
 		if k == w.cur+1 {
 			w.prev, w.prevUsed = w.cur, w.curUsed
 		} else {
@@ -300,7 +305,7 @@ func (w *usedWeight) probing(k, lat int64) bool {
 // the window is left.
 func (w *usedWeight) pace(now, lat int64) (float64, int64) {
 	if w.ceiling() <= 0 {
-		return 0, 0
+		return w.explore(now, lat), 0
 	}
 	lat = max(lat, minWeightLatency)
 	hi := w.fast(lat)
@@ -339,4 +344,30 @@ func (w *usedWeight) pace(now, lat int64) (float64, int64) {
 	}
 	base := weightMargin * per / (float64(w.window) / 1e6)
 	return min(hi, max(base, left/(float64(reset-now)/1e6))), 0
+}
+
+// explore returns the pace, in calls per second, for a call at now (Unix
+// µs) when calls take lat µs while the budget is unknown, or 0 for no
+// bound of the window's own: a window's calls beyond probeApproach under
+// the most usage any window before it reported leave one at a time,
+// probeSpacing latencies apart, as a probing window's do. The first
+// refusal, which shows the budget, then has no call in flight behind it
+// (issue 18: a slow start growing x7 a second reached about twice the
+// budget of a window of a second, and the calls in flight when it was
+// spent, refused before the first refusal's Retry-After had passed,
+// earned a ban).
+func (w *usedWeight) explore(now, lat int64) float64 {
+	if w.budget > 0 || w.unit <= 0 || w.window <= 0 || w.served <= 0 {
+		return 0
+	}
+	lat = max(lat, minWeightLatency)
+	k := now / w.window
+	used := w.unseen(k, now, lat, true)
+	if k == w.cur {
+		used += float64(w.curUsed) / float64(w.unit)
+	}
+	if used < float64(w.served)/float64(w.unit)-probeApproach {
+		return 0
+	}
+	return 1e6 / (probeSpacing * float64(lat))
 }

@@ -243,3 +243,37 @@ func TestAdaptiveBudgetRefusalIsNoCut(t *testing.T) {
 	a.observe(sample(rep, time.Millisecond), rep, now, 0)
 	require.Less(t, a.ctl.Rate(&a.state), fastAt(50))
 }
+
+// Issue 18: while the budget is unknown (a slow start), a window's calls
+// beyond the most any window before it used leave one at a time, so that
+// the refusal that shows the budget has no call in flight behind it (a
+// provider counts those towards a ban). Below that usage, and before any
+// window is complete, the window sets no pace of its own.
+func TestUsedWeightExploresGentlyBeyondTheMostServed(t *testing.T) {
+	t.Parallel()
+	const lat = 20_000
+	gentle := 1e6 / (probeSpacing * lat)
+	var w usedWeight
+	// Window 0: 40 calls of weight 2, no refusal.
+	for i := range 40 {
+		w.observe(weightReport(200, 2*(i+1), "1s"), t0+int64(i)*20_000)
+	}
+	r, stop := w.pace(t0+900_000, lat)
+	require.Zero(t, r, "no window is complete yet: nothing is known")
+	require.Zero(t, stop)
+	// Window 1: the first report moves window 0's 80 into what was served.
+	w.observe(weightReport(200, 2, "1s"), t0+sec)
+	require.Equal(t, int64(80), w.served)
+	r, _ = w.pace(t0+sec+10_000, lat)
+	require.Zero(t, r, "far under what window 0 used")
+	for i := 1; i < 39; i++ {
+		w.observe(weightReport(200, 2*(i+1), "1s"), t0+sec+int64(i)*10_000)
+	}
+	r, stop = w.pace(t0+sec+390_000, lat)
+	require.InDelta(t, gentle, r, 1e-9, "at what window 0 used: one call at a time")
+	require.Zero(t, stop)
+	// The refusal shows the budget: the learned pace takes over.
+	w.observe(weightReport(429, 84, "1s"), t0+sec+400_000)
+	r, _ = w.pace(t0+2*sec, lat)
+	require.InDelta(t, weightMargin*42, r, 1e-9)
+}
