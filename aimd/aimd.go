@@ -99,6 +99,22 @@ const (
 // half the old rate until the probe after the hold finds it.
 const confirmedCut = 0.5
 
+// A throttle with no Retry-After (a bare 429, a 503) leaves the key
+// sending: the provider serves its limit and refuses the rest, so the
+// share of calls sent since the last decrease that were served tells how
+// far over the limit the rate is. When at least shareSamples such calls
+// were answered and fewer than Decrease of them were served, the next cut
+// takes the rate to shareMargin of the served share of it (no lower than
+// minShareCut of it at once) rather than by Decrease: a slow start that
+// overshot a provider's large burst (a second's worth, 2.5 x its limit
+// when the burst ran out) is back under the limit in two cuts, not four
+// seconds of refusals (issue 18: 360 refusals at a bare-429 provider).
+const (
+	shareSamples = 8
+	shareMargin  = 0.95
+	minShareCut  = 0.25
+)
+
 // LatencyFloor bounds a decrease the latency alone asks for (Reason
 // Latency or Queue, with no throttle signal): it never takes the rate below
 // this fraction of the proven rate, the highest rate calls have succeeded
@@ -481,6 +497,9 @@ type State struct {
 	susFrom     int64
 	susN        int
 	refusedAt   int64
+	// epOK and epRef count the calls sent since the last decrease that
+	// were served, and refused with no Retry-After (shareSamples).
+	epOK, epRef int
 	// stated says a new, lower hint came shortly before the last
 	// decrease, with it or after it (the provider told its rate as it
 	// refused): recovery goes back to it. hintAt is when the hint last
@@ -648,6 +667,14 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	latency := max(in.Latency, 0)
 	sent := now - latency
 	prevPause := s.pausedUntil
+	if s.lastDecrease != 0 && sent >= s.lastDecrease {
+		switch {
+		case in.Outcome == Success:
+			s.epOK++
+		case (in.Outcome == Throttled || in.Outcome == Overloaded) && in.RetryAfter <= 0:
+			s.epRef++
+		}
+	}
 	if in.RetryAfter > 0 {
 		s.pausedUntil = max(s.pausedUntil, addSat(now, in.RetryAfter))
 	}
@@ -690,14 +717,18 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		reason = c.success(s, now, latency)
 	}
 	if reason != ReasonNone {
-		if c.newEpisode(s, now, sent) && c.excuse(s, now, sent, prevPause, reason, in) {
+		// A served share that says the rate is well over the limit is
+		// news as soon as it is known, cooldown or not: it comes from
+		// calls sent after the last decrease.
+		news := c.newEpisode(s, now, sent) || (sent >= s.lastDecrease && c.servedShare(s, reason, in) < c.decrease)
+		if news && c.excuse(s, now, sent, prevPause, reason, in) {
 			// A refusal at a rate the key sustained: wait out the
 			// pause, keep the rate. The episode begins here, so the
 			// refusals of calls in flight with it are not news.
 			s.refusedAt, s.lastDecrease, s.cutTo = now, now, s.rate
 			s.susFrom, s.n = 0, 0
 			s.excused = true
-		} else if c.newEpisode(s, now, sent) {
+		} else if news {
 			f := c.decrease
 			queued := int64(0)
 			if reason == ReasonQueue {
@@ -715,6 +746,10 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// Far over the target, cut deeper (down to half at
 				// once), so that a queue built up drains quickly.
 				f = min(f, max(0.5, c.factor*s.target/float64(s.P95())))
+			}
+			if ok := c.servedShare(s, reason, in); ok < f {
+				// How far over the limit the rate is.
+				f = max(ok*shareMargin, minShareCut)
 			}
 			slowExit, chained, confirmed := false, false, false
 			if in.RetryAfter > 0 && c.plateau > 0 && (reason == ReasonThrottled || reason == ReasonRetryAfter) {
@@ -848,6 +883,17 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	return d
 }
 
+// servedShare returns the share of the calls sent since the last decrease
+// that were served, when a throttle signal with no Retry-After comes and
+// shareSamples or more of them were answered; else 1.
+func (c *Controller) servedShare(s *State, reason Reason, in Sample) float64 {
+	n := s.epOK + s.epRef
+	if in.RetryAfter > 0 || (reason != ReasonThrottled && reason != ReasonOverloaded) || n < shareSamples {
+		return 1
+	}
+	return float64(s.epOK) / float64(n)
+}
+
 // excuse reports whether a refusal that begins a new episode at now, for a
 // request sent at sent, is excused (see sustainSpan): it came with a
 // Retry-After to a key with a plateau, not soon after the last pause
@@ -934,6 +980,7 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 	}
 	s.cutTo = s.rate
 	s.probing, s.ramp, s.excused = false, false, false
+	s.epOK, s.epRef = 0, 0
 	s.lastDecrease = now
 	s.n = 0 // the p95 needs fresh evidence before it may cut again
 }

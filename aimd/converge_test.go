@@ -198,9 +198,10 @@ func TestWithoutDecreaseItWouldNotConverge(t *testing.T) {
 	t.Parallel()
 	// The simulation itself must be able to fail: a controller that
 	// ignores throttles (Failed instead of Throttled is not possible
-	// here, so use a ceiling-less rate with no decrease) floods.
+	// here, so pin the rate above the limit: its floor is its ceiling)
+	// floods.
 	p := &bucketProvider{limit: 100}
-	c := mustNew(t, Config{Start: 1, Ceiling: 1000, Decrease: 0.999999, Cooldown: 1 << 40})
+	c := mustNew(t, Config{Start: 1000, Floor: 1000, Ceiling: 1000})
 	sent, _, thr, _ := simulate(t, c, p, 20, nil)
 	require.Greater(t, float64(sum(thr[10:20])), 0.02*float64(sum(sent[10:20])))
 }

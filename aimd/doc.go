@@ -14,7 +14,13 @@
 //     sent before the last decrease was already answered by it, so a burst of
 //     429s from requests in flight at the same time decreases once, not once
 //     per response. After a decrease with a Retry-After (each one pauses the
-//     key), recovery aims no higher than the rate it cut from;
+//     key), recovery aims no higher than the rate it cut from. A throttle
+//     with no Retry-After (a bare 429, a 503) leaves the key sending, so
+//     the share of the calls sent since the last decrease that were served
+//     says how far over the limit the rate is: when fewer than Decrease of
+//     at least 8 were served, the rate goes to 0.95 of that share of
+//     itself at once, cooldown or not (a slow start that overshot a
+//     provider's large burst is back under its limit in two cuts);
 //   - latency: when the p95 of the last RingSize successes is above
 //     Config.LatencyFactor times the latency target, by up to half when the
 //     p95 is far above it. The target is an EWMA of fast successes' latency
