@@ -237,7 +237,7 @@ const minEpisodeSlack = int64(100 * time.Millisecond / time.Microsecond)
 func (a *adaptive) takeBudget(window, budget int64) {
 	a.mu.Lock()
 	if a.weight.window == window {
-		a.weight.budget = budget
+		a.weight.budget, a.weight.assumed = budget, false
 	}
 	a.mu.Unlock()
 }
@@ -263,13 +263,15 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 	if shared > 0 {
 		a.ctl.SetRate(&a.state, shared)
 	}
-	budget := a.weight.budget
+	budget, assumed := a.weight.budget, a.weight.assumed
 	s.Hint = a.hint(rep, now-s.Latency)
 	a.noteStated(rep, now)
 	a.bucket.observe(rep, now-s.Latency, a.ctl.Rate(&a.state))
 	var o outcome
-	if a.weight.budget != budget {
-		o.budget, o.budgetWindow = a.weight.budget, a.weight.window // learned here: tell the fleet
+	if !a.weight.assumed && (a.weight.budget != budget || assumed) && a.weight.budget > 0 {
+		// Learned here, or an assumed budget a refusal confirmed:
+		// tell the fleet (an assumption alone is no news).
+		o.budget, o.budgetWindow = a.weight.budget, a.weight.window
 	}
 	lat := float64(s.Latency)
 	if a.latency == 0 {

@@ -51,7 +51,22 @@
 // budget, then sends one call at a time beyond it, so that an unchanged
 // limit costs one refusal with no call in flight behind it. The process
 // that learns a budget writes it to the store; the others take it up when
-// they find the key paused.
+// they find the key paused. A window of a minute (X-MBX-USED-WEIGHT-1M,
+// Binance's REQUEST_WEIGHT) is not left to the slow start meanwhile (issue
+// 18: it grew for seconds with no refusal to stop it, spent the minute's
+// budget at 6 times its pace, and the calls in flight behind the first
+// refusal earned a ban): from its first report it assumes the budget
+// Binance documents for the Spot API, 6000 weight a minute (the embedded
+// binance profile's too), paced at the ordinary pace, never faster while
+// it is an assumption, and counting a call as 1 weight until a step
+// between two reports shows its weight. It is an assumption, not a
+// learned budget: the fleet is not told of it, and a refusal under it (a
+// lower limit, such as USD-M futures' 2400) or a success above it sets the
+// budget as it would with none. Other windows assume nothing. Whatever
+// the budget, a window's usage at it is a hard stop: the first refusal,
+// also one after the limit fell below what the window used already, stops
+// the key until the window's reset, and a turn booked before it is not
+// taken.
 // A leaky bucket that reports its level but not its leak (Shopify REST's
 // X-Shopify-Shop-Api-Call-Limit: 32/40, the fleet's calls in a bucket of
 // 40 leaking at a rate the plan sets, and a full bucket refused with a

@@ -511,22 +511,26 @@ func TestPausesHeardOfBoundTheRecoveryToo(t *testing.T) {
 // when they find the key paused: the whole fleet then paces within it.
 func TestWeightBudgetIsLearnedAndShared(t *testing.T) {
 	t.Parallel()
-	rate := weightFleet(t, "X-Mbx-Used-Weight-1s")
+	before, rate := weightFleet(t, "X-Mbx-Used-Weight-1s")
+	require.Greater(t, before, 1000.0, "B has not heard of it yet")
 	require.InDelta(t, 0.98*25, rate, 1e-9, "B took the budget up from the store")
 }
 
 // A budget learned for one window length is not taken up by a process
-// that follows another: a second's budget is no minute's.
+// that follows another: a second's budget is no minute's. (B's minute
+// window is paced by its assumed budget: 6000 weight, 3000 calls of 2.)
 func TestWeightBudgetIsSharedPerWindow(t *testing.T) {
 	t.Parallel()
-	rate := weightFleet(t, "X-Mbx-Used-Weight-1m")
-	require.Greater(t, rate, 1000.0, "B took up a budget learned for another window")
+	before, rate := weightFleet(t, "X-Mbx-Used-Weight-1m")
+	require.InDelta(t, 0.98*3000/60, before, 1e-9, "B has not heard of it yet")
+	require.InDelta(t, 0.98*3000/60, rate, 1e-9, "B took up a budget learned for another window")
 }
 
 // weightFleet runs two processes on one store: A, whose provider reports
 // the weight of a one-second window, is refused at 50 used; then B, whose
-// reports carry usedB, finds the key paused. It returns B's rate after.
-func weightFleet(t *testing.T, usedB string) float64 {
+// reports carry usedB, finds the key paused. It returns B's rate before
+// and after.
+func weightFleet(t *testing.T, usedB string) (before, after float64) {
 	clk := watch(t0)
 	st := memstore.New(memstore.Config{Clock: clk})
 	const used = "X-Mbx-Used-Weight-1s"
@@ -548,12 +552,10 @@ func weightFleet(t *testing.T, usedB string) float64 {
 	rate, _ := ca.Rate("api.exchange.test")
 	require.LessOrEqual(t, rate, 0.98*25)
 	require.InDelta(t, 0.98*25, ca.Snapshot(0).Keys[0].Hint, 1e-9)
-	rate, _ = cb.Rate("api.exchange.test")
-	require.Greater(t, rate, 1000.0, "B has not heard of it yet")
-
+	before, _ = cb.Rate("api.exchange.test")
 	getAdvancing(t, clk, cb, "http://api.exchange.test/v3/ticker")
-	rate, _ = cb.Rate("api.exchange.test")
-	return rate
+	after, _ = cb.Rate("api.exchange.test")
+	return before, after
 }
 
 // The snapshot says what the dashboard shows of a key: the median latency

@@ -38,7 +38,13 @@ type usedWeight struct {
 	last   int64 // the last usage reported
 	unit   int64 // the weight of one call, 0 until known
 	budget int64 // the window's budget, 0 until a refusal showed it
-	peak   int64 // the most usage reported for this interval
+	// assumed: budget is the one a minute's window is assumed to have
+	// (assumedMinuteBudget), which no refusal or success has shown yet.
+	assumed bool
+	// stepped: a step between two reports was seen (unit no longer
+	// rests on the first report's usage alone).
+	stepped bool
+	peak    int64 // the most usage reported for this interval
 	// served is the most usage reported for a window before cur: how far
 	// a window is known to go with no refusal while the budget is unknown
 	// (see explore).
@@ -97,7 +103,7 @@ func (w *usedWeight) spent(now, lat int64) bool {
 	}
 	used := w.unseen(k, now, lat, false)
 	if k == w.cur {
-		used += float64(w.curUsed) / float64(w.unit)
+		used += float64(w.curUsed) / float64(w.cost())
 	}
 	return weightMargin*w.perWindow()-used < 1
 }
@@ -110,6 +116,26 @@ const (
 	maxWeightWindow = int64(86_400e6) // µs: one day
 	maxWeightUsed   = int64(1) << 40  // a usage beyond this is garbage
 	refusalShare    = 4               // see observe
+)
+
+// assumedMinuteBudget is the budget a window of a minute (Binance's
+// X-MBX-USED-WEIGHT-1M) is assumed to have from its first report until a
+// refusal or a success above it shows the real one: the Spot API's
+// REQUEST_WEIGHT limit, 6000 weight a minute per IP
+// (https://developers.binance.com/docs/binance-spot-api-docs/rest-api/limits;
+// exchangeInfo's rateLimits are authoritative), and the request-weight
+// capacity of provider/profiles/binance.yaml (a test holds them together).
+// It is an assumption: a refusal under it sets the budget (USD-M futures,
+// for one, allow 2400), as it would with no assumption. With no budget at
+// all, a minute's window was paced by the slow start alone, which grew for
+// many seconds with no refusal to stop it and spent the minute's budget at
+// about 6 times its pace (issue 18), refused with calls in flight behind
+// the first refusal and a ban for them. Other windows assume nothing: a
+// second's budget is learned from its first refusal within a second or
+// two (see explore).
+const (
+	assumedMinuteBudget = int64(6000)
+	assumedWindow       = int64(60e6) // µs: the window it is assumed for
 )
 
 // Pacing by the window (see pace).
@@ -165,6 +191,9 @@ func (w *usedWeight) observe(rep *signal.Report, sent int64) float64 {
 	}
 	if pol.Window != w.window {
 		*w = usedWeight{window: pol.Window}
+		if w.window == assumedWindow {
+			w.budget, w.assumed = assumedMinuteBudget, true
+		}
 	}
 	used := pol.Used
 	if used <= 0 || used > maxWeightUsed || rep.Banned {
@@ -174,7 +203,7 @@ func (w *usedWeight) observe(rep *signal.Report, sent int64) float64 {
 	// difference between two of them.
 	step := used
 	if d := used - w.last; w.last > 0 && d > 0 {
-		step = d
+		step, w.stepped = d, true
 	}
 	if w.unit == 0 || step < w.unit {
 		w.unit = step
@@ -200,7 +229,7 @@ func (w *usedWeight) observe(rep *signal.Report, sent int64) float64 {
 		if dt := sent - w.lastSent; dt >= flowSpan && used >= w.lastUsed {
 			// Usage is the fleet's: its rise over the time between
 			// two calls of this process is the fleet's flow.
-			f := float64(used-w.lastUsed) / float64(w.unit) / (float64(dt) / 1e6)
+			f := float64(used-w.lastUsed) / float64(w.cost()) / (float64(dt) / 1e6)
 			w.flow += 0.5 * (f - w.flow)
 			w.lastSent, w.lastUsed = sent, used
 		}
@@ -213,9 +242,9 @@ func (w *usedWeight) observe(rep *signal.Report, sent int64) float64 {
 		// before was about something else (another of the provider's
 		// limits): it says nothing of this window's budget. (The AIMD
 		// controller still slows down for it.)
-		w.budget, w.refusedIn, w.shown = used, k, true
+		w.budget, w.refusedIn, w.shown, w.assumed = used, k, true, false
 	case rep.Class == signal.ClassSuccess && w.budget > 0 && used > w.budget:
-		w.budget, w.raisedIn = used, k
+		w.budget, w.raisedIn, w.assumed = used, k, false
 	}
 	return w.ceiling()
 }
@@ -229,6 +258,22 @@ func (w *usedWeight) ceiling() float64 {
 	return weightBurst * w.perWindow() / (float64(w.window) / 1e6)
 }
 
+// cost is the weight of one call as the pace counts it: unit, but 1 while
+// an assumed budget's only report is the first one. The first report's
+// usage is a call's weight only if the window held nothing before it (a
+// window a restarted fleet or another client already used would read as a
+// call of thousands, a budget of a call or two, and stop the key until the
+// reset with no report to correct it); 1 errs the other way, counting the
+// budget in weight rather than calls, which the usage still stops at, for
+// the one latency until the next report shows a step. (A learned budget's
+// first report is the refusal that showed it, or follows others: unit.)
+func (w *usedWeight) cost() int64 {
+	if w.assumed && !w.stepped {
+		return 1
+	}
+	return w.unit
+}
+
 // base is the ordinary pace, in calls per second: weightMargin of the
 // budget over the window, 0 while unknown.
 func (w *usedWeight) base() float64 {
@@ -239,15 +284,20 @@ func (w *usedWeight) base() float64 {
 }
 
 // perWindow is the budget in calls.
-func (w *usedWeight) perWindow() float64 { return float64(w.budget) / float64(w.unit) }
+func (w *usedWeight) perWindow() float64 { return float64(w.budget) / float64(w.cost()) }
 
 // fast is the fastest a window is paced, in calls per second, when calls
 // take lat µs: weightBurst times the budget over the window, but no more
 // than maxInFlight calls a latency (a limit that fell while the key goes
 // that fast refuses about that many calls in flight, and a provider counts
-// those towards a ban), and never under the ordinary pace.
+// those towards a ban), and never under the ordinary pace. An assumed
+// budget is never spent faster than the ordinary pace: if it is wrong,
+// the calls in flight when the first refusal says so are that pace's.
 func (w *usedWeight) fast(lat int64) float64 {
 	base := weightMargin * w.perWindow() / (float64(w.window) / 1e6)
+	if w.assumed {
+		return base
+	}
 	return max(min(w.ceiling(), maxInFlight*1e6/float64(max(lat, minWeightLatency))), base)
 }
 
@@ -313,7 +363,7 @@ func (w *usedWeight) pace(now, lat int64) (float64, int64) {
 	reset := (k + 1) * w.window
 	used := 0.0 // calls, the reports' and those they do not show yet
 	if k == w.cur {
-		used = float64(w.curUsed) / float64(w.unit)
+		used = float64(w.curUsed) / float64(w.cost())
 	}
 	used += w.unseen(k, now, lat, true)
 	per := w.perWindow()

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/aimd"
+	"github.com/sluicerl/sluice/provider"
 	"github.com/sluicerl/sluice/signal"
 )
 
@@ -276,4 +277,135 @@ func TestUsedWeightExploresGentlyBeyondTheMostServed(t *testing.T) {
 	w.observe(weightReport(429, 84, "1s"), t0+sec+400_000)
 	r, _ = w.pace(t0+2*sec, lat)
 	require.InDelta(t, weightMargin*42, r, 1e-9)
+}
+
+// Issue 18 item 1: a minute's weight window (X-MBX-USED-WEIGHT-1M) is paced
+// from its first report by the budget Binance documents, 6000 weight a
+// minute, and no faster than that budget's ordinary pace while it is only
+// assumed; before a step between two reports shows a call's weight, a call
+// counts as 1 weight (the first report's usage may be the window's use by
+// others, not one call). Other windows assume nothing.
+func TestUsedWeightAssumesAMinuteBudget(t *testing.T) {
+	t.Parallel()
+	const lat = 20_000
+	base := weightMargin * float64(assumedMinuteBudget) / 60
+	var w usedWeight
+	w.observe(weightReport(200, 1, "1m"), t0+1000)
+	require.True(t, w.assumed)
+	r, stop := w.pace(t0+2000, lat)
+	require.InDelta(t, base, r, 1e-9, "paced by 6000 a minute from the first answer")
+	require.Zero(t, stop)
+	// Half way through the minute with little used: no catch-up above
+	// the ordinary pace on an assumption.
+	r, _ = w.pace(t0+30*sec, lat)
+	require.InDelta(t, base, r, 1e-9)
+
+	// A window others used already: the first report reads 3000; its
+	// budget is not 2 calls of 3000 (a stop until the reset), but 6000
+	// weight, of which 3000 are left.
+	var busy usedWeight
+	busy.observe(weightReport(200, 3000, "1m"), t0+40*sec)
+	r, stop = busy.pace(t0+40*sec+1000, lat)
+	require.InDelta(t, base, r, 1e-9)
+	require.Zero(t, stop)
+	require.False(t, busy.spent(t0+40*sec+1000, lat))
+	// The next report shows calls of 2: 3000 calls a minute.
+	busy.observe(weightReport(200, 3002, "1m"), t0+40*sec+10_000)
+	r, _ = busy.pace(t0+40*sec+20_000, lat)
+	require.InDelta(t, base/2, r, 1e-9)
+
+	// Other windows keep today's behaviour: nothing until a refusal.
+	var s usedWeight
+	s.observe(weightReport(200, 1, "1s"), t0+1000)
+	require.Zero(t, s.budget)
+	r, _ = s.pace(t0+2000, lat)
+	require.Zero(t, r)
+}
+
+// The assumption is corrected as a learned budget is: a refusal under it
+// lowers it, a success above it raises it.
+func TestUsedWeightAssumedBudgetIsCorrected(t *testing.T) {
+	t.Parallel()
+	var w usedWeight
+	w.observe(weightReport(200, 2, "1m"), t0+1000)
+	w.observe(weightReport(200, 4, "1m"), t0+2000)
+	require.InDelta(t, fastAt(2400/2/60.0), w.observe(weightReport(429, 2400, "1m"), t0+3000), 1e-9)
+	require.False(t, w.assumed)
+	require.EqualValues(t, 2400, w.budget)
+
+	var up usedWeight
+	up.observe(weightReport(200, 5998, "1m"), t0+1000)
+	up.observe(weightReport(200, 6000, "1m"), t0+2000)
+	up.observe(weightReport(200, 6002, "1m"), t0+3000)
+	require.False(t, up.assumed)
+	require.EqualValues(t, 6002, up.budget)
+}
+
+// Issue 18: the limit falls mid-minute (6000 to 3000) when 3500 are used
+// already: every call is refused until the window's end. The first refusal
+// stops the key until the reset (a hard stop: the pace's stop and the
+// spent check for turns booked before it), and the next window is paced by
+// what it showed.
+func TestUsedWeightLimitFallsMidMinute(t *testing.T) {
+	t.Parallel()
+	const lat = 20_000
+	var w usedWeight
+	now := t0
+	for used := 1; used <= 3500; used++ {
+		w.observe(weightReport(200, used, "1m"), now)
+		now += 8500 // a little under 118 a second: 3500 by 29.75 s
+	}
+	r, stop := w.pace(now, lat)
+	require.Positive(t, r)
+	require.Zero(t, stop)
+	require.False(t, w.spent(now, lat))
+	w.observe(weightReport(429, 3500, "1m"), t0+30*sec)
+	require.True(t, w.shown)
+	_, stop = w.pace(t0+30*sec+1000, lat)
+	require.Equal(t, t0+60*sec, stop, "stopped until the minute's reset")
+	require.True(t, w.spent(t0+30*sec+1000, lat), "a turn booked before the refusal is not taken")
+	require.True(t, w.spent(t0+59*sec, lat))
+	r, stop = w.pace(t0+60*sec, lat)
+	require.InDelta(t, weightMargin*3500/60, r, 1e-9)
+	require.Zero(t, stop)
+}
+
+// An assumed budget is no news for the fleet; a refusal that confirms it
+// (the same 6000) is, as a learned one is.
+func TestAdaptiveAssumedBudgetIsNotShared(t *testing.T) {
+	t.Parallel()
+	ctl, err := aimd.New(aimd.Config{Start: 40, SlowStart: -1, IgnoreLatency: true})
+	require.NoError(t, err)
+	a := newAdaptive(ctl)
+	now := t0 + 1000
+	for _, used := range []int{5998, 5999} {
+		rep := weightReport(200, used, "1m")
+		o := a.observe(sample(rep, time.Millisecond), rep, now, 0)
+		require.Zero(t, o.budget)
+		now += 1000
+	}
+	rep := weightReport(429, 6000, "1m")
+	o := a.observe(sample(rep, time.Millisecond), rep, now, 0)
+	require.EqualValues(t, 6000, o.budget)
+	require.Equal(t, assumedWindow, o.budgetWindow)
+	require.True(t, a.paused(now+1000))
+}
+
+// The budget assumed for a minute's used weight (Binance's REQUEST_WEIGHT)
+// is the embedded binance profile's request-weight capacity.
+func TestAssumedMinuteBudgetIsBinanceProfile(t *testing.T) {
+	t.Parallel()
+	set, err := provider.Embedded()
+	require.NoError(t, err)
+	p, ok := set.Get("binance")
+	require.True(t, ok)
+	found := false
+	for _, l := range p.Limits {
+		if l.Sync != nil && l.Sync.Source == "binance" && l.Sync.Policy == "weight" && l.Sync.Window == time.Minute {
+			require.Equal(t, assumedMinuteBudget, l.Capacity)
+			require.Equal(t, assumedWindow, l.Window.Microseconds())
+			found = true
+		}
+	}
+	require.True(t, found, "the binance profile has no minute's weight limit")
 }
