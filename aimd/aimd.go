@@ -378,6 +378,10 @@ type Sample struct {
 	// nor feeds the p95 or the queue signal; only throttles, overloads
 	// and Retry-After decrease the rate.
 	NoLatency bool
+	// Banned says the provider banned the caller (a 418, Binance's "IP
+	// banned"): it counted too many refusals. With a RetryAfter, a ban
+	// the key did not know of restarts the rate (see Observe).
+	Banned bool
 	// Hint is a sustainable rate the provider reported (a quota over its
 	// window, a bucket's restore rate), 0 when none. It caps the rate. A
 	// first hint, or one higher than the last, on a Success also raises
@@ -497,6 +501,9 @@ type State struct {
 	susFrom     int64
 	susN        int
 	refusedAt   int64
+	// banUntil is when the last ban the key heard of ends (Unix µs, 0
+	// none): a ban answer before then is the same ban's.
+	banUntil int64
 	// epOK and epRef count the calls sent since the last decrease that
 	// were served, and refused with no Retry-After (shareSamples).
 	epOK, epRef int
@@ -705,6 +712,11 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		d.Change, d.Reason = Decreased, ReasonHint
 	}
 
+	if in.Banned && in.RetryAfter > 0 && now >= s.banUntil {
+		c.restart(s, now, in.RetryAfter)
+		d.Change, d.Reason = Decreased, ReasonThrottled
+	}
+
 	var reason Reason
 	switch {
 	case in.Outcome == Throttled:
@@ -881,6 +893,37 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	}
 	d.Rate, d.PausedUntil = s.rate, s.pausedUntil
 	return d
+}
+
+// restart answers a ban the key did not know of, which lasts d µs from
+// now: the provider counted too many refusals, and what it allows when the
+// ban ends is unknown (a ban of 30 s outlasts many a limit's change). The
+// key starts over as a new key does, from Start, and recovers (as fast as
+// slow start, no faster) to a quarter of the rate it was banned at (a
+// confirmed step down, twice: the rate banned at was already too much,
+// and the limit may have fallen during the ban), where it holds for
+// Config.Hold, as after any decrease, before a probe above it, which costs
+// a refusal or two, not the ban's length. Issue 18: a fleet banned for 30 s
+// came back at the rate it was banned at, over a limit that had halved in
+// the meantime, and five refusals in two seconds earned a second ban; at
+// half that rate, it came back at 82/s over a limit of 50/s and was banned
+// again.
+func (c *Controller) restart(s *State, now, d int64) {
+	to := max(c.floor, s.rate*confirmedCut*confirmedCut)
+	s.banUntil = addSat(now, d)
+	s.rate = min(to, max(c.start, c.floor))
+	s.peak = to / c.decrease
+	if c.plateau > 0 {
+		s.peak = to / c.plateau
+	}
+	s.cutTo, s.over = s.rate, to
+	s.probing, s.ramp, s.held, s.excused = false, false, false, false
+	s.level, s.good, s.backoff = 0, 0, 0
+	s.proven, s.provenNext, s.provenAt = 0, 0, 0
+	s.sus, s.susFrom, s.refusedAt = 0, 0, now
+	s.epOK, s.epRef, s.pause = 0, 0, 0
+	s.lastDecrease, s.lastIncrease = now, now
+	s.n = 0
 }
 
 // servedShare returns the share of the calls sent since the last decrease

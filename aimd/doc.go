@@ -96,6 +96,13 @@
 // start. A Retry-After pauses the key until then: Paused reports
 // it, and the caller sends nothing until it is over.
 //
+// A ban (Sample.Banned with a Retry-After: a 418, Binance's "IP banned")
+// says the provider counted too many refusals, and what it allows when the
+// ban ends is unknown: the key starts over from Start and recovers, as
+// fast as slow start, to a quarter of the rate it was banned at, where it
+// holds for Config.Hold before a probe. The other answers of the same ban
+// change nothing.
+//
 // A caller maps package signal's Report onto a Sample: Throttled when
 // Report.Throttled, Overloaded for other transient outcomes that hint at
 // load (Report.Unknown or Report.Timeout: 500, 502, 504, timeouts), Success

@@ -80,3 +80,33 @@ func TestServedShareCutsToTheLimit(t *testing.T) {
 		require.InDelta(t, 160.0, d.Rate, 0.5)
 	})
 }
+
+// Issue 18: a ban says the provider counted too many refusals, and what it
+// allows when the ban ends is unknown. The key starts over from Start and
+// recovers to a quarter of the rate it was banned at, where it holds for
+// the Hold (not 30 x the ban) before it probes; the other
+// answers of the same ban (calls that were in flight) change nothing.
+func TestABanRestartsTheRate(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 2, SlowStart: 2, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
+	s := c.Init()
+	at := t0
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
+	c.SetRate(&s, 100)
+	busyFor(c, &s, &at, 3*s1)
+	require.InDelta(t, 100.0, s.rate, 1e-9)
+	ban := 30 * s1
+	d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: ban, Banned: true})
+	require.Equal(t, Decreased, d.Change)
+	require.InDelta(t, 2.0, d.Rate, 1e-9, "from Start")
+	require.Equal(t, at+ban, d.PausedUntil)
+	d = c.Observe(&s, at+3*ms, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: ban - 3*ms, Banned: true})
+	require.InDelta(t, 2.0, d.Rate, 1e-9, "the same ban")
+	at += ban
+	busyFor(c, &s, &at, 6*s1)
+	require.InDelta(t, 25.0, s.rate, 1e-9, "back to a quarter of the rate banned at")
+	busyFor(c, &s, &at, 5*s1)
+	require.InDelta(t, 25.0, s.rate, 1e-9, "held there")
+	busyFor(c, &s, &at, 8*s1)
+	require.Greater(t, s.rate, 25.0, "then a probe")
+}

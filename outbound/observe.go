@@ -28,6 +28,7 @@ func sample(rep *signal.Report, latency time.Duration) aimd.Sample {
 	if rep.HasRetryAfter && (rep.Throttled || rep.Class != signal.ClassSuccess) {
 		s.RetryAfter = rep.RetryAfter
 	}
+	s.Banned = rep.Banned
 	return s
 }
 
