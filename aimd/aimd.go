@@ -132,6 +132,29 @@ const LatencyFloor = 0.4
 // left long ago.
 const BaseWindow = 10_000_000 // µs
 
+// QueueCalls is how many of the key's own calls a latency-only decrease
+// (Reason Latency or Queue, no throttle signal) needs waiting in the
+// provider's queue, on top of the latency ratios (LatencyFactor, Queue):
+// the backlog TCP Vegas measures, rate x (latency - base), with the key's
+// rate in calls per second and the latencies in seconds (the p95 for
+// Reason Latency, the recent median for Reason Queue, and a call's own
+// latency for whether a success is fast). Ratios against a short base
+// read a single wait for a service slot as a slowdown: a provider of 2 ms
+// that serves its calls one after another at its limit makes a call that
+// meets another wait 10 to 20 ms (5 to 10 x the base) at any load, and the
+// rate walked down without end (0.66 of the limit, issue 18's external
+// slowdown provider). A call that waits for one slot, at a rate at or under
+// the server's, waits behind at most rate/limit calls: under one, and each
+// process of a fleet (a key adapting its own share) sees only its share of
+// it. One call or more of the key's own is a backlog that does not clear
+// in a slot. Vegas keeps 2 to 4 packets per flow queued on purpose
+// (alpha, beta); here the queue is what the decrease is to prevent, and
+// 2 of each of two processes' calls at 20 ms a call is already past the
+// 80 ms the in-repo slowdown figures count as slow (1.5 and 2 lost 1-2 %
+// of the calls to it there; 1 lost none). Under it the success counts as
+// fast: it earns the increase and its latency is the provider's normal.
+const QueueCalls = 1.0
+
 // minP95Samples is how many latencies since the last decrease the p95 needs
 // before it may trigger another one.
 const minP95Samples = 8
@@ -202,7 +225,9 @@ type Config struct {
 	// base latency (the fastest success of the last BaseWindow or so),
 	// the provider is queueing calls, and the rate decreases (once per
 	// episode, by Decrease) before the queue grows into a slowdown that
-	// LatencyFactor would see. Zero means off; it must be > 1.
+	// LatencyFactor would see. Both rules also need QueueCalls of the
+	// key's calls queued (rate x (latency - base)): a wait for one
+	// service slot is no queue. Zero means off; it must be > 1.
 	Queue float64
 	// IgnoreLatency turns the latency signal off: every success is fast.
 	IgnoreLatency bool
@@ -1060,7 +1085,7 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 		// A queue builds up: the median call waits behind others.
 		// A queue that drains after a decrease (a falling median) is
 		// the decrease working, not news.
-		if m := recentMedian(s); m > 0 && float64(m) > c.queue*float64(s.base) && latency >= m && !draining(s) {
+		if m := recentMedian(s); m > 0 && float64(m) > c.queue*float64(s.base) && latency >= m && !draining(s) && queuedCalls(s, m) >= QueueCalls {
 			return ReasonQueue
 		}
 	}
@@ -1073,14 +1098,23 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 		// calls are its tail, not news.
 		return ReasonNone
 	}
-	if s.n >= minP95Samples && float64(s.P95()) > c.factor*s.target && latency >= median(s) {
+	if p95 := s.P95(); s.n >= minP95Samples && float64(p95) > c.factor*s.target && latency >= median(s) {
 		if s.rate <= c.floor {
 			// Nothing left to shed: a provider slow at the floor is
 			// slow, and this is its new normal.
 			c.learn(s, now, latency)
 			return ReasonNone
 		}
-		return ReasonLatency
+		if queuedCalls(s, p95) >= QueueCalls {
+			return ReasonLatency
+		}
+	}
+	if queuedCalls(s, latency) < QueueCalls {
+		// Slow by the ratios, but no queue of the key's calls (one
+		// wait for a service slot, or a provider slow at a low
+		// rate): a fast success, whose latency is the provider's
+		// normal.
+		c.learn(s, now, latency)
 	}
 	return ReasonNone
 }
@@ -1191,11 +1225,36 @@ func percentile(s *State, p int) int64 {
 	return v[rank-1]
 }
 
+// fast reports whether a success of latency earns an increase: it is
+// under the latency ratios, or it waited behind less than QueueCalls of the
+// key's calls (a wait for one service slot is no queue).
 func (c *Controller) fast(s *State, latency int64) bool {
-	if c.queue > 0 && s.base > 0 && float64(latency) > c.queue*float64(s.base) && !c.ignoreLatency {
+	if c.ignoreLatency || queuedCalls(s, latency) < QueueCalls {
+		return true
+	}
+	if c.queue > 0 && s.base > 0 && float64(latency) > c.queue*float64(s.base) {
 		return false // it waited in a queue: no reason to send faster
 	}
-	return c.ignoreLatency || s.target == 0 || float64(latency) <= c.factor*s.target
+	return s.target == 0 || float64(latency) <= c.factor*s.target
+}
+
+// queuedCalls estimates how many of the key's calls wait in the provider's
+// queue when its calls take latency (µs): rate x (latency - base), as TCP
+// Vegas measures a backlog (see QueueCalls). The base is the fastest recent
+// success, or the latency target when that is lower (anchored by
+// Config.LatencyTarget or State.CapTarget: a caller that knows the
+// provider's normal latency, or a slowdown that lasted longer than the
+// base remembers). With neither known it is unknown: +Inf, which leaves
+// the decision to the latency ratios.
+func queuedCalls(s *State, latency int64) float64 {
+	base := float64(s.base)
+	if s.target > 0 && (base <= 0 || s.target < base) {
+		base = s.target
+	}
+	if base <= 0 {
+		return math.Inf(1)
+	}
+	return s.rate * max(float64(latency)-base, 0) / sec
 }
 
 // grow raises the rate for the time since the last increase, at most one

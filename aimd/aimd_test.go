@@ -773,3 +773,59 @@ func TestClamp(t *testing.T) {
 	require.Equal(t, 7.0, c.Clamp(7))
 	require.Equal(t, 3.0, c.Clamp(math.NaN()))
 }
+
+// A provider of 2 ms that serves its calls one after another at its limit
+// (one FIFO server): a call that meets another waits for its service slot,
+// 10 to 20 ms, 5 to 10 x the base, at any load. At 40/s such a wait is
+// under one call queued (40/s x 20 ms = 0.8, QueueCalls): no decrease, and
+// no block on the increase either, though both latency ratios (the p95 over
+// 3 x the target, the median over 2.5 x the base) read it as slow. A queue
+// that does build up (latencies growing at 100/s) still decreases the rate.
+func TestOneSlotOfWaitIsNoQueue(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Start: 30, Ceiling: 40, SlowStart: -1, Increase: 1, Decrease: 0.8,
+		Cooldown: 500 * time.Millisecond, LatencyFactor: 3, Plateau: 0.91, Hold: 10 * time.Second,
+		Queue: 2.5, UsageMultiple: -1}
+	c := mustNew(t, cfg)
+	s := c.Init()
+	at := t0
+	// The slot waits: every other call meets none, the rest wait 10 to
+	// 20 ms, plus the 2 ms of service.
+	waits := []int64{0, 10, 0, 15, 0, 18, 20, 0, 12, 0, 20, 16, 0, 14, 19, 0}
+	increased := false
+	for i := range 800 { // 20 s at 40/s
+		at += 25 * ms
+		// As outbound does: the target is at most 2 x the fastest.
+		s.CapTarget(2 * 2 * ms)
+		d := c.Observe(&s, at, ok(2*ms+waits[i%len(waits)]*ms))
+		require.NotEqual(t, Decreased, d.Change, "call %d: %v at %.1f/s", i, d.Reason, d.Rate)
+		increased = increased || d.Change == Increased
+	}
+	require.True(t, increased)
+	require.Greater(t, s.rate, 39.0, "grew to the ceiling")
+
+	// A real queue at 100/s: each call waits 1 ms longer than the one
+	// before, as when the key sends faster than the server serves.
+	cfg.Start, cfg.Ceiling = 100, 100
+	c = mustNew(t, cfg)
+	s = c.Init()
+	at = t0
+	for i := range 400 { // slot waits of a server of 200/s shared with another key
+		at += 10 * ms
+		s.CapTarget(2 * 2 * ms)
+		c.Observe(&s, at, ok(2*ms+waits[i%len(waits)]*ms/4))
+	}
+	require.InDelta(t, 100.0, s.rate, 1e-9)
+	lat := 2 * ms
+	var d Decision
+	for d.Change != Decreased {
+		at += 10 * ms
+		lat += ms
+		s.CapTarget(2 * 2 * ms)
+		d = c.Observe(&s, at, ok(lat))
+		require.Less(t, lat, 100*ms, "no decrease for a queue of 10 calls")
+	}
+	require.Contains(t, []Reason{ReasonQueue, ReasonLatency}, d.Reason)
+	require.Less(t, d.Rate, 100.0)
+	require.LessOrEqual(t, lat, 30*ms, "cut while the queue is short (%d ms)", lat/ms)
+}

@@ -31,6 +31,19 @@
 //     10 to 20 s, so that a caller whose own delays read as the provider's
 //     cannot talk itself down to nothing.
 //
+// A latency-only decrease (the p95 rule above, or Config.Queue below) also
+// needs a real queue of the key's own calls, as TCP Vegas measures one: at
+// least QueueCalls (1) queued, rate x (latency - base) with the rate in
+// calls per second and the latencies in seconds, the base being the
+// fastest recent success (or the latency target, when lower). Against a
+// provider that serves its calls one after another, a call that meets
+// another waits for one service slot (10 to 20 ms against a base of 2 ms,
+// 5 to 10 x it) at any load, and at a rate under the server's that is
+// under one call: a success slower than the ratios allow but behind less
+// than QueueCalls counts as fast (it earns the increase, and its latency
+// moves the target), so that such waits do not walk the rate down without
+// end.
+//
 // With Config.Plateau set, recovery after a decrease levels off at that
 // fraction of the rate the decreases began at (half way closer when the
 // trouble was found while holding there) and holds for Config.Hold before
@@ -81,7 +94,8 @@
 // recent success), the rate decreases by as much as the queue is deep (at
 // most by half), again only if the queue keeps growing rather than
 // draining, and levels off just under the rate cut from; a success that
-// waited in such a queue earns no increase.
+// waited in such a queue earns no increase. Both need the queue of
+// QueueCalls above as well as the ratio.
 //
 // The rate grows only while it is below Config.UsageMultiple times the
 // calls the key completes per second: a lightly used key does not bank a

@@ -68,7 +68,9 @@ func TestControllerSetRate(t *testing.T) {
 // p95 decreases it.
 func TestStateCapTarget(t *testing.T) {
 	t.Parallel()
-	c, err := aimd.New(aimd.Config{Start: 10, LatencyTarget: 100 * time.Millisecond, SlowStart: -1, Increase: 1, UsageMultiple: -1})
+	// At 100/s, 40 ms over the 10 ms cap is 4 calls queued
+	// (aimd.QueueCalls): a real queue, not one wait for a slot.
+	c, err := aimd.New(aimd.Config{Start: 100, LatencyTarget: 100 * time.Millisecond, SlowStart: -1, Increase: 1, UsageMultiple: -1})
 	require.NoError(t, err)
 	run := func(capped bool) float64 {
 		s := c.Init()
@@ -82,14 +84,14 @@ func TestStateCapTarget(t *testing.T) {
 		}
 		return c.Rate(&s)
 	}
-	require.Greater(t, run(false), 10.0, "50 ms is fast against a 100 ms target")
-	require.LessOrEqual(t, run(true), 10.0, "50 ms is slow against a 10 ms cap: no increase (and the p95 cuts)")
+	require.Greater(t, run(false), 100.0, "50 ms is fast against a 100 ms target")
+	require.LessOrEqual(t, run(true), 100.0, "50 ms is slow against a 10 ms cap: no increase (and the p95 cuts)")
 	s := c.Init()
 	s.CapTarget(0)
 	s.CapTarget(-5)
 	c.Observe(&s, start, aimd.Sample{Outcome: aimd.Success, Latency: 150 * msec})
 	c.Observe(&s, start+s1(), aimd.Sample{Outcome: aimd.Success, Latency: 150 * msec})
-	require.Greater(t, c.Rate(&s), 10.0, "a cap <= 0 does nothing")
+	require.Greater(t, c.Rate(&s), 100.0, "a cap <= 0 does nothing")
 }
 
 func s1() int64 { return int64(time.Second / time.Microsecond) }
