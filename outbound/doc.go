@@ -51,7 +51,10 @@
 // budget, then sends one call at a time beyond it, so that an unchanged
 // limit costs one refusal with no call in flight behind it. The process
 // that learns a budget writes it to the store; the others take it up when
-// they find the key paused. A window of a minute (X-MBX-USED-WEIGHT-1M,
+// they find the key paused. Until a budget is known, a window's calls
+// beyond the most any earlier window used leave one at a time too, so that
+// the refusal that shows the budget has no call in flight behind it (a
+// provider counts those towards a ban). A window of a minute (X-MBX-USED-WEIGHT-1M,
 // Binance's REQUEST_WEIGHT) is not left to the slow start meanwhile (issue
 // 18: it grew for seconds with no refusal to stop it, spent the minute's
 // budget at 6 times its pace, and the calls in flight behind the first
