@@ -101,11 +101,17 @@ func (w *usedWeight) spent(now, lat int64) bool {
 	if w.probing(k, lat) {
 		return false
 	}
-	used := w.unseen(k, now, lat, false)
+	return weightMargin*w.perWindow()-w.used(k, now, lat, false) < 1
+}
+
+// used is how many calls window k has used by now: what the reports of it
+// show and what they do not show yet (unseen).
+func (w *usedWeight) used(k, now, lat int64, booked bool) float64 {
+	used := w.unseen(k, now, lat, booked)
 	if k == w.cur {
 		used += float64(w.curUsed) / float64(w.cost())
 	}
-	return weightMargin*w.perWindow()-used < 1
+	return used
 }
 
 // The intervals a weight window may have (Binance's run from a second to a
@@ -361,11 +367,7 @@ func (w *usedWeight) pace(now, lat int64) (float64, int64) {
 	hi := w.fast(lat)
 	k := now / w.window
 	reset := (k + 1) * w.window
-	used := 0.0 // calls, the reports' and those they do not show yet
-	if k == w.cur {
-		used = float64(w.curUsed) / float64(w.cost())
-	}
-	used += w.unseen(k, now, lat, true)
+	used := w.used(k, now, lat, true)
 	per := w.perWindow()
 	gentle := min(hi, 1e6/(probeSpacing*float64(lat)))
 	if w.probing(k, lat) {
@@ -412,11 +414,7 @@ func (w *usedWeight) explore(now, lat int64) float64 {
 	}
 	lat = max(lat, minWeightLatency)
 	k := now / w.window
-	used := w.unseen(k, now, lat, true)
-	if k == w.cur {
-		used += float64(w.curUsed) / float64(w.unit)
-	}
-	if used < float64(w.served)/float64(w.unit)-probeApproach {
+	if w.used(k, now, lat, true) < float64(w.served)/float64(w.cost())-probeApproach {
 		return 0
 	}
 	return 1e6 / (probeSpacing * float64(lat))
