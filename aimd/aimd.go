@@ -526,6 +526,17 @@ type State struct {
 	susFrom     int64
 	susN        int
 	refusedAt   int64
+	// gentle is set by a cut to the rate served since a pause: the
+	// recovery towards the level the cut left waits until gentleFrom
+	// (Unix µs) and grows by gentleGrowth a second.
+	gentle     bool
+	gentleFrom int64
+	// climbFrom is the rate that cut left (0: none since) and climbPause
+	// the pause (µs) that came with it.
+	climbFrom  float64
+	climbPause int64
+	// exitAt is when the last slow start ended (Unix µs, 0: none).
+	exitAt int64
 	// banUntil is when the last ban the key heard of ends (Unix µs, 0
 	// none): a ban answer before then is the same ban's.
 	banUntil int64
@@ -821,6 +832,8 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				}
 			}
 			from, resumed, levelAt := s.rate, s.cutTo, s.level
+			servedSince, servedOK := s.lastDecrease, s.epOK
+			climbed, climbPause, exitAt := s.climbFrom, s.climbPause, s.exitAt
 			c.cut(s, now, f)
 			if in.RetryAfter > 0 {
 				// Every Retry-After costs a pause: recovery does not
@@ -858,6 +871,37 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// probeCost x the pause) before a probe looks
 					// for more.
 					s.peak, s.held = s.rate/c.plateau, false
+				}
+				if slowExit {
+					s.exitAt = now
+				}
+				if chained && servedSince == exitAt {
+					if est := servedRate(servedOK, servedSince, now); est > 0 && est < s.rate {
+						// What the calls served since the last
+						// refusal came to, over its pause and
+						// since, bounds the limit from below
+						// whatever the provider's burst (see
+						// servedRate): the rate goes there at
+						// once, and recovers towards the level
+						// the cut left only after gentleDelay,
+						// gently (gentleGrowth).
+						s.rate = max(est, c.floor)
+						s.cutTo = s.rate
+						s.gentle, s.gentleFrom = true, addSat(s.pausedUntil, gentleDelay)
+						s.climbFrom, s.climbPause = s.rate, max(in.RetryAfter, 1)
+					}
+				} else if climbed > 0 && servedOK > 0 {
+					// Refused in the climb from the rate served
+					// since a pause: if the calls served since came
+					// to no more above that rate than the pause let
+					// the provider's bucket refill, the rate was the
+					// limit, and the climb only spent the burst.
+					el := float64(now-servedSince) / sec
+					if excess := float64(servedOK) - climbed*el; excess <= burstSlack*climbed*float64(climbPause)/sec {
+						s.rate = max(min(s.rate, climbed), c.floor)
+						s.cutTo = s.rate
+						s.peak, s.held = s.rate/c.plateau, false
+					}
 				}
 			}
 			if s.good > 0 {
@@ -942,13 +986,49 @@ func (c *Controller) restart(s *State, now, d int64) {
 		s.peak = to / c.plateau
 	}
 	s.cutTo, s.over = s.rate, to
-	s.probing, s.ramp, s.held, s.excused = false, false, false, false
+	s.probing, s.ramp, s.held, s.excused, s.gentle = false, false, false, false, false
 	s.level, s.good, s.backoff = 0, 0, 0
 	s.proven, s.provenNext, s.provenAt = 0, 0, 0
 	s.sus, s.susFrom, s.refusedAt = 0, 0, now
 	s.epOK, s.epRef, s.pause = 0, 0, 0
 	s.lastDecrease, s.lastIncrease = now, now
 	s.n = 0
+}
+
+// gentleDelay (µs) and gentleGrowth: see State.gentle. A provider that
+// bans after a few refusals in 10 s (five, in sim's ban dialect)
+// sees the slow start's end and the chained refusal after it within two
+// seconds; the climb after the cut must not bring a third run of them
+// within 10 s of the first: 7 s after the pause, at e-fold a second, a
+// provider with a second of burst refuses the climb 10-11 s after the slow
+// start's end. burstSlack is how many pauses' worth of calls over the rate
+// served a climb that was refused may have had and still only have spent
+// the provider's burst.
+const (
+	gentleDelay  = int64(7_000_000)
+	gentleGrowth = 1.0
+	burstSlack   = 2.0
+)
+
+// minServedCalls is the fewest successes servedRate takes a rate from.
+const minServedCalls = 4
+
+// servedRate returns the rate (a second) at which calls sent since the last
+// decrease at since were served by now, ok of them, or 0 when too few were.
+// A refusal soon after the pause of the one before (a chained refusal)
+// makes it a bound of the provider's limit that holds whatever its burst:
+// the first refusal left its bucket empty, the pause and the time since
+// refilled it at the limit, and the calls since spent it, so that they
+// came to the limit (issue 18: after a slow start that overshot a limit
+// with a whole second of burst four times, the rate cut by decreases
+// alone was refused three times more, and a provider banning after five
+// refusals in 10 s banned the fleet). It counts only this key's calls, so
+// each process of a fleet finds its own share.
+func servedRate(ok int, since, now int64) float64 {
+	if ok < minServedCalls || since <= 0 || now <= since {
+		return 0
+	}
+	return float64(ok) * sec / float64(now-since)
 }
 
 // servedShare returns the share of the calls sent since the last decrease
@@ -1047,7 +1127,8 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 		s.held, s.level = s.level != 0, 0
 	}
 	s.cutTo = s.rate
-	s.probing, s.ramp, s.excused = false, false, false
+	s.probing, s.ramp, s.excused, s.gentle = false, false, false, false
+	s.climbFrom, s.climbPause = 0, 0
 	s.epOK, s.epRef = 0, 0
 	s.lastDecrease = now
 	s.n = 0 // the p95 needs fresh evidence before it may cut again
@@ -1307,6 +1388,16 @@ func (c *Controller) grow(s *State, now int64) bool {
 		s.rate += s.rate * min(c.slowStart, rampGrowth) * dt
 	case s.probing:
 		s.rate += s.rate * c.slowStart * dt
+	case s.rate < goal && s.gentle:
+		// After a cut to the rate served since a pause: gently, and
+		// not before gentleFrom (see servedRate).
+		if now > s.gentleFrom {
+			dt = min(dt, float64(now-s.gentleFrom)/sec)
+			s.rate += min(goal-s.rate, s.rate*gentleGrowth*dt)
+		}
+		if goal-s.rate <= goal/100 {
+			s.rate, s.gentle = goal, false
+		}
 	case s.rate < goal:
 		// Fast recovery: close the gap to the last good level by
 		// 1-1/e a second, but never faster than slow start would. The

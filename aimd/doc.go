@@ -86,7 +86,20 @@
 // step down of unknown size: the rate halves and holds there, with no
 // recovery towards the old level, until a probe after the hold (so that a
 // provider banning after a few refusals in 10 s sees two episodes at a
-// halving, not three).
+// halving, not three). A refusal within 2 s of the pause of the one that
+// ended slow start goes further, to the rate at which the key's calls were
+// served since that refusal, pause included: the pause refilled the
+// provider's bucket at its limit and the calls since spent it, so that
+// rate is the limit against a provider whose burst outlasts the pause and
+// under it otherwise. The key holds there for 7 s after the pause, then
+// climbs back (e-fold a second) towards the level the decreases left; a
+// refusal in that climb after calls that came to no more than two pauses'
+// worth over the rate held says the climb only spent the burst, and the
+// key returns to that rate and holds it until a probe. Against a provider
+// with a second of burst, the slow start's end overshoots 4-5 times, and
+// cuts by Decrease alone brought a third and fourth episode of refusals
+// within 10 s (a ban); against one with a small burst the hold costs a few
+// seconds at a third of the limit.
 //
 // With Config.Queue set, the latency gradient (as in TCP Vegas) reads a
 // provider that queues calls before it is slow: when the median of the

@@ -225,12 +225,14 @@ func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 		at := t0
 		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
 		busyFor(c, &s, &at, 3*s1) // not sustained long enough after the refusal
-		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+		// A short pause, so that the 20 calls served since (67/s, see
+		// servedRate) bound the rate less than the deeper cut does.
+		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: 100 * ms})
 		require.Equal(t, Decreased, d.Change)
 		from := d.Rate
-		at += s1
+		at += 100 * ms
 		busyFor(c, &s, &at, 200*ms)
-		d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+		d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: 100 * ms})
 		require.InDelta(t, 0.64*from, d.Rate, 1e-9, "twice as deep, not halved")
 	})
 	t.Run("refused again within excuseSpan", func(t *testing.T) {
