@@ -109,10 +109,17 @@ const confirmedCut = 0.5
 // overshot a provider's large burst (a second's worth, 2.5 x its limit
 // when the burst ran out) is back under the limit in two cuts, not four
 // seconds of refusals (issue 18: 360 refusals at a bare-429 provider).
+// A Retry-After of sharePause (µs) or less (a provider stating the few
+// milliseconds until its bucket holds a call again) leaves the key sending
+// as well: such refusals count in the share. (Issue 18: against one with
+// a second of burst, the slow start's end brought 50 refusals in a second,
+// each with a pause of a few milliseconds, while the cooldown held the
+// rate.)
 const (
 	shareSamples = 8
 	shareMargin  = 0.95
 	minShareCut  = 0.25
+	sharePause   = 100_000
 )
 
 // LatencyFloor bounds a decrease the latency alone asks for (Reason
@@ -714,7 +721,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		switch {
 		case in.Outcome == Success:
 			s.epOK++
-		case (in.Outcome == Throttled || in.Outcome == Overloaded) && in.RetryAfter <= 0:
+		case (in.Outcome == Throttled || in.Outcome == Overloaded) && in.RetryAfter <= sharePause:
 			s.epRef++
 		}
 	}
@@ -795,9 +802,11 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// once), so that a queue built up drains quickly.
 				f = min(f, max(0.5, c.factor*s.target/float64(s.P95())))
 			}
+			shareCut := 1.0
 			if ok := c.servedShare(s, reason, in); ok < f {
 				// How far over the limit the rate is.
 				f = max(ok*shareMargin, minShareCut)
+				shareCut = f
 			}
 			slowExit, chained, confirmed := false, false, false
 			if in.RetryAfter > 0 && c.plateau > 0 && (reason == ReasonThrottled || reason == ReasonRetryAfter) {
@@ -831,6 +840,9 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					f = c.plateau
 				}
 			}
+			// A pause of a few milliseconds sheds no load: the share
+			// served still says how far over the rate is.
+			f = min(f, shareCut)
 			from, resumed, levelAt := s.rate, s.cutTo, s.level
 			servedSince, servedOK := s.lastDecrease, s.epOK
 			climbed, climbPause, exitAt := s.climbFrom, s.climbPause, s.exitAt
@@ -1036,7 +1048,7 @@ func servedRate(ok int, since, now int64) float64 {
 // shareSamples or more of them were answered; else 1.
 func (c *Controller) servedShare(s *State, reason Reason, in Sample) float64 {
 	n := s.epOK + s.epRef
-	if in.RetryAfter > 0 || (reason != ReasonThrottled && reason != ReasonOverloaded) || n < shareSamples {
+	if in.RetryAfter > sharePause || (reason != ReasonThrottled && reason != ReasonOverloaded) || n < shareSamples {
 		return 1
 	}
 	return float64(s.epOK) / float64(n)

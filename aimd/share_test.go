@@ -53,11 +53,26 @@ func TestServedShareCutsToTheLimit(t *testing.T) {
 		d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 2 * ms})
 		require.InDelta(t, 160*0.8, d.Rate, 0.5, "after it: Decrease, as before")
 	})
-	t.Run("not with a Retry-After", func(t *testing.T) {
+	t.Run("not with a Retry-After that pauses", func(t *testing.T) {
 		t.Parallel()
 		s, at := first()
 		var d Decision
 		for i := range 8 {
+			at += 5 * ms
+			if i%2 == 1 {
+				d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 2 * ms, RetryAfter: 200 * ms})
+			} else {
+				d = c.Observe(&s, at, Sample{Outcome: Success, Latency: 2 * ms})
+			}
+		}
+		require.Equal(t, Unchanged, d.Change, "refusals that pause the key are no share")
+		require.InDelta(t, 160.0, d.Rate, 0.5)
+	})
+	t.Run("a pause of a few milliseconds is a share", func(t *testing.T) {
+		t.Parallel()
+		s, at := first()
+		var d Decision
+		for i := range 8 { // 4 served, 4 refused with 10 ms pauses
 			at += 5 * ms
 			if i%2 == 1 {
 				d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 2 * ms, RetryAfter: 10 * ms})
@@ -65,8 +80,9 @@ func TestServedShareCutsToTheLimit(t *testing.T) {
 				d = c.Observe(&s, at, Sample{Outcome: Success, Latency: 2 * ms})
 			}
 		}
-		require.Equal(t, Unchanged, d.Change, "refusals that pause the key are no share")
-		require.InDelta(t, 160.0, d.Rate, 0.5)
+		require.Less(t, at-t0, int64(500*ms), "within the cooldown")
+		require.Equal(t, Decreased, d.Change)
+		require.InDelta(t, 160*0.5*shareMargin, d.Rate, 0.5, "to the served share, at once")
 	})
 	t.Run("calls sent before the cut do not count", func(t *testing.T) {
 		t.Parallel()
