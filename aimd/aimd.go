@@ -999,6 +999,7 @@ func (c *Controller) restart(s *State, now, d int64) {
 	}
 	s.cutTo, s.over = s.rate, to
 	s.probing, s.ramp, s.held, s.excused, s.gentle = false, false, false, false, false
+	s.climbFrom, s.climbPause = 0, 0
 	s.level, s.good, s.backoff = 0, 0, 0
 	s.proven, s.provenNext, s.provenAt = 0, 0, 0
 	s.sus, s.susFrom, s.refusedAt = 0, 0, now

@@ -1,6 +1,7 @@
 package aimd
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -23,22 +24,33 @@ func TestServedShareCutsToTheLimit(t *testing.T) {
 		return s, at
 	}
 
-	t.Run("half served", func(t *testing.T) {
-		t.Parallel()
-		s, at := first()
+	// halfServed observes 4 successes and 4 refusals (with a Retry-After
+	// of ra, if any), alternating every 5 ms, all sent after the cut.
+	halfServed := func(s *State, at *int64, ra int64) Decision {
 		var d Decision
-		for i := range 8 { // 4 served, 4 refused, all sent after the cut
-			at += 5 * ms
-			out := Success
+		for i := range 8 {
+			*at += 5 * ms
+			in := Sample{Outcome: Success, Latency: 2 * ms}
 			if i%2 == 1 {
-				out = Throttled
+				in = Sample{Outcome: Throttled, Latency: 2 * ms, RetryAfter: ra}
 			}
-			d = c.Observe(&s, at, Sample{Outcome: out, Latency: 2 * ms})
+			d = c.Observe(s, *at, in)
 		}
-		require.Less(t, at-t0, int64(500*ms), "within the cooldown")
-		require.Equal(t, Decreased, d.Change)
-		require.InDelta(t, 160*0.5*shareMargin, d.Rate, 0.5, "to the served share, at once")
-	})
+		return d
+	}
+
+	// Refusals with no Retry-After, and with one of a few milliseconds
+	// (sharePause), which sheds no load either.
+	for _, ra := range []int64{0, 10 * ms} {
+		t.Run(fmt.Sprintf("half served, Retry-After %d µs", ra), func(t *testing.T) {
+			t.Parallel()
+			s, at := first()
+			d := halfServed(&s, &at, ra)
+			require.Less(t, at-t0, int64(500*ms), "within the cooldown")
+			require.Equal(t, Decreased, d.Change)
+			require.InDelta(t, 160*0.5*shareMargin, d.Rate, 0.5, "to the served share, at once")
+		})
+	}
 	t.Run("mostly served", func(t *testing.T) {
 		t.Parallel()
 		s, at := first()
@@ -56,33 +68,9 @@ func TestServedShareCutsToTheLimit(t *testing.T) {
 	t.Run("not with a Retry-After that pauses", func(t *testing.T) {
 		t.Parallel()
 		s, at := first()
-		var d Decision
-		for i := range 8 {
-			at += 5 * ms
-			if i%2 == 1 {
-				d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 2 * ms, RetryAfter: 200 * ms})
-			} else {
-				d = c.Observe(&s, at, Sample{Outcome: Success, Latency: 2 * ms})
-			}
-		}
+		d := halfServed(&s, &at, 200*ms)
 		require.Equal(t, Unchanged, d.Change, "refusals that pause the key are no share")
 		require.InDelta(t, 160.0, d.Rate, 0.5)
-	})
-	t.Run("a pause of a few milliseconds is a share", func(t *testing.T) {
-		t.Parallel()
-		s, at := first()
-		var d Decision
-		for i := range 8 { // 4 served, 4 refused with 10 ms pauses
-			at += 5 * ms
-			if i%2 == 1 {
-				d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 2 * ms, RetryAfter: 10 * ms})
-			} else {
-				d = c.Observe(&s, at, Sample{Outcome: Success, Latency: 2 * ms})
-			}
-		}
-		require.Less(t, at-t0, int64(500*ms), "within the cooldown")
-		require.Equal(t, Decreased, d.Change)
-		require.InDelta(t, 160*0.5*shareMargin, d.Rate, 0.5, "to the served share, at once")
 	})
 	t.Run("calls sent before the cut do not count", func(t *testing.T) {
 		t.Parallel()
