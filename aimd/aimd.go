@@ -70,30 +70,35 @@ const (
 
 // A refusal with a Retry-After at or under the sustained rate (State.sus:
 // the highest rate held for a whole sustainSpan with successes and no
-// throttle since the last refusal that cut) is not taken for a lower limit
-// at once: a process starved of CPU sends its calls in bunches that empty
-// a provider's small burst below a rate the fleet kept up for seconds
-// (issue 18: refused at 87/s, then held at 79/s for 30 s). The key waits
-// out the pause and resumes at the rate it sustained; a limit that did
-// fall refuses it again soon after the pause (a chained refusal, which
-// cuts twice as deep). Only a refusal excuseSpan or more after the last
-// throttle signal is excused: refusals that keep coming at a sustained rate
-// are the limit, and a provider that bans after a few refusals in a window
-// (10 s is usual) sees at most one more.
+// throttle since the last refusal that cut), excuseSpan or more after the
+// last throttle signal, is a held refusal. A process starved of CPU
+// (Sample.NoLatency) sends its calls in bunches that empty a provider's
+// small burst below a rate the fleet kept up for seconds (issue 18:
+// refused at 87/s, then held at 79/s for 30 s), so its held refusal is
+// excused: the key waits out the pause and resumes at the rate it
+// sustained; a limit that did fall refuses it again soon after the pause
+// (a chained refusal, which halves it, confirmedCut). A process that is
+// not starved sends no bunches: its held refusal says the limit fell, and
+// it halves at once, so that a provider that bans after a few refusals in
+// a window (10 s is usual) sees one episode of them at a halving, not two
+// (issue 18: two episodes of two or three refusals each, five within
+// 10 s, and a ban). Refusals that keep coming within excuseSpan at a
+// sustained rate are the limit: ordinary decreases.
 const (
 	sustainSpan = 2_000_000  // µs
 	excuseSpan  = 10_000_000 // µs
 )
 
-// A refusal soon after the pause of an excused one confirms that the limit
-// fell under a rate the key held for seconds: a step (a plan or a share
-// changed), not drift, and its size is unknown. The rate halves from the
+// A held refusal by a process not starved of CPU, or a refusal soon after
+// the pause of an excused one, says that the limit fell under a rate the
+// key held for seconds: a step (a plan or a share changed), not drift,
+// and its size is unknown. The rate halves from the
 // rate refused (TCP Reno's answer to a loss) and holds there before
 // probing above it, as any level holds (Config.Hold, and probeCost times
 // the pause), since a provider that bans after a few refusals in a window
-// (10 s is usual) has seen two episodes already, each of about 1 + rate x
-// latency refusals, and a recovery towards the old level would earn a
-// third within the window (issue 18: at a halving, cuts to 0.64 of the
+// (10 s is usual) has seen one or two episodes already, each of about 1 +
+// rate x latency refusals, and a recovery towards the old level would earn
+// another within the window (issue 18: at a halving, cuts to 0.64 of the
 // rate recovering towards 0.91 of it took three episodes, five refusals
 // and a ban). The price: a limit that fell by less than half is served at
 // half the old rate until the probe after the hold finds it.
@@ -776,7 +781,8 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		// news as soon as it is known, cooldown or not: it comes from
 		// calls sent after the last decrease.
 		news := c.newEpisode(s, now, sent) || (sent >= s.lastDecrease && c.servedShare(s, reason, in) < c.decrease)
-		if news && c.excuse(s, now, sent, prevPause, reason, in) {
+		held := news && c.heldRefusal(s, now, sent, prevPause, reason, in)
+		if held && in.NoLatency {
 			// A refusal at a rate the key sustained: wait out the
 			// pause, keep the rate. The episode begins here, so the
 			// refusals of calls in flight with it are not news.
@@ -833,6 +839,14 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// recover under the rate one decrease leaves.
 					f = c.decrease * c.decrease
 					slowExit = true
+				} else if held {
+					// Refused at a rate the key held for seconds, by
+					// a process not starved of CPU (whose calls are
+					// not bunched): the limit fell, by a step of
+					// unknown size. Halve at once (confirmedCut) rather
+					// than wait for the refusal after the pause to
+					// confirm it.
+					f, confirmed = confirmedCut, true
 				} else {
 					// The pause itself shed the load: resume at the
 					// plateau under the rate refused, near the last
@@ -1055,12 +1069,14 @@ func (c *Controller) servedShare(s *State, reason Reason, in Sample) float64 {
 	return float64(s.epOK) / float64(n)
 }
 
-// excuse reports whether a refusal that begins a new episode at now, for a
-// request sent at sent, is excused (see sustainSpan): it came with a
-// Retry-After to a key with a plateau, not soon after the last pause
-// (prevPause, its end) nor in slow start, at a rate no higher than the one
-// the key sustained, and excuseSpan or more after the last throttle signal.
-func (c *Controller) excuse(s *State, now, sent, prevPause int64, reason Reason, in Sample) bool {
+// heldRefusal reports whether a refusal that begins a new episode at now,
+// for a request sent at sent, came at a level the key held (see
+// sustainSpan): it came with a Retry-After to a key with a plateau, not
+// soon after the last pause (prevPause, its end) nor in slow start, at a
+// rate no higher than the one the key sustained, and excuseSpan or more
+// after the last throttle signal. It is excused when the caller was
+// starved of CPU (Sample.NoLatency), and halves the rate otherwise.
+func (c *Controller) heldRefusal(s *State, now, sent, prevPause int64, reason Reason, in Sample) bool {
 	if in.RetryAfter <= 0 || c.plateau == 0 || (reason != ReasonThrottled && reason != ReasonRetryAfter) {
 		return false
 	}

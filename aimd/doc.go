@@ -79,14 +79,15 @@
 // slow start, which overshoots, also cuts by Decrease twice and recovers
 // under one Decrease of the rate refused. A refusal with a Retry-After at a
 // rate the key held for a whole 2 s with successes, 10 s or more after the
-// last throttle signal, is excused: the key pauses as asked and keeps its
-// rate (a process starved of CPU sends the calls a stall held back in a
-// bunch that empties a provider's small burst below its limit); a limit
-// that did fall refuses it again soon after the pause, which confirms a
-// step down of unknown size: the rate halves and holds there, with no
-// recovery towards the old level, until a probe after the hold (so that a
-// provider banning after a few refusals in 10 s sees two episodes at a
-// halving, not three). A refusal within 2 s of the pause of the one that
+// last throttle signal, says the limit fell by a step of unknown size: the
+// rate halves at once and holds there, with no recovery towards the old
+// level, until a probe after the hold (so that a provider banning after a
+// few refusals in 10 s sees one episode of them at a halving). Only a
+// process starved of CPU (Sample.NoLatency) is excused such a refusal: it
+// pauses as asked and keeps its rate, since it sends the calls a stall
+// held back in a bunch that empties a provider's small burst below its
+// limit; a limit that did fall refuses it again soon after the pause,
+// which halves the rate then. A refusal within 2 s of the pause of the one that
 // ended slow start goes further, to the rate at which the key's calls were
 // served since that refusal, pause included: the pause refilled the
 // provider's bucket at its limit and the calls since spent it, so that

@@ -173,13 +173,13 @@ func TestLatencyAloneIsBounded(t *testing.T) {
 }
 
 // Issue 18: a process starved of CPU sends calls in bunches that empty a
-// provider's small burst below a rate the fleet kept up for seconds. A
-// refusal with a Retry-After at a rate sustained for a whole sustainSpan,
-// excuseSpan or more after the last throttle signal, pauses the key but
-// keeps its rate, and the refusals of the calls in flight with it are not
-// news. A refusal again soon after the pause says the limit did fall: it
-// cuts twice as deep from the rate kept. One again within excuseSpan, not
-// soon after the pause, is an ordinary decrease.
+// provider's small burst below a rate the fleet kept up for seconds. Such
+// a process's refusal (Sample.NoLatency) with a Retry-After at a rate
+// sustained for a whole sustainSpan, excuseSpan or more after the last
+// throttle signal, pauses the key but keeps its rate, and the refusals of
+// the calls in flight with it are not news. A refusal again soon after the
+// pause says the limit did fall: it halves the rate kept. One again within
+// excuseSpan, not soon after the pause, is an ordinary decrease.
 func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, Hold: time.Minute, UsageMultiple: -1})
@@ -189,11 +189,11 @@ func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
 		busyFor(c, &s, &at, 12*s1)
 		require.InDelta(t, 90.0, s.rate, 1e-9, "levelled off at 0.9 x 100")
-		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1, NoLatency: true})
 		require.Equal(t, Unchanged, d.Change)
 		require.InDelta(t, 90.0, d.Rate, 1e-9, "excused: the rate held")
 		require.Equal(t, at+s1, d.PausedUntil, "paused all the same")
-		d = c.Observe(&s, at+20*ms, Sample{Outcome: Throttled, Latency: 30 * ms, RetryAfter: 980 * ms})
+		d = c.Observe(&s, at+20*ms, Sample{Outcome: Throttled, Latency: 30 * ms, RetryAfter: 980 * ms, NoLatency: true})
 		require.Equal(t, Unchanged, d.Change, "a call in flight with it")
 		return s, at + s1
 	}
@@ -247,7 +247,7 @@ func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 		// 0.95 x 90 after the refusal at a level held a while).
 		busyFor(c, &s, &at, 10*s1)
 		require.InDelta(t, 0.95*90, s.rate, 1e-9)
-		d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+		d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1, NoLatency: true})
 		require.Equal(t, Unchanged, d.Change, "held for seconds, 10 s after the last refusal")
 	})
 	t.Run("not above the rate sustained", func(t *testing.T) {
@@ -257,8 +257,9 @@ func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
 		busyFor(c, &s, &at, 12*s1)
 		c.SetRate(&s, 95) // the fleet's shared rate, never held here
-		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1, NoLatency: true})
 		require.Equal(t, Decreased, d.Change)
+		require.InDelta(t, 0.9*95, d.Rate, 1e-9, "an ordinary decrease: the plateau under it")
 	})
 	t.Run("not for an idle key", func(t *testing.T) {
 		t.Parallel()
@@ -269,8 +270,60 @@ func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 			at += s1
 			c.Observe(&s, at, ok(10*ms))
 		}
+		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1, NoLatency: true})
+		require.Equal(t, Decreased, d.Change)
+		require.InDelta(t, 0.9*90, d.Rate, 1e-9, "an ordinary decrease: the plateau under it")
+	})
+}
+
+// Issue 18: a process that is not starved of CPU sends no bunches, so its
+// refusal at a rate the key held for seconds says the limit fell. The rate
+// halves at once and holds, with no recovery towards the old level, so
+// that the refusals a halving brings come in one episode, not in two
+// (against a provider that bans after five refusals in 10 s, two episodes
+// of two or three refusals each earned a ban). A pause heard from another
+// process (a Failed sample with a Retry-After) does the same.
+func TestRefusalAtAHeldRateHalvesAtOnce(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, Hold: time.Minute, UsageMultiple: -1})
+	for _, tc := range []struct {
+		name string
+		in   Sample
+	}{
+		{"refused", Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1}},
+		{"a pause heard from the fleet", Sample{Outcome: Failed, RetryAfter: s1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := c.Init()
+			at := t0
+			c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
+			busyFor(c, &s, &at, 12*s1)
+			require.InDelta(t, 90.0, s.rate, 1e-9, "levelled off at 0.9 x 100")
+			d := c.Observe(&s, at, tc.in)
+			require.Equal(t, Decreased, d.Change)
+			require.InDelta(t, 0.5*90, d.Rate, 1e-9, "halved at once (confirmedCut)")
+			require.Equal(t, at+s1, d.PausedUntil, "and paused")
+			d = c.Observe(&s, at+20*ms, Sample{Outcome: Throttled, Latency: 30 * ms, RetryAfter: 980 * ms})
+			require.Equal(t, Unchanged, d.Change, "a call in flight with it")
+			// No recovery towards 90/s for the whole hold ...
+			at += s1
+			busyFor(c, &s, &at, 58*s1)
+			require.InDelta(t, 0.5*90, s.rate, 1e-9, "held")
+			// ... then a probe looks for more.
+			busyFor(c, &s, &at, 3*s1)
+			require.Greater(t, s.rate, 0.5*90)
+		})
+	}
+	t.Run("not within excuseSpan of the last refusal", func(t *testing.T) {
+		t.Parallel()
+		s := c.Init()
+		at := t0
+		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
+		busyFor(c, &s, &at, 9*s1)
 		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
 		require.Equal(t, Decreased, d.Change)
+		require.InDelta(t, 0.9*90, d.Rate, 1e-9, "the plateau under the rate refused")
 	})
 }
 

@@ -173,8 +173,10 @@ func (a *adaptive) paused(now int64) bool {
 // notePause applies a pause of d µs heard of from the store at now, as if
 // this process had been told the Retry-After itself: the key pauses and
 // its rate decreases once for the episode. It reports whether the pause
-// was news, and the weight window the key follows (0: none).
-func (a *adaptive) notePause(now, d int64) (news bool, window int64) {
+// was news, and the weight window the key follows (0: none). lag is the
+// process's timer lag (µs, Client.noteLag): a process starved of CPU is
+// excused a refusal at a rate the key held (aimd: a held refusal).
+func (a *adaptive) notePause(now, d, lag int64) (news bool, window int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	until := now + d
@@ -216,7 +218,8 @@ func (a *adaptive) notePause(now, d int64) (news bool, window int64) {
 		a.syncedUntil = max(a.syncedUntil, until)
 		return false, 0
 	}
-	a.ctl.Observe(&a.state, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d})
+	starved := lag > 0 && lagShare*lag >= int64(a.latency)
+	a.ctl.Observe(&a.state, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d, NoLatency: starved})
 	a.syncedUntil = max(a.syncedUntil, until)
 	return true, a.weight.window
 }

@@ -151,7 +151,7 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 // that the whole fleet slows down, not only the process that was
 // throttled.
 func (c *Client) notePause(ctx context.Context, ks *keyState, d time.Duration) {
-	news, window := ks.adapt.notePause(c.now(), d.Microseconds())
+	news, window := ks.adapt.notePause(c.now(), d.Microseconds(), c.lag.Load())
 	if news && window > 0 {
 		// The process that was refused may have learned the window's
 		// budget from it: take it up.
