@@ -72,7 +72,7 @@ const (
 // the highest rate held for a whole sustainSpan with successes and no
 // throttle since the last refusal that cut), excuseSpan or more after the
 // last throttle signal, is a held refusal. A process starved of CPU
-// (Sample.NoLatency) sends its calls in bunches that empty a provider's
+// (Sample.Bunched) sends its calls in bunches that empty a provider's
 // small burst below a rate the fleet kept up for seconds (issue 18:
 // refused at 87/s, then held at 79/s for 30 s), so its held refusal is
 // excused: the key waits out the pause and resumes at the rate it
@@ -415,6 +415,13 @@ type Sample struct {
 	// nor feeds the p95 or the queue signal; only throttles, overloads
 	// and Retry-After decrease the rate.
 	NoLatency bool
+	// Bunched says the caller's calls leave in bunches rather than at an
+	// even pace (its timers fire late by a good part of the interval
+	// between its calls: it is starved of CPU), so that a refusal at a
+	// rate the key held may be a bunch that emptied a provider's small
+	// burst below its limit rather than a lower limit: such a refusal is
+	// excused once (see sustainSpan).
+	Bunched bool
 	// Banned says the provider banned the caller (a 418, Binance's "IP
 	// banned"): it counted too many refusals. With a RetryAfter, a ban
 	// the key did not know of restarts the rate (see Observe).
@@ -538,17 +545,6 @@ type State struct {
 	susFrom     int64
 	susN        int
 	refusedAt   int64
-	// gentle is set by a cut to the rate served since a pause: the
-	// recovery towards the level the cut left waits until gentleFrom
-	// (Unix µs) and grows by gentleGrowth a second.
-	gentle     bool
-	gentleFrom int64
-	// climbFrom is the rate that cut left (0: none since) and climbPause
-	// the pause (µs) that came with it.
-	climbFrom  float64
-	climbPause int64
-	// exitAt is when the last slow start ended (Unix µs, 0: none).
-	exitAt int64
 	// banUntil is when the last ban the key heard of ends (Unix µs, 0
 	// none): a ban answer before then is the same ban's.
 	banUntil int64
@@ -782,7 +778,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		// calls sent after the last decrease.
 		news := c.newEpisode(s, now, sent) || (sent >= s.lastDecrease && c.servedShare(s, reason, in) < c.decrease)
 		held := news && c.heldRefusal(s, now, sent, prevPause, reason, in)
-		if held && in.NoLatency {
+		if held && in.Bunched {
 			// A refusal at a rate the key sustained: wait out the
 			// pause, keep the rate. The episode begins here, so the
 			// refusals of calls in flight with it are not news.
@@ -841,8 +837,8 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					slowExit = true
 				} else if held {
 					// Refused at a rate the key held for seconds, by
-					// a process not starved of CPU (whose calls are
-					// not bunched): the limit fell, by a step of
+					// a process whose calls are not bunched
+					// (Sample.Bunched): the limit fell, by a step of
 					// unknown size. Halve at once (confirmedCut) rather
 					// than wait for the refusal after the pause to
 					// confirm it.
@@ -858,8 +854,6 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			// served still says how far over the rate is.
 			f = min(f, shareCut)
 			from, resumed, levelAt := s.rate, s.cutTo, s.level
-			servedSince, servedOK := s.lastDecrease, s.epOK
-			climbed, climbPause, exitAt := s.climbFrom, s.climbPause, s.exitAt
 			c.cut(s, now, f)
 			if in.RetryAfter > 0 {
 				// Every Retry-After costs a pause: recovery does not
@@ -897,37 +891,6 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// probeCost x the pause) before a probe looks
 					// for more.
 					s.peak, s.held = s.rate/c.plateau, false
-				}
-				if slowExit {
-					s.exitAt = now
-				}
-				if chained && servedSince == exitAt {
-					if est := servedRate(servedOK, servedSince, now); est > 0 && est < s.rate {
-						// What the calls served since the last
-						// refusal came to, over its pause and
-						// since, bounds the limit from below
-						// whatever the provider's burst (see
-						// servedRate): the rate goes there at
-						// once, and recovers towards the level
-						// the cut left only after gentleDelay,
-						// gently (gentleGrowth).
-						s.rate = max(est, c.floor)
-						s.cutTo = s.rate
-						s.gentle, s.gentleFrom = true, addSat(s.pausedUntil, gentleDelay)
-						s.climbFrom, s.climbPause = s.rate, max(in.RetryAfter, 1)
-					}
-				} else if climbed > 0 && servedOK > 0 {
-					// Refused in the climb from the rate served
-					// since a pause: if the calls served since came
-					// to no more above that rate than the pause let
-					// the provider's bucket refill, the rate was the
-					// limit, and the climb only spent the burst.
-					el := float64(now-servedSince) / sec
-					if excess := float64(servedOK) - climbed*el; excess <= burstSlack*climbed*float64(climbPause)/sec {
-						s.rate = max(min(s.rate, climbed), c.floor)
-						s.cutTo = s.rate
-						s.peak, s.held = s.rate/c.plateau, false
-					}
 				}
 			}
 			if s.good > 0 {
@@ -1012,50 +975,13 @@ func (c *Controller) restart(s *State, now, d int64) {
 		s.peak = to / c.plateau
 	}
 	s.cutTo, s.over = s.rate, to
-	s.probing, s.ramp, s.held, s.excused, s.gentle = false, false, false, false, false
-	s.climbFrom, s.climbPause = 0, 0
+	s.probing, s.ramp, s.held, s.excused = false, false, false, false
 	s.level, s.good, s.backoff = 0, 0, 0
 	s.proven, s.provenNext, s.provenAt = 0, 0, 0
 	s.sus, s.susFrom, s.refusedAt = 0, 0, now
 	s.epOK, s.epRef, s.pause = 0, 0, 0
 	s.lastDecrease, s.lastIncrease = now, now
 	s.n = 0
-}
-
-// gentleDelay (µs) and gentleGrowth: see State.gentle. A provider that
-// bans after a few refusals in 10 s (five, in sim's ban dialect)
-// sees the slow start's end and the chained refusal after it within two
-// seconds; the climb after the cut must not bring a third run of them
-// within 10 s of the first: 7 s after the pause, at e-fold a second, a
-// provider with a second of burst refuses the climb 10-11 s after the slow
-// start's end. burstSlack is how many pauses' worth of calls over the rate
-// served a climb that was refused may have had and still only have spent
-// the provider's burst.
-const (
-	gentleDelay  = int64(7_000_000)
-	gentleGrowth = 1.0
-	burstSlack   = 2.0
-)
-
-// minServedCalls is the fewest successes servedRate takes a rate from.
-const minServedCalls = 4
-
-// servedRate returns the rate (a second) at which calls sent since the last
-// decrease at since were served by now, ok of them, or 0 when too few were.
-// A refusal soon after the pause of the one before (a chained refusal)
-// makes it a bound of the provider's limit that holds whatever its burst:
-// the first refusal left its bucket empty, the pause and the time since
-// refilled it at the limit, and the calls since spent it, so that they
-// came to the limit (issue 18: after a slow start that overshot a limit
-// with a whole second of burst four times, the rate cut by decreases
-// alone was refused three times more, and a provider banning after five
-// refusals in 10 s banned the fleet). It counts only this key's calls, so
-// each process of a fleet finds its own share.
-func servedRate(ok int, since, now int64) float64 {
-	if ok < minServedCalls || since <= 0 || now <= since {
-		return 0
-	}
-	return float64(ok) * sec / float64(now-since)
 }
 
 // servedShare returns the share of the calls sent since the last decrease
@@ -1074,8 +1000,8 @@ func (c *Controller) servedShare(s *State, reason Reason, in Sample) float64 {
 // sustainSpan): it came with a Retry-After to a key with a plateau, not
 // soon after the last pause (prevPause, its end) nor in slow start, at a
 // rate no higher than the one the key sustained, and excuseSpan or more
-// after the last throttle signal. It is excused when the caller was
-// starved of CPU (Sample.NoLatency), and halves the rate otherwise.
+// after the last throttle signal. It is excused when the caller's calls
+// left in bunches (Sample.Bunched), and halves the rate otherwise.
 func (c *Controller) heldRefusal(s *State, now, sent, prevPause int64, reason Reason, in Sample) bool {
 	if in.RetryAfter <= 0 || c.plateau == 0 || (reason != ReasonThrottled && reason != ReasonRetryAfter) {
 		return false
@@ -1156,8 +1082,7 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 		s.held, s.level = s.level != 0, 0
 	}
 	s.cutTo = s.rate
-	s.probing, s.ramp, s.excused, s.gentle = false, false, false, false
-	s.climbFrom, s.climbPause = 0, 0
+	s.probing, s.ramp, s.excused = false, false, false
 	s.epOK, s.epRef = 0, 0
 	s.lastDecrease = now
 	s.n = 0 // the p95 needs fresh evidence before it may cut again
@@ -1417,16 +1342,6 @@ func (c *Controller) grow(s *State, now int64) bool {
 		s.rate += s.rate * min(c.slowStart, rampGrowth) * dt
 	case s.probing:
 		s.rate += s.rate * c.slowStart * dt
-	case s.rate < goal && s.gentle:
-		// After a cut to the rate served since a pause: gently, and
-		// not before gentleFrom (see servedRate).
-		if now > s.gentleFrom {
-			dt = min(dt, float64(now-s.gentleFrom)/sec)
-			s.rate += min(goal-s.rate, s.rate*gentleGrowth*dt)
-		}
-		if goal-s.rate <= goal/100 {
-			s.rate, s.gentle = goal, false
-		}
 	case s.rate < goal:
 		// Fast recovery: close the gap to the last good level by
 		// 1-1/e a second, but never faster than slow start would. The

@@ -83,24 +83,11 @@
 // rate halves at once and holds there, with no recovery towards the old
 // level, until a probe after the hold (so that a provider banning after a
 // few refusals in 10 s sees one episode of them at a halving). Only a
-// process starved of CPU (Sample.NoLatency) is excused such a refusal: it
-// pauses as asked and keeps its rate, since it sends the calls a stall
-// held back in a bunch that empties a provider's small burst below its
-// limit; a limit that did fall refuses it again soon after the pause,
-// which halves the rate then. A refusal within 2 s of the pause of the one that
-// ended slow start goes further, to the rate at which the key's calls were
-// served since that refusal, pause included: the pause refilled the
-// provider's bucket at its limit and the calls since spent it, so that
-// rate is the limit against a provider whose burst outlasts the pause and
-// under it otherwise. The key holds there for 7 s after the pause, then
-// climbs back (e-fold a second) towards the level the decreases left; a
-// refusal in that climb after calls that came to no more than two pauses'
-// worth over the rate held says the climb only spent the burst, and the
-// key returns to that rate and holds it until a probe. Against a provider
-// with a second of burst, the slow start's end overshoots 4-5 times, and
-// cuts by Decrease alone brought a third and fourth episode of refusals
-// within 10 s (a ban); against one with a small burst the hold costs a few
-// seconds at a third of the limit.
+// process starved of CPU, whose calls leave in bunches (Sample.Bunched),
+// is excused such a refusal: it pauses as asked and keeps its rate, since
+// a bunch of the calls a stall held back empties a provider's small burst
+// below its limit; a limit that did fall refuses it again soon after the
+// pause, which halves the rate then.
 //
 // With Config.Queue set, the latency gradient (as in TCP Vegas) reads a
 // provider that queues calls before it is slow: when the median of the

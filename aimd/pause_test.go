@@ -174,7 +174,7 @@ func TestLatencyAloneIsBounded(t *testing.T) {
 
 // Issue 18: a process starved of CPU sends calls in bunches that empty a
 // provider's small burst below a rate the fleet kept up for seconds. Such
-// a process's refusal (Sample.NoLatency) with a Retry-After at a rate
+// a process's refusal (Sample.Bunched) with a Retry-After at a rate
 // sustained for a whole sustainSpan, excuseSpan or more after the last
 // throttle signal, pauses the key but keeps its rate, and the refusals of
 // the calls in flight with it are not news. A refusal again soon after the
@@ -189,11 +189,11 @@ func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
 		busyFor(c, &s, &at, 12*s1)
 		require.InDelta(t, 90.0, s.rate, 1e-9, "levelled off at 0.9 x 100")
-		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1, NoLatency: true})
+		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1, Bunched: true})
 		require.Equal(t, Unchanged, d.Change)
 		require.InDelta(t, 90.0, d.Rate, 1e-9, "excused: the rate held")
 		require.Equal(t, at+s1, d.PausedUntil, "paused all the same")
-		d = c.Observe(&s, at+20*ms, Sample{Outcome: Throttled, Latency: 30 * ms, RetryAfter: 980 * ms, NoLatency: true})
+		d = c.Observe(&s, at+20*ms, Sample{Outcome: Throttled, Latency: 30 * ms, RetryAfter: 980 * ms, Bunched: true})
 		require.Equal(t, Unchanged, d.Change, "a call in flight with it")
 		return s, at + s1
 	}
@@ -225,14 +225,12 @@ func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 		at := t0
 		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
 		busyFor(c, &s, &at, 3*s1) // not sustained long enough after the refusal
-		// A short pause, so that the 20 calls served since (67/s, see
-		// servedRate) bound the rate less than the deeper cut does.
-		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: 100 * ms})
+		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
 		require.Equal(t, Decreased, d.Change)
 		from := d.Rate
-		at += 100 * ms
+		at += s1
 		busyFor(c, &s, &at, 200*ms)
-		d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: 100 * ms})
+		d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
 		require.InDelta(t, 0.64*from, d.Rate, 1e-9, "twice as deep, not halved")
 	})
 	t.Run("refused again within excuseSpan", func(t *testing.T) {
@@ -247,7 +245,7 @@ func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 		// 0.95 x 90 after the refusal at a level held a while).
 		busyFor(c, &s, &at, 10*s1)
 		require.InDelta(t, 0.95*90, s.rate, 1e-9)
-		d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1, NoLatency: true})
+		d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1, Bunched: true})
 		require.Equal(t, Unchanged, d.Change, "held for seconds, 10 s after the last refusal")
 	})
 	t.Run("not above the rate sustained", func(t *testing.T) {
@@ -257,7 +255,7 @@ func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
 		busyFor(c, &s, &at, 12*s1)
 		c.SetRate(&s, 95) // the fleet's shared rate, never held here
-		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1, NoLatency: true})
+		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1, Bunched: true})
 		require.Equal(t, Decreased, d.Change)
 		require.InDelta(t, 0.9*95, d.Rate, 1e-9, "an ordinary decrease: the plateau under it")
 	})
@@ -270,7 +268,7 @@ func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 			at += s1
 			c.Observe(&s, at, ok(10*ms))
 		}
-		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1, NoLatency: true})
+		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1, Bunched: true})
 		require.Equal(t, Decreased, d.Change)
 		require.InDelta(t, 0.9*90, d.Rate, 1e-9, "an ordinary decrease: the plateau under it")
 	})

@@ -174,8 +174,8 @@ func (a *adaptive) paused(now int64) bool {
 // this process had been told the Retry-After itself: the key pauses and
 // its rate decreases once for the episode. It reports whether the pause
 // was news, and the weight window the key follows (0: none). lag is the
-// process's timer lag (µs, Client.noteLag): a process starved of CPU is
-// excused a refusal at a rate the key held (aimd: a held refusal).
+// process's timer lag (µs, Client.noteLag): a process whose calls leave in
+// bunches is excused a refusal at a rate the key held (aimd.Sample.Bunched).
 func (a *adaptive) notePause(now, d, lag int64) (news bool, window int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -218,8 +218,7 @@ func (a *adaptive) notePause(now, d, lag int64) (news bool, window int64) {
 		a.syncedUntil = max(a.syncedUntil, until)
 		return false, 0
 	}
-	starved := lag > 0 && lagShare*lag >= int64(a.latency)
-	a.ctl.Observe(&a.state, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d, NoLatency: starved})
+	a.ctl.Observe(&a.state, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d, Bunched: bunchedAt(lag, a.ctl.Rate(&a.state))})
 	a.syncedUntil = max(a.syncedUntil, until)
 	return true, a.weight.window
 }
@@ -446,4 +445,29 @@ func (a *adaptive) view(now int64) view {
 		v.pausedFor = time.Duration(until-now) * time.Microsecond
 	}
 	return v
+}
+
+// bunched reports whether calls at the key's rate leave in bunches when the
+// process's timers fire lag µs late (see bunchedAt).
+func (a *adaptive) bunched(lag int64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return bunchedAt(lag, a.ctl.Rate(&a.state))
+}
+
+// bunchShare: calls paced at a rate leave in bunches once the process's
+// timers fire late by 1/bunchShare of the interval between them or more.
+const bunchShare = 8
+
+// bunchedAt reports whether calls paced at rate (a second) leave in bunches
+// when the process's timers fire lag µs late: a process starved of CPU
+// sends the calls a stall held back together, which can empty a provider's
+// small burst at a rate under its limit (aimd.Sample.Bunched). On a quiet
+// machine the lag is a fraction of a millisecond, an eighth of the
+// interval at 1,000 calls a second or more.
+func bunchedAt(lag int64, rate float64) bool {
+	if lag <= 0 || rate <= 0 {
+		return false
+	}
+	return float64(bunchShare*lag) >= 1e6/rate
 }

@@ -41,6 +41,9 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 	}
 	s := sample(rep, latency)
 	s.NoLatency = c.starved(s.Latency)
+	if s.Outcome != aimd.Success {
+		s.Bunched = ks.adapt.bunched(c.lag.Load())
+	}
 	shared := 0.0
 	if c.shared {
 		// Read the fleet's rate just before adapting it, so that this

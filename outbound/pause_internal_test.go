@@ -78,3 +78,26 @@ func TestStatedRateIsNotCutForAHeardPause(t *testing.T) {
 	require.Equal(t, rate, b.rate())
 	require.True(t, b.paused(now+sec))
 }
+
+// A refusal is excused as a bunch (aimd.Sample.Bunched) only when the
+// process's timers fire late by an eighth of the interval between the
+// key's calls or more: at 50 calls a second, 2.5 ms, well above a quiet
+// machine's fraction of a millisecond.
+func TestBunchedAt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		lag  int64 // µs
+		rate float64
+		want bool
+	}{
+		{0, 50, false},
+		{300, 50, false},
+		{2_000, 50, false},
+		{2_500, 50, true},
+		{30_000, 50, true},
+		{300, 1000, true},
+		{2_500, 0, false},
+	} {
+		require.Equal(t, tc.want, bunchedAt(tc.lag, tc.rate), "lag %d µs at %v/s", tc.lag, tc.rate)
+	}
+}
