@@ -463,8 +463,8 @@ const bunchShare = 8
 // when the process's timers fire lag µs late: a process starved of CPU
 // sends the calls a stall held back together, which can empty a provider's
 // small burst at a rate under its limit (aimd.Sample.Bunched). On a quiet
-// machine the lag is a fraction of a millisecond, an eighth of the
-// interval at 1,000 calls a second or more.
+// machine the lag is a fraction of a millisecond: an eighth of the
+// interval only at 1,000 calls a second or more.
 func bunchedAt(lag int64, rate float64) bool {
 	if lag <= 0 || rate <= 0 {
 		return false
