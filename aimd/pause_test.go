@@ -184,11 +184,7 @@ func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, Hold: time.Minute, UsageMultiple: -1})
 	level := func() (State, int64) {
-		s := c.Init()
-		at := t0
-		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
-		busyFor(c, &s, &at, 12*s1)
-		require.InDelta(t, 90.0, s.rate, 1e-9, "levelled off at 0.9 x 100")
+		s, at := levelledAt90(t, c)
 		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1, Bunched: true})
 		require.Equal(t, Unchanged, d.Change)
 		require.InDelta(t, 90.0, d.Rate, 1e-9, "excused: the rate held")
@@ -211,13 +207,7 @@ func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
 		require.Equal(t, Decreased, d.Change)
 		require.InDelta(t, 0.5*90, d.Rate, 1e-9, "the fall confirmed: halved (confirmedCut)")
-		// Held there, with no recovery towards the rate kept, for the
-		// whole hold (a minute here) ...
-		busyFor(c, &s, &at, 59*s1)
-		require.InDelta(t, 0.5*90, s.rate, 1e-9, "held")
-		// ... then a probe looks for more.
-		busyFor(c, &s, &at, 3*s1)
-		require.Greater(t, s.rate, 0.5*90)
+		requireHeldThenProbed(t, c, &s, &at, 59*s1)
 	})
 	t.Run("refused again soon after a pause not excused", func(t *testing.T) {
 		t.Parallel()
@@ -250,10 +240,7 @@ func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 	})
 	t.Run("not above the rate sustained", func(t *testing.T) {
 		t.Parallel()
-		s := c.Init()
-		at := t0
-		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
-		busyFor(c, &s, &at, 12*s1)
+		s, at := levelledAt90(t, c)
 		c.SetRate(&s, 95) // the fleet's shared rate, never held here
 		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1, Bunched: true})
 		require.Equal(t, Decreased, d.Change)
@@ -293,24 +280,15 @@ func TestRefusalAtAHeldRateHalvesAtOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := c.Init()
-			at := t0
-			c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
-			busyFor(c, &s, &at, 12*s1)
-			require.InDelta(t, 90.0, s.rate, 1e-9, "levelled off at 0.9 x 100")
+			s, at := levelledAt90(t, c)
 			d := c.Observe(&s, at, tc.in)
 			require.Equal(t, Decreased, d.Change)
 			require.InDelta(t, 0.5*90, d.Rate, 1e-9, "halved at once (confirmedCut)")
 			require.Equal(t, at+s1, d.PausedUntil, "and paused")
 			d = c.Observe(&s, at+20*ms, Sample{Outcome: Throttled, Latency: 30 * ms, RetryAfter: 980 * ms})
 			require.Equal(t, Unchanged, d.Change, "a call in flight with it")
-			// No recovery towards 90/s for the whole hold ...
-			at += s1
-			busyFor(c, &s, &at, 58*s1)
-			require.InDelta(t, 0.5*90, s.rate, 1e-9, "held")
-			// ... then a probe looks for more.
-			busyFor(c, &s, &at, 3*s1)
-			require.Greater(t, s.rate, 0.5*90)
+			at += s1 // the pause
+			requireHeldThenProbed(t, c, &s, &at, 58*s1)
 		})
 	}
 	t.Run("not within excuseSpan of the last refusal", func(t *testing.T) {
@@ -484,4 +462,28 @@ func TestProbeRampsOnlyPastTheRateRefused(t *testing.T) {
 	require.InDelta(t, 90.0, good, 1e-9)
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: s1})
 	require.InDelta(t, good, s.rate, 1e-9, "back to the proven plateau")
+}
+
+// levelledAt90 returns a key of c (Plateau 0.9, Start 100, no slow start)
+// that levelled off at 90/s after a refusal and held there 12 s with
+// calls, and the time it got there.
+func levelledAt90(t *testing.T, c *Controller) (State, int64) {
+	t.Helper()
+	s := c.Init()
+	at := t0
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms})
+	busyFor(c, &s, &at, 12*s1)
+	require.InDelta(t, 90.0, s.rate, 1e-9, "levelled off at 0.9 x 100")
+	return s, at
+}
+
+// requireHeldThenProbed checks that a key halved from 90/s holds 45/s for
+// hold µs of calls more, with no recovery towards the old level, and that
+// a probe above it begins within 3 s after that.
+func requireHeldThenProbed(t *testing.T, c *Controller, s *State, at *int64, hold int64) {
+	t.Helper()
+	busyFor(c, s, at, hold)
+	require.InDelta(t, 0.5*90, s.rate, 1e-9, "held")
+	busyFor(c, s, at, 3*s1)
+	require.Greater(t, s.rate, 0.5*90, "a probe looks for more")
 }
