@@ -27,6 +27,36 @@ const (
 	DefaultMaxKeys = 10000
 )
 
+// DefaultAIMD is the AIMD configuration of a Config whose AIMD is the
+// zero value: the settings every figure of the README was measured with
+// (issue 18: providers whose limits are unknown, whose Retry-After rounds
+// up to whole seconds so that every refusal pauses the whole fleet, and
+// some of which ban after a few refusals). Package aimd's own defaults
+// (aimd.Config's zero fields) are a plain AIMD sawtooth; these add what a
+// fleet sharing one credential needs:
+//   - SlowStart 2: an unknown limit is found in seconds (x7.4 a second);
+//   - Decrease 0.8 with a 500 ms Cooldown: fewer, deeper cuts, one per
+//     burst of refusals, since each refusal costs a pause;
+//   - Plateau 0.91 held for Hold 10 s: the rate levels off just under the
+//     last cut and probes above it rarely (TCP CUBIC's plateau);
+//   - LatencyFactor 3 and Queue 2.5: scheduler noise is not a slowdown,
+//     but a provider that queues calls is slowed for before it is slow.
+//
+// To change one setting, start from DefaultAIMD() and set the field: a
+// non-zero Config.AIMD is used as given, its zero fields meaning package
+// aimd's defaults.
+func DefaultAIMD() aimd.Config {
+	return aimd.Config{
+		SlowStart:     2,
+		Decrease:      0.8,
+		Cooldown:      500 * time.Millisecond,
+		LatencyFactor: 3,
+		Plateau:       0.91,
+		Hold:          10 * time.Second,
+		Queue:         2.5,
+	}
+}
+
 // ErrInvalidConfig is wrapped by New for a Config it cannot use; the
 // message names the field.
 var ErrInvalidConfig = errors.New("outbound: invalid config")
@@ -88,7 +118,8 @@ type Config struct {
 	// synced a pause into the store is not cancelled, so this bounds how
 	// late such a turn may go out. Zero means 100 ms.
 	MaxReserve time.Duration
-	// AIMD configures each key's rate controller.
+	// AIMD configures each key's rate controller. The zero value means
+	// DefaultAIMD(); any other value is used as given.
 	AIMD aimd.Config
 	// SharedRate keeps each key's adapted rate in Store and paces every
 	// process sharing the store on one GCRA at that rate, so that the
@@ -186,6 +217,9 @@ func New(cfg Config) (*Client, error) {
 		if h == "" || p == "" {
 			return nil, fmt.Errorf("%w: profiles: empty host or profile name (%q: %q)", ErrInvalidConfig, h, p)
 		}
+	}
+	if cfg.AIMD == (aimd.Config{}) {
+		cfg.AIMD = DefaultAIMD()
 	}
 	ctl, err := aimd.New(cfg.AIMD)
 	if err != nil {

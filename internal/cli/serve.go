@@ -333,7 +333,8 @@ func runServe(ctx context.Context, opts *Options, f *serveFlags, source map[stri
 	rec := dashboard.NewRecorder(nil) // the dashboard's feed of decisions
 	// The adaptive calls of workers in any language (/v1/outbound/...):
 	// pauses, learned budgets and the adapted rate are shared through the
-	// rate store with every server of the fleet.
+	// rate store with every server of the fleet. The AIMD settings are
+	// outbound.DefaultAIMD(), those the README's figures were measured with.
 	profSet, err := provider.Load(f.profiles...)
 	if err != nil {
 		return fmt.Errorf("--profiles: %w", err)

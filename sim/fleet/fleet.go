@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sluicerl/sluice/aimd"
 	"github.com/sluicerl/sluice/clock"
 	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/sim"
@@ -181,20 +180,12 @@ func sleep(ctx context.Context, clk clock.Clock, d time.Duration) error {
 }
 
 // FigureOptions is the configuration the figures run Sluice with (README,
-// `sluice sim --report`, bench/cmd/simtable): outbound's defaults except
-// for the AIMD settings below, chosen for providers whose Retry-After
-// rounds up to whole seconds, where every throttle pauses the fleet.
+// `sluice sim --report`, bench/cmd/simtable): outbound's defaults, AIMD
+// included (outbound.DefaultAIMD: the zero Config a library user or
+// `sluice serve` gets), spelled out so that a figure names what it ran.
 func FigureOptions() Options {
 	var o Options
-	o.Outbound.AIMD = aimd.Config{
-		SlowStart:     2,                      // find an unknown limit fast
-		Decrease:      0.8,                    // fewer, deeper cuts: each one costs a pause
-		Cooldown:      500 * time.Millisecond, // one cut per burst of throttles
-		LatencyFactor: 3,                      // scheduler noise is not a slowdown
-		Plateau:       0.91,                   // level off just under the last cut ...
-		Hold:          10 * time.Second,       // ... and probe above it rarely
-		Queue:         2.5,                    // a provider queueing calls: slow down before it is slow
-	}
+	o.Outbound.AIMD = outbound.DefaultAIMD()
 	return o
 }
 
