@@ -71,37 +71,40 @@ const (
 // A refusal with a Retry-After at or under the sustained rate (State.sus:
 // the highest rate held for a whole sustainSpan with successes and no
 // throttle since the last refusal that cut), excuseSpan or more after the
-// last throttle signal, is a held refusal. A process starved of CPU
-// (Sample.Bunched) sends its calls in bunches that empty a provider's
-// small burst below a rate the fleet kept up for seconds (issue 18:
-// refused at 87/s, then held at 79/s for 30 s), so its held refusal is
-// excused: the key waits out the pause and resumes at the rate it
-// sustained; a limit that did fall refuses it again soon after the pause
-// (a chained refusal, which halves it, confirmedCut). A process that is
-// not starved sends no bunches: its held refusal says the limit fell, and
-// it halves at once, so that a provider that bans after a few refusals in
-// a window (10 s is usual) sees one episode of them at a halving, not two
-// (issue 18: two episodes of two or three refusals each, five within
-// 10 s, and a ban). Refusals that keep coming within excuseSpan at a
-// sustained rate are the limit: ordinary decreases.
+// last throttle signal, is a held refusal. It says either that the limit
+// fell under a rate the key kept up for seconds, or nothing much: a level
+// held at 0.93 of a provider's limit is refused now and then when calls
+// leave a little unevenly, and on a machine starved of CPU often (issue
+// 18: the calls of a starved process leave in bunches that empty a small
+// burst). The two look alike until the pause ends, so a held refusal is
+// answered as noise: a process whose calls leave in bunches
+// (Sample.Bunched) keeps its rate, any other resumes at the plateau under
+// the rate refused. A limit that did fall refuses the key again soon after
+// the pause (a chained refusal), which halves the rate refused
+// (confirmedCut): two episodes at a halving, each of about 1 + rate x
+// latency refusals. (Session 15 halved at once instead, for one episode;
+// on a saturated machine every refusal of a level near the limit then
+// halved it, for 30 s or more, and the fleet ran at 0.47 of its limit:
+// 0.67-0.82 of it over a run against a fixed client's 0.93.) Refusals that
+// keep coming within excuseSpan at a sustained rate are the limit:
+// ordinary decreases.
 const (
 	sustainSpan = 2_000_000  // µs
 	excuseSpan  = 10_000_000 // µs
 )
 
-// A held refusal by a process not starved of CPU, or a refusal soon after
-// the pause of an excused one, says that the limit fell under a rate the
-// key held for seconds: a step (a plan or a share changed), not drift,
-// and its size is unknown. The rate halves from the
-// rate refused (TCP Reno's answer to a loss) and holds there before
-// probing above it, as any level holds (Config.Hold, and probeCost times
-// the pause), since a provider that bans after a few refusals in a window
-// (10 s is usual) has seen one or two episodes already, each of about 1 +
-// rate x latency refusals, and a recovery towards the old level would earn
-// another within the window (issue 18: at a halving, cuts to 0.64 of the
-// rate recovering towards 0.91 of it took three episodes, five refusals
-// and a ban). The price: a limit that fell by less than half is served at
-// half the old rate until the probe after the hold finds it.
+// A refusal soon after the pause of a held refusal says that the limit
+// fell under a rate the key held for seconds: a step (a plan or a share
+// changed), not drift, and its size is unknown. The rate halves from the
+// rate the held refusal came at (TCP Reno's answer to a loss) and holds
+// there before probing above it, as any level holds (Config.Hold, and
+// probeCost times the pause), since a provider that bans after a few
+// refusals in a window (10 s is usual) has seen two episodes already, and
+// a recovery towards the old level would earn another within the window
+// (issue 18: at a halving, cuts to 0.64 of the rate recovering towards
+// 0.91 of it took three episodes, five refusals and a ban). The price: a
+// limit that fell by less than half is served at half the old rate until
+// the probe after the hold finds it.
 const confirmedCut = 0.5
 
 // A throttle with no Retry-After (a bare 429, a 503) leaves the key
@@ -531,10 +534,12 @@ type State struct {
 	// at provenAt (Unix µs).
 	proven, provenNext float64
 	provenAt           int64
-	// excused says the last episode's refusal was excused (the rate
-	// kept); a refusal soon after its pause confirms that the limit fell
-	// (confirmedCut). Any decrease clears it.
-	excused bool
+	// excused is the rate the last episode's refusal came at when it was
+	// a held refusal (kept when the calls were bunched, else cut to the
+	// plateau under it), 0 otherwise; a refusal soon after its pause
+	// confirms that the limit fell, and halves it (confirmedCut). Any
+	// other decrease clears it.
+	excused float64
 	// sus is the highest rate held for a whole sustainSpan with successes
 	// and no decrease since the last refusal that cut (0: none); susFrom
 	// (Unix µs, 0: not yet) began the current span, susLow is the lowest
@@ -784,7 +789,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			// refusals of calls in flight with it are not news.
 			s.refusedAt, s.lastDecrease, s.cutTo = now, now, s.rate
 			s.susFrom, s.n = 0, 0
-			s.excused = true
+			s.excused = s.rate
 		} else if news {
 			f := c.decrease
 			queued := int64(0)
@@ -810,20 +815,20 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				f = max(ok*shareMargin, minShareCut)
 				shareCut = f
 			}
-			slowExit, chained, confirmed := false, false, false
+			slowExit, chained, confirmed, heldCut := false, false, false, false
 			if in.RetryAfter > 0 && c.plateau > 0 && (reason == ReasonThrottled || reason == ReasonRetryAfter) {
 				if prevPause > 0 && sent-prevPause <= chainWindow {
 					// Refused again soon after the last pause ended:
 					// the limit fell well below the rate cut to last
 					// time. Cut twice as deep, so that a provider
-					// that bans after a few refusals sees few; by
-					// half, and hold there, when the last pause was
-					// an excused refusal's at a rate held for
-					// seconds (confirmedCut).
+					// that bans after a few refusals sees few; to
+					// half the rate refused, and hold there, when
+					// the last pause was a held refusal's
+					// (confirmedCut).
 					f = c.decrease * c.decrease
 					chained = true
-					if s.excused {
-						f, confirmed = min(f, confirmedCut), true
+					if s.excused > 0 {
+						f, confirmed = min(f, confirmedCut*s.excused/s.rate), true
 					}
 				} else if s.probing {
 					// The end of a slow start, which grows by
@@ -838,11 +843,11 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				} else if held {
 					// Refused at a rate the key held for seconds, by
 					// a process whose calls are not bunched
-					// (Sample.Bunched): the limit fell, by a step of
-					// unknown size. Halve at once (confirmedCut) rather
-					// than wait for the refusal after the pause to
-					// confirm it.
-					f, confirmed = confirmedCut, true
+					// (Sample.Bunched): resume at the plateau under
+					// it, as after any refusal, but remember the
+					// rate, which a refusal soon after the pause
+					// halves (confirmedCut).
+					f, heldCut = c.plateau, true
 				} else {
 					// The pause itself shed the load: resume at the
 					// plateau under the rate refused, near the last
@@ -855,6 +860,9 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			f = min(f, shareCut)
 			from, resumed, levelAt := s.rate, s.cutTo, s.level
 			c.cut(s, now, f)
+			if heldCut {
+				s.excused = from
+			}
 			if in.RetryAfter > 0 {
 				// Every Retry-After costs a pause: recovery does not
 				// rush back towards a peak a run of them disproved
@@ -975,7 +983,7 @@ func (c *Controller) restart(s *State, now, d int64) {
 		s.peak = to / c.plateau
 	}
 	s.cutTo, s.over = s.rate, to
-	s.probing, s.ramp, s.held, s.excused = false, false, false, false
+	s.probing, s.ramp, s.held, s.excused = false, false, false, 0
 	s.level, s.good, s.backoff = 0, 0, 0
 	s.proven, s.provenNext, s.provenAt = 0, 0, 0
 	s.sus, s.susFrom, s.refusedAt = 0, 0, now
@@ -1001,7 +1009,8 @@ func (c *Controller) servedShare(s *State, reason Reason, in Sample) float64 {
 // soon after the last pause (prevPause, its end) nor in slow start, at a
 // rate no higher than the one the key sustained, and excuseSpan or more
 // after the last throttle signal. It is excused when the caller's calls
-// left in bunches (Sample.Bunched), and halves the rate otherwise.
+// left in bunches (Sample.Bunched), and cuts to the plateau otherwise; a
+// refusal soon after its pause halves the rate it came at.
 func (c *Controller) heldRefusal(s *State, now, sent, prevPause int64, reason Reason, in Sample) bool {
 	if in.RetryAfter <= 0 || c.plateau == 0 || (reason != ReasonThrottled && reason != ReasonRetryAfter) {
 		return false
@@ -1082,7 +1091,7 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 		s.held, s.level = s.level != 0, 0
 	}
 	s.cutTo = s.rate
-	s.probing, s.ramp, s.excused = false, false, false
+	s.probing, s.ramp, s.excused = false, false, 0
 	s.epOK, s.epRef = 0, 0
 	s.lastDecrease = now
 	s.n = 0 // the p95 needs fresh evidence before it may cut again

@@ -79,15 +79,16 @@
 // slow start, which overshoots, also cuts by Decrease twice and recovers
 // under one Decrease of the rate refused. A refusal with a Retry-After at a
 // rate the key held for a whole 2 s with successes, 10 s or more after the
-// last throttle signal, says the limit fell by a step of unknown size: the
-// rate halves at once and holds there, with no recovery towards the old
-// level, until a probe after the hold (so that a provider banning after a
-// few refusals in 10 s sees one episode of them at a halving). Only a
-// process starved of CPU, whose calls leave in bunches (Sample.Bunched),
-// is excused such a refusal: it pauses as asked and keeps its rate, since
-// a bunch of the calls a stall held back empties a provider's small burst
-// below its limit; a limit that did fall refuses it again soon after the
-// pause, which halves the rate then.
+// last throttle signal, may say that the limit fell by a step of unknown
+// size, or only that a level near the limit met calls that left a little
+// unevenly (often, on a machine starved of CPU): it cuts to the plateau
+// under the rate refused, as any refusal after slow start does, and a
+// process whose calls leave in bunches (Sample.Bunched) keeps its rate. A
+// limit that did fall refuses the key again soon after the pause, which
+// halves the rate the first refusal came at; the rate holds there, with no
+// recovery towards the old level, until a probe after the hold (so that a
+// provider banning after a few refusals in 10 s sees two episodes of them
+// at a halving, not three).
 //
 // With Config.Queue set, the latency gradient (as in TCP Vegas) reads a
 // provider that queues calls before it is slow: when the median of the

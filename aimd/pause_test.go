@@ -261,14 +261,16 @@ func TestRefusalAtASustainedRateIsExcused(t *testing.T) {
 	})
 }
 
-// Issue 18: a process that is not starved of CPU sends no bunches, so its
-// refusal at a rate the key held for seconds says the limit fell. The rate
-// halves at once and holds, with no recovery towards the old level, so
-// that the refusals a halving brings come in one episode, not in two
-// (against a provider that bans after five refusals in 10 s, two episodes
-// of two or three refusals each earned a ban). A pause heard from another
-// process (a Failed sample with a Retry-After) does the same.
-func TestRefusalAtAHeldRateHalvesAtOnce(t *testing.T) {
+// Issue 18: a refusal at a rate the key held for seconds, from a process
+// whose calls are not bunched, is answered as any refusal after slow start
+// is: the key resumes at the plateau under the rate refused, and keeps
+// near it when nothing follows (a level near the limit refused now and
+// then, as on a saturated machine, where halving at once ran the fleet at
+// half its limit for 30 s and more). A refusal again soon after the pause
+// says the limit fell: the rate refused first halves and holds there, with
+// no recovery towards the old level. A pause heard from another process (a
+// Failed sample with a Retry-After) does the same.
+func TestRefusalAtAHeldRateCutsToThePlateau(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, Hold: time.Minute, UsageMultiple: -1})
 	for _, tc := range []struct {
@@ -278,16 +280,30 @@ func TestRefusalAtAHeldRateHalvesAtOnce(t *testing.T) {
 		{"refused", Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1}},
 		{"a pause heard from the fleet", Sample{Outcome: Failed, RetryAfter: s1}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
+		held := func(t *testing.T) (State, int64) {
 			s, at := levelledAt90(t, c)
 			d := c.Observe(&s, at, tc.in)
 			require.Equal(t, Decreased, d.Change)
-			require.InDelta(t, 0.5*90, d.Rate, 1e-9, "halved at once (confirmedCut)")
+			require.InDelta(t, 0.9*90, d.Rate, 1e-9, "the plateau under the rate refused")
 			require.Equal(t, at+s1, d.PausedUntil, "and paused")
 			d = c.Observe(&s, at+20*ms, Sample{Outcome: Throttled, Latency: 30 * ms, RetryAfter: 980 * ms})
 			require.Equal(t, Unchanged, d.Change, "a call in flight with it")
-			at += s1 // the pause
+			return s, at + s1 // the pause
+		}
+		t.Run(tc.name+", then nothing", func(t *testing.T) {
+			t.Parallel()
+			s, at := held(t)
+			busyFor(c, &s, &at, 20*s1)
+			require.InDelta(t, 0.95*90, s.rate, 1e-9, "near the rate refused: half way back, as after a level held a while")
+		})
+		t.Run(tc.name+", then refused soon after the pause", func(t *testing.T) {
+			t.Parallel()
+			s, at := held(t)
+			busyFor(c, &s, &at, 200*ms)
+			d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+			require.Equal(t, Decreased, d.Change)
+			require.InDelta(t, 0.5*90, d.Rate, 1e-9, "the fall confirmed: half the rate refused first (confirmedCut)")
+			at += s1
 			requireHeldThenProbed(t, c, &s, &at, 58*s1)
 		})
 	}
@@ -300,6 +316,11 @@ func TestRefusalAtAHeldRateHalvesAtOnce(t *testing.T) {
 		d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
 		require.Equal(t, Decreased, d.Change)
 		require.InDelta(t, 0.9*90, d.Rate, 1e-9, "the plateau under the rate refused")
+		at += s1
+		busyFor(c, &s, &at, 200*ms)
+		from := s.rate
+		d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+		require.InDelta(t, 0.64*from, d.Rate, 1e-9, "refused again soon after: twice as deep, not halved")
 	})
 }
 
