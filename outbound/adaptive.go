@@ -170,13 +170,29 @@ func (a *adaptive) paused(now int64) bool {
 	return a.weight.spent(now, int64(a.latency))
 }
 
+// knows reports whether the key is paused already until a pause of d µs
+// heard of at now ends, within a millisecond: one this process was told
+// of, or heard of before.
+func (a *adaptive) knows(now, d int64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	held, _ := a.state.Paused(now)
+	return held >= now+d-pauseSlack
+}
+
+// pauseSlack (µs): a pause heard of that ends within it of one known is
+// the one known.
+const pauseSlack = int64(time.Millisecond / time.Microsecond)
+
 // notePause applies a pause of d µs heard of from the store at now, as if
 // this process had been told the Retry-After itself: the key pauses and
 // its rate decreases once for the episode. It reports whether the pause
 // was news, and the weight window the key follows (0: none). lag is the
 // process's timer lag (µs, Client.noteLag): a process whose calls leave in
 // bunches is excused a refusal at a rate the key held (aimd.Sample.Bunched).
-func (a *adaptive) notePause(now, d, lag int64) (news bool, window int64) {
+// banned says the pause is a provider's ban (Client.readBan): the key
+// starts over, as the process banned did (aimd.Sample.Banned).
+func (a *adaptive) notePause(now, d, lag int64, banned bool) (news bool, window int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	until := now + d
@@ -184,12 +200,16 @@ func (a *adaptive) notePause(now, d, lag int64) (news bool, window int64) {
 	// sends nothing until then.
 	a.bucket.quiet(until, float64(a.bucket.size))
 	held, _ := a.state.Paused(now)
-	const ms = int64(time.Millisecond / time.Microsecond)
 	// Ours already (or one we have heard of): nothing new.
-	if held >= until-ms {
+	if held >= until-pauseSlack {
 		return false, 0
 	}
-	if a.syncedUntil >= until-ms {
+	if banned {
+		a.ctl.Observe(&a.state, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d, Banned: true})
+		a.syncedUntil = max(a.syncedUntil, until)
+		return true, a.weight.window
+	}
+	if a.syncedUntil >= until-pauseSlack {
 		// One this process put in the store itself without pausing
 		// its controller: an exhausted quota's wait for its reset
 		// (RateLimit r=0), which is no refusal.

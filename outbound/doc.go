@@ -33,7 +33,9 @@
 // quota in the store: a Retry-After, a ban or an exhausted quota pauses
 // the key for every process that shares the store, not just the worker
 // that saw it, and every process that finds the key paused slows its own
-// rate down once for the episode, so the fleet backs off as one. A
+// rate down once for the episode, so the fleet backs off as one; a ban (a
+// 418) is marked as one in the store, and every process that finds the key
+// paused by it starts over, as the process banned does. A
 // sustainable rate the provider reports (a quota over its
 // window, a cost bucket's restore rate) caps the adapted rate. A window
 // budget the provider never states but whose use it reports (Binance's

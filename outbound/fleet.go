@@ -42,6 +42,25 @@ func (c *Client) syncPause(ctx context.Context, ks *keyState, d int64) {
 	})
 }
 
+// syncBan marks the key's pause of d µs as a ban (a 418, signal.Report's
+// Banned) for every process sharing the store: one that hears of the pause
+// reads the mark (readBan) and starts over as the process banned does
+// (aimd's restart), rather than cut its rate as for a refusal and resume,
+// when the ban ends, at a rate the provider banned the fleet for (issue
+// 18). The mark is a pause of its own key, so it ends with the ban.
+func (c *Client) syncBan(ctx context.Context, ks *keyState, d int64) {
+	_, _ = c.store.Sync(ctx, store.SyncParams{
+		Key: ks.names.ban, Limit: pauseLimit, Remaining: 0, ResetAfter: time.Duration(d) * time.Microsecond,
+	})
+}
+
+// readBan reports whether the key's fleet-wide pause is a ban (syncBan). A
+// store that does not answer says no: the pause is then a refusal's.
+func (c *Client) readBan(ctx context.Context, ks *keyState) bool {
+	r, err := c.store.Take(ctx, store.TakeParams{Key: ks.names.ban, Limit: pauseLimit, Cost: 0})
+	return err == nil && !r.Allowed && r.RetryAfter > 0
+}
+
 // budgetLimit keeps a key's learned window budget (see usedWeight) in the
 // store for every process sharing it, encoded like sharedRateLimit, under a
 // key that names the window's length (a budget learned for a minute's

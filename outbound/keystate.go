@@ -49,6 +49,7 @@ type storeKeys struct {
 	pause  string // the fleet's pause, shared by every client of the store
 	rate   string // the fleet's adapted rate (SharedRate)
 	budget string // the fleet's learned window budget
+	ban    string // the fleet's ban: the pause of a provider's ban (see syncBan)
 }
 
 func (n keyNames) of(key string) storeKeys {
@@ -57,7 +58,7 @@ func (n keyNames) of(key string) storeKeys {
 	if n.shared {
 		pace = tagged
 	}
-	return storeKeys{pace: pace, fleet: tagged, pause: tagged + ":pause", rate: tagged + ":rate", budget: tagged + ":budget"}
+	return storeKeys{pace: pace, fleet: tagged, pause: tagged + ":pause", rate: tagged + ":rate", budget: tagged + ":budget", ban: tagged + ":ban"}
 }
 
 // braces escapes a key's braces, so that the hash tag is always the whole

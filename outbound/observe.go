@@ -63,6 +63,9 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 	}
 	if o.pause > 0 {
 		c.syncPause(ctx, ks, o.pause)
+		if rep.Banned {
+			c.syncBan(ctx, ks, o.pause)
+		}
 	}
 	if c.shared && o.decision.Change != aimd.Unchanged {
 		c.writeShared(ctx, ks, o.rate)

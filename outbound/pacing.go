@@ -151,7 +151,11 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 // that the whole fleet slows down, not only the process that was
 // throttled.
 func (c *Client) notePause(ctx context.Context, ks *keyState, d time.Duration) {
-	news, window := ks.adapt.notePause(c.now(), d.Microseconds(), c.lag.Load())
+	now := c.now()
+	// A ban another process was told of: start over as it did. Read only
+	// for a pause this process has not heard of (once an episode).
+	banned := !ks.adapt.knows(now, d.Microseconds()) && c.readBan(ctx, ks)
+	news, window := ks.adapt.notePause(now, d.Microseconds(), c.lag.Load(), banned)
 	if news && window > 0 {
 		// The process that was refused may have learned the window's
 		// budget from it: take it up.
