@@ -528,6 +528,16 @@ type State struct {
 	// since the last decrease without one, at most maxPauseCost: the cost
 	// of a failed probe, which lengthens the hold (probeCost).
 	pause int64
+	// exitLevel says the last decrease was the one that ended slow start
+	// with a Retry-After, and none came since. The level it leaves (0.91
+	// x 0.8 of the rate first refused) says less of the limit than one
+	// refused at: the slow start overshoots 1.2 to 2 times, the more the
+	// further a provider's burst lets it run. Over the limit, the level is
+	// refused again soon, which clears this; under it, only a probe can
+	// tell. So it holds for Hold alone before the probe, not probeCost
+	// times the pause (issue 18: first refused at 1.18 x the limit, the
+	// fleet held 0.86 of it for 30 s).
+	exitLevel bool
 	// proven is the highest rate a call succeeded at in this BaseWindow
 	// or the last, since the last throttle signal (0: none), the bound of
 	// LatencyFloor; provenNext is the highest of this window, which began
@@ -883,6 +893,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// Recovery aims under the rate cut by one
 					// ordinary decrease, not at the overshoot.
 					s.peak = min(s.peak, from*c.decrease)
+					s.exitLevel = true
 				}
 				if chained && resumed > 0 {
 					// Refused again soon after the last pause,
@@ -983,7 +994,7 @@ func (c *Controller) restart(s *State, now, d int64) {
 		s.peak = to / c.plateau
 	}
 	s.cutTo, s.over = s.rate, to
-	s.probing, s.ramp, s.held, s.excused = false, false, false, 0
+	s.probing, s.ramp, s.held, s.excused, s.exitLevel = false, false, false, 0, false
 	s.level, s.good, s.backoff = 0, 0, 0
 	s.proven, s.provenNext, s.provenAt = 0, 0, 0
 	s.sus, s.susFrom, s.refusedAt = 0, 0, now
@@ -1091,7 +1102,7 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 		s.held, s.level = s.level != 0, 0
 	}
 	s.cutTo = s.rate
-	s.probing, s.ramp, s.excused = false, false, 0
+	s.probing, s.ramp, s.excused, s.exitLevel = false, false, 0, false
 	s.epOK, s.epRef = 0, 0
 	s.lastDecrease = now
 	s.n = 0 // the p95 needs fresh evidence before it may cut again
@@ -1363,7 +1374,7 @@ func (c *Controller) grow(s *State, now int64) bool {
 	case c.plateau > 0 && s.level == 0:
 		// Arrived at the plateau: hold there before probing.
 		s.level = now
-	case c.plateau > 0 && now-s.level < max(c.hold<<s.backoff, probeCost*s.pause):
+	case c.plateau > 0 && now-s.level < c.holdFor(s):
 		// Holding near the last cut.
 	default:
 		if c.plateau > 0 && s.good == 0 {
@@ -1398,6 +1409,19 @@ func (c *Controller) grow(s *State, now int64) bool {
 		s.probing, s.ramp = false, false
 	}
 	return s.rate > old
+}
+
+// holdFor returns how long (µs) the rate holds at its level before a
+// probe above it: Hold, doubled for every failed probe since the level was
+// proven, and at least probeCost times the last pause, so that probing
+// costs a few per cent of the time. The first level after slow start
+// holds for Hold alone (State.exitLevel).
+func (c *Controller) holdFor(s *State) int64 {
+	h := c.hold << s.backoff
+	if s.exitLevel {
+		return h
+	}
+	return max(h, probeCost*s.pause)
 }
 
 // Extend pauses the key until until (Unix µs) if it is not paused that

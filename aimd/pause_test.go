@@ -105,6 +105,44 @@ func TestSlowStartEndsUnderItsOvershoot(t *testing.T) {
 	require.InDelta(t, 0.9*0.64*r, s.rate, 1e-9, "under the rate the last pause resumed at")
 }
 
+// Issue 18: the level the slow start's end leaves (0.9 x 0.8 of the rate
+// first refused) depends on how far the slow start overshot, so it may lie
+// well under the limit (0.86 of it after an overshoot of 1.18x), and
+// nothing but a probe says so. It holds for Hold alone before its first
+// probe, not 30 times the pause; a level that a refusal soon after the
+// pause set holds for 30 times the pause, as any other.
+func TestFirstLevelAfterSlowStartProbesAfterHold(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 10, SlowStart: 2, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, Hold: 10 * time.Second, UsageMultiple: -1})
+	probedAt := func(chained bool) int64 {
+		s := c.Init()
+		at := t0
+		for s.rate < 100 {
+			at += 10 * ms
+			c.Observe(&s, at, ok(10*ms))
+		}
+		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: s1})
+		refused := at
+		if chained {
+			at += s1 + 200*ms
+			c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: s1})
+			refused = at
+		}
+		busyFor(c, &s, &at, 8*s1)
+		level := s.rate
+		for s.rate <= level {
+			busyFor(c, &s, &at, 100*ms)
+			require.Less(t, at, refused+60*s1, "no probe within 60 s")
+		}
+		return at - refused
+	}
+	first := probedAt(false)
+	require.Less(t, first, 20*s1, "the slow start's level probed %v after the refusal", time.Duration(first)*time.Microsecond)
+	require.GreaterOrEqual(t, first, 10*s1, "after a whole Hold")
+	again := probedAt(true)
+	require.GreaterOrEqual(t, again, 30*s1, "a level a chained refusal set probed %v after it", time.Duration(again)*time.Microsecond)
+}
+
 // A Retry-After that comes soon after the rate levelled off says the level
 // is over the limit (a bucket refuses sooner the further over it is): the
 // next level is the plateau under it, not half way back. One that comes
