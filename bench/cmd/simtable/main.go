@@ -25,6 +25,13 @@
 //	go run ./cmd/simtable -issue18 -duration 60s -repeat 3 -virtual    # virtual time
 //	go run ./cmd/simtable -issue18 -duration 60s -repeat 3 -virtual -rise
 //
+// -burst D gives every issue 18 provider a bucket of D of its limit
+// instead of sim's 0.1 s (the cost bucket's too; Shopify's and the
+// windows' keep theirs), as providers written elsewhere did (issue 18: a
+// second of burst let the slow start run to 4.7 times the limit):
+//
+//	go run ./cmd/simtable -issue18 -duration 60s -repeat 3 -virtual -burst 1s
+//
 // With -procs BIN it runs issue 18's scenarios as the issue ran them, with
 // real OS processes of the sluice binary BIN, one dialect at a time (or
 // -parallel): a simulator per client (sluice sim --serve), two sluice sim
@@ -80,6 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rise := fs.Bool("rise", false, "with -issue18: the limit rises instead, 50/s doubling to 100/s half way (fleet.Issue18RiseScenarios)")
 	virtual := fs.Bool("virtual", false, "with -issue18: run on a manual clock (virtual time), -parallel runs at a time")
 	parallel := fs.Int("parallel", 2, "how many at a time: runs with -virtual; dialects with -procs, where it defaults to 1")
+	burst := fs.Duration("burst", 0, "with -issue18: every provider's burst, as a duration of its limit (0: sim's default of 0.1s); issue 18's external providers with a second of burst banned the fleet")
 	procs := fs.String("procs", "", "with -issue18: run the clients as real OS processes of this sluice binary (sluice sim --serve and --target), as issue 18 did")
 	state := fs.String("state", "redis://127.0.0.1:6379", "with -procs: the store the sluice processes share")
 	if err := fs.Parse(args); err != nil {
@@ -96,6 +104,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *rise && !*issue18 {
 		return fmt.Errorf("-rise needs -issue18")
+	}
+	if *burst < 0 {
+		return fmt.Errorf("-burst must be >= 0, got %v", *burst)
+	}
+	if *burst > 0 && !*issue18 {
+		return fmt.Errorf("-burst needs -issue18")
 	}
 	if *virtual && !*issue18 {
 		return fmt.Errorf("-virtual needs -issue18")
@@ -124,6 +138,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *rise {
 			all = fleet.Issue18RiseScenarios(*duration)
 		}
+		withBurst(all, *burst)
 	}
 	var scenarios []sim.Scenario
 	for _, sc := range all {
@@ -224,6 +239,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// withBurst sets every scenario's provider burst to d (0: leave sim's
+// default). It is every token bucket's size (the cost bucket's
+// maximumAvailable too); Shopify's bucket (BucketSize) and the weight
+// window keep their own.
+func withBurst(scenarios []sim.Scenario, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	for i := range scenarios {
+		scenarios[i].Provider.Burst = d
+	}
 }
 
 // runVirtual runs every contender against every scenario, each run on a

@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicerl/sluice/sim"
+	"github.com/sluicerl/sluice/sim/fleet"
 )
 
 func TestRunShort(t *testing.T) {
@@ -28,11 +30,36 @@ func TestRunShort(t *testing.T) {
 
 func TestRunFlagErrors(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"-duration", "1s"}, {"-only", "("}, {"-only", "nothing-matches"}, {"extra"}, {"-repeat", "0"}, {"-repeat", "101"}, {"-virtual"}, {"-issue18", "-virtual", "-parallel", "0"}, {"-rise"}} {
+	for _, args := range [][]string{{"-duration", "1s"}, {"-only", "("}, {"-only", "nothing-matches"}, {"extra"}, {"-repeat", "0"}, {"-repeat", "101"}, {"-virtual"}, {"-issue18", "-virtual", "-parallel", "0"}, {"-rise"}, {"-burst", "1s"}, {"-issue18", "-burst", "-1s"}} {
 		var out, errb bytes.Buffer
 		if err := run(t.Context(), args, &out, &errb); err == nil {
 			t.Errorf("%v: no error", args)
 		}
+	}
+}
+
+// -burst sets every issue 18 provider's bucket, in virtual time and in
+// the scenario file sluice sim --serve reads for -procs.
+func TestBurstReachesTheProviders(t *testing.T) {
+	t.Parallel()
+	scs := fleet.Issue18Scenarios(4 * time.Second)
+	withBurst(scs, time.Second)
+	for _, sc := range scs {
+		if sc.Provider.Burst != time.Second {
+			t.Fatalf("%s: burst %v", sc.Name, sc.Provider.Burst)
+		}
+		back, err := sim.ParseScenario([]byte(serveYAML(sc)))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", sc.Name, err, serveYAML(sc))
+		}
+		if back.Provider.Burst != time.Second {
+			t.Fatalf("%s: the served provider's burst is %v:\n%s", sc.Name, back.Provider.Burst, serveYAML(sc))
+		}
+	}
+	plain := fleet.Issue18Scenarios(4 * time.Second)
+	withBurst(plain, 0)
+	if plain[0].Provider.Burst != 0 || strings.Contains(serveYAML(plain[0]), "burst") {
+		t.Fatalf("-burst 0 changed the providers: %v", plain[0].Provider.Burst)
 	}
 }
 

@@ -184,6 +184,9 @@ func serveYAML(sc sim.Scenario) string {
 	p := sc.Provider
 	var b strings.Builder
 	fmt.Fprintf(&b, "name: %q\nprovider:\n  dialect: %s\n  limit: %g\n  latency: %s\n", sc.Name, p.Dialect, p.Limit, p.Latency)
+	if p.Burst > 0 {
+		fmt.Fprintf(&b, "  burst: %s\n", p.Burst)
+	}
 	if p.BanOnRefusals {
 		b.WriteString("  ban_on_refusals: true\n")
 	}
