@@ -143,6 +143,14 @@ type ProviderConfig struct {
 	// through at once, as seconds of the limit. Zero means 0.1 s (and at
 	// least one request).
 	Burst time.Duration `json:"burst,omitempty" yaml:"burst"`
+	// FixedWindow makes a token-bucket dialect (retry-after-seconds,
+	// retry-after-date, bare-429, 503, ban) count requests in fixed
+	// windows of Window aligned to the clock instead, as many providers
+	// do: each window holds the limit x Window requests (at least one),
+	// and one over it is refused as the dialect refuses, its Retry-After
+	// (where the dialect sends one) the time to the window's end. Burst
+	// does not apply.
+	FixedWindow bool `json:"fixed_window,omitempty" yaml:"fixed_window"`
 	// Latency is every response's base service time. Zero means none;
 	// Slowdown adds its queueing delay on top.
 	Latency time.Duration `json:"latency,omitempty" yaml:"latency"`
@@ -231,6 +239,13 @@ func (c *ProviderConfig) defaults() error {
 		}
 		if *f.p == 0 {
 			*f.p = f.def
+		}
+	}
+	if c.FixedWindow {
+		switch c.Dialect {
+		case RetryAfterSeconds, RetryAfterDate, Bare429, Unavailable, Ban:
+		default:
+			return fmt.Errorf("%w: fixed_window applies to retry-after-seconds, retry-after-date, bare-429, 503 and ban, not %s", ErrInvalidConfig, c.Dialect)
 		}
 	}
 	if c.ActualCost > c.RequestedCost {
@@ -380,6 +395,14 @@ func (p *Provider) decide(now time.Time) outcome {
 	case ShopifyREST:
 		return p.decideShopifyREST(now, limit)
 	}
+	if p.cfg.FixedWindow {
+		p.align(now)
+		if p.used < max(1, int(math.Round(limit*p.cfg.Window.Seconds()))) {
+			p.used++
+			return outcome{status: http.StatusOK}
+		}
+		return p.refuse(now, max(p.winStart.Add(p.cfg.Window).Sub(now), time.Microsecond))
+	}
 	// Token bucket at the hidden limit.
 	b := p.burst(limit)
 	if dt := now.Sub(p.last).Seconds(); dt > 0 {
@@ -394,7 +417,11 @@ func (p *Provider) decide(now time.Time) outcome {
 	// At least a microsecond: a bucket a hair under one token (0.9999...)
 	// would otherwise round the wait to 0 and send no Retry-After at all,
 	// which a provider of these dialects never does.
-	wait := max(time.Duration((1-p.tokens)/limit*float64(time.Second)), time.Microsecond)
+	return p.refuse(now, max(time.Duration((1-p.tokens)/limit*float64(time.Second)), time.Microsecond))
+}
+
+// refuse answers a request of a token-bucket dialect refused for wait.
+func (p *Provider) refuse(now time.Time, wait time.Duration) outcome {
 	switch p.cfg.Dialect {
 	case RetryAfterSeconds, RetryAfterDate:
 		return outcome{status: http.StatusTooManyRequests, retryAfter: wait, throttled: true}

@@ -221,6 +221,8 @@ func TestProviderConfigErrors(t *testing.T) {
 		{RequestedCost: 1, ActualCost: 2},
 		{Weight: -1},
 		{Dialect: ShopifyREST, BucketSize: -1},
+		{Dialect: IETF, FixedWindow: true},
+		{Dialect: Slowdown, FixedWindow: true},
 	} {
 		_, err := NewProvider(c)
 		require.ErrorIs(t, err, ErrInvalidConfig, "%+v", c)
@@ -309,6 +311,44 @@ func TestWeightWindowIsAlignedToTheClock(t *testing.T) {
 	r := serve(p)
 	require.Equal(t, http.StatusOK, r.StatusCode)
 	require.Equal(t, "1", r.Header.Get("X-MBX-USED-WEIGHT-1M"))
+}
+
+// FixedWindow counts requests in windows aligned to the clock: the limit
+// a window, with no burst, and Retry-After the time to its end, however
+// few of the window's requests came before (a token bucket of the same
+// limit would let the first of the next second's through in a third of a
+// second).
+func TestFixedWindow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		dialect Dialect
+		status  int
+		header  string // Retry-After: whole seconds, or none
+	}{
+		{RetryAfterSeconds, http.StatusTooManyRequests, "1"},
+		{Bare429, http.StatusTooManyRequests, ""},
+		{Unavailable, http.StatusServiceUnavailable, ""},
+		{Ban, http.StatusTooManyRequests, "1"},
+	} {
+		t.Run(tc.dialect.String(), func(t *testing.T) {
+			t.Parallel()
+			clk := clocktest.New(t0.Add(200 * time.Millisecond)) // 800 ms before the clock's next second
+			p, err := NewProvider(ProviderConfig{Dialect: tc.dialect, Limit: 3, FixedWindow: true, Burst: 10 * time.Second, Clock: clk})
+			require.NoError(t, err)
+			for range 3 {
+				require.Equal(t, http.StatusOK, serve(p).StatusCode)
+			}
+			clk.Advance(700 * time.Millisecond) // 100 ms before it: still the same window
+			r := serve(p)
+			require.Equal(t, tc.status, r.StatusCode)
+			require.Equal(t, tc.header, r.Header.Get("Retry-After"))
+			clk.Advance(100 * time.Millisecond) // the next second: a new window of 3
+			for range 3 {
+				require.Equal(t, http.StatusOK, serve(p).StatusCode)
+			}
+			require.Equal(t, tc.status, serve(p).StatusCode)
+		})
+	}
 }
 
 // With BanOnRefusals every refusal counts towards the ban, even from a

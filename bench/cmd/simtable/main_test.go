@@ -30,7 +30,7 @@ func TestRunShort(t *testing.T) {
 
 func TestRunFlagErrors(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"-duration", "1s"}, {"-only", "("}, {"-only", "nothing-matches"}, {"extra"}, {"-repeat", "0"}, {"-repeat", "101"}, {"-virtual"}, {"-issue18", "-virtual", "-parallel", "0"}, {"-rise"}, {"-burst", "1s"}, {"-issue18", "-burst", "-1s"}} {
+	for _, args := range [][]string{{"-duration", "1s"}, {"-only", "("}, {"-only", "nothing-matches"}, {"extra"}, {"-repeat", "0"}, {"-repeat", "101"}, {"-virtual"}, {"-issue18", "-virtual", "-parallel", "0"}, {"-rise"}, {"-burst", "1s"}, {"-issue18", "-burst", "-1s"}, {"-window"}} {
 		var out, errb bytes.Buffer
 		if err := run(t.Context(), args, &out, &errb); err == nil {
 			t.Errorf("%v: no error", args)
@@ -60,6 +60,34 @@ func TestBurstReachesTheProviders(t *testing.T) {
 	withBurst(plain, 0)
 	if plain[0].Provider.Burst != 0 || strings.Contains(serveYAML(plain[0]), "burst") {
 		t.Fatalf("-burst 0 changed the providers: %v", plain[0].Provider.Burst)
+	}
+}
+
+// -window makes the token-bucket dialects' providers fixed windows, in
+// virtual time and in the scenario file for -procs; the others keep
+// theirs (sim refuses fixed_window for them).
+func TestWindowReachesTheProviders(t *testing.T) {
+	t.Parallel()
+	scs := fleet.Issue18Scenarios(4 * time.Second)
+	withWindow(scs)
+	windowed := 0
+	for _, sc := range scs {
+		back, err := sim.ParseScenario([]byte(serveYAML(sc)))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", sc.Name, err, serveYAML(sc))
+		}
+		if back.Provider.FixedWindow != sc.Provider.FixedWindow {
+			t.Fatalf("%s: served fixed_window %v, want %v", sc.Name, back.Provider.FixedWindow, sc.Provider.FixedWindow)
+		}
+		if sc.Provider.FixedWindow {
+			windowed++
+			if _, err := sim.NewProvider(sc.Provider); err != nil {
+				t.Fatalf("%s: %v", sc.Name, err)
+			}
+		}
+	}
+	if windowed != 6 { // retry-after-seconds and -date, bare-429, 503, ban, ban-on-refusals
+		t.Fatalf("%d windowed providers, want 6", windowed)
 	}
 }
 
