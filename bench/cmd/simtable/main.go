@@ -31,8 +31,8 @@
 // held 0.92 of the limit, and one that bans was banned).
 //
 // -burst D gives every issue 18 provider a bucket of D of its limit
-// instead of sim's 0.1 s (the cost bucket's too; Shopify's and the
-// windows' keep theirs), as providers written elsewhere did (issue 18: a
+// instead of sim's 0.1 s (the cost bucket's too; Shopify's bucket and
+// the windows keep theirs), as providers written elsewhere did (issue 18: a
 // second of burst let the slow start run to 4.7 times the limit):
 //
 //	go run ./cmd/simtable -issue18 -duration 60s -repeat 3 -virtual -burst 1s
@@ -255,8 +255,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // withBurst sets every scenario's provider burst to d (0: leave sim's
 // default). It is every token bucket's size (the cost bucket's
-// maximumAvailable too); Shopify's bucket (BucketSize) and the weight
-// window keep their own.
+// maximumAvailable too); Shopify's bucket (BucketSize) and the windows
+// (weight-window, ietf, and -window's) keep their own.
 func withBurst(scenarios []sim.Scenario, d time.Duration) {
 	if d <= 0 {
 		return
