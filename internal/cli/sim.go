@@ -32,6 +32,8 @@ type simFlags struct {
 	workers    int
 	processes  int
 	latency    time.Duration
+	burst      time.Duration
+	window     bool
 	slowAfter  time.Duration
 	client     string
 	fixed      float64
@@ -63,8 +65,9 @@ retries and the clients' adapted rate; then the figures: goodput over the
 limit after convergence, throttle share, time to converge, settle time
 after a limit change.
 
-The provider comes from flags (--dialect, --limit, --change, --latency) or
-from a YAML scenario file (--scenario; flags given explicitly override it).
+The provider comes from flags (--dialect, --limit, --change, --latency,
+--burst, --fixed-window) or from a YAML scenario file (--scenario; flags
+given explicitly override it).
 Dialects: ` + strings.Join(dialectNames(), ", ") + `.
 
 --target URL drives the same workers through the client against any HTTP
@@ -107,6 +110,8 @@ its rows.`,
 	fs.IntVar(&f.workers, "workers", 8, "workers in total")
 	fs.IntVar(&f.processes, "processes", 2, "processes the workers are split over, each with its own client")
 	fs.DurationVar(&f.latency, "latency", 20*time.Millisecond, "simulated provider's base latency")
+	fs.DurationVar(&f.burst, "burst", 0, "simulated provider's bucket, as a duration of its limit (0: 100ms)")
+	fs.BoolVar(&f.window, "fixed-window", false, "the simulated provider counts requests in windows of a second aligned to the clock instead of a token bucket (retry-after-seconds, retry-after-date, bare-429, 503, ban)")
 	fs.DurationVar(&f.slowAfter, "slow-after", 0, "count responses slower than this as throttles (0: the slowdown dialect's default, else never)")
 	fs.StringVar(&f.client, "client", "sluice", "client: "+strings.Join(simClients, ", "))
 	fs.Float64Var(&f.fixed, "fixed-factor", 0.5, "--client fixed: pace at this multiple of --limit")
@@ -217,6 +222,12 @@ func (f *simFlags) scenarioFrom(cmd *cobra.Command) (sim.Scenario, error) {
 	}
 	if set("latency") {
 		sc.Provider.Latency = f.latency
+	}
+	if set("burst") {
+		sc.Provider.Burst = f.burst
+	}
+	if set("fixed-window") {
+		sc.Provider.FixedWindow = f.window
 	}
 	if set("slow-after") {
 		sc.SlowAfter = f.slowAfter
