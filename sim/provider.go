@@ -88,6 +88,17 @@ func Dialects() []Dialect {
 	return d
 }
 
+// TokenBucket reports whether d answers from a token bucket at the hidden
+// limit (retry-after-seconds, retry-after-date, bare-429, 503, ban): the
+// dialects ProviderConfig.FixedWindow turns into windows.
+func (d Dialect) TokenBucket() bool {
+	switch d {
+	case RetryAfterSeconds, RetryAfterDate, Bare429, Unavailable, Ban:
+		return true
+	}
+	return false
+}
+
 // String returns the dialect's name as ParseDialect reads it.
 func (d Dialect) String() string {
 	if int(d) < len(dialectNames) {
@@ -241,12 +252,8 @@ func (c *ProviderConfig) defaults() error {
 			*f.p = f.def
 		}
 	}
-	if c.FixedWindow {
-		switch c.Dialect {
-		case RetryAfterSeconds, RetryAfterDate, Bare429, Unavailable, Ban:
-		default:
-			return fmt.Errorf("%w: fixed_window applies to retry-after-seconds, retry-after-date, bare-429, 503 and ban, not %s", ErrInvalidConfig, c.Dialect)
-		}
+	if c.FixedWindow && !c.Dialect.TokenBucket() {
+		return fmt.Errorf("%w: fixed_window applies to retry-after-seconds, retry-after-date, bare-429, 503 and ban, not %s", ErrInvalidConfig, c.Dialect)
 	}
 	if c.ActualCost > c.RequestedCost {
 		return fmt.Errorf("%w: actual_cost %d above requested_cost %d", ErrInvalidConfig, c.ActualCost, c.RequestedCost)

@@ -229,6 +229,23 @@ func TestProviderConfigErrors(t *testing.T) {
 	}
 }
 
+// Exactly the dialects that answer from the token bucket take a fixed
+// window: every other one refuses it.
+func TestTokenBucketDialects(t *testing.T) {
+	t.Parallel()
+	var bucket []string
+	for _, d := range Dialects() {
+		_, err := NewProvider(ProviderConfig{Dialect: d, FixedWindow: true})
+		if d.TokenBucket() {
+			require.NoError(t, err, "%s", d)
+			bucket = append(bucket, d.String())
+		} else {
+			require.ErrorIs(t, err, ErrInvalidConfig, "%s", d)
+		}
+	}
+	require.Equal(t, []string{"retry-after-seconds", "retry-after-date", "bare-429", "503", "ban"}, bucket)
+}
+
 func TestParseDialect(t *testing.T) {
 	t.Parallel()
 	for _, d := range Dialects() {

@@ -271,8 +271,7 @@ func withBurst(scenarios []sim.Scenario, d time.Duration) {
 // other dialects keep their own.
 func withWindow(scenarios []sim.Scenario) {
 	for i := range scenarios {
-		switch scenarios[i].Provider.Dialect {
-		case sim.RetryAfterSeconds, sim.RetryAfterDate, sim.Bare429, sim.Unavailable, sim.Ban:
+		if scenarios[i].Provider.Dialect.TokenBucket() {
 			scenarios[i].Provider.FixedWindow = true
 		}
 	}
