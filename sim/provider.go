@@ -99,6 +99,17 @@ func (d Dialect) TokenBucket() bool {
 	return false
 }
 
+// DelaySeconds reports whether the dialect refuses with a Retry-After in
+// delay-seconds (retry-after-seconds, ban): the dialects
+// ProviderConfig.RetryAfterMillis sends to the millisecond.
+func (d Dialect) DelaySeconds() bool {
+	switch d {
+	case RetryAfterSeconds, Ban:
+		return true
+	}
+	return false
+}
+
 // String returns the dialect's name as ParseDialect reads it.
 func (d Dialect) String() string {
 	if int(d) < len(dialectNames) {
@@ -162,6 +173,13 @@ type ProviderConfig struct {
 	// (where the dialect sends one) the time to the window's end. Burst
 	// does not apply.
 	FixedWindow bool `json:"fixed_window,omitempty" yaml:"fixed_window"`
+	// RetryAfterMillis sends Retry-After as decimal seconds to the
+	// millisecond, the exact wait (at least 0.001), instead of whole
+	// seconds rounded up, as providers that state when their next token
+	// comes do (retry-after-seconds and ban: an HTTP-date has whole
+	// seconds, and 503 sends none). A ban's violations then count until
+	// that time.
+	RetryAfterMillis bool `json:"retry_after_millis,omitempty" yaml:"retry_after_millis"`
 	// Latency is every response's base service time. Zero means none;
 	// Slowdown adds its queueing delay on top.
 	Latency time.Duration `json:"latency,omitempty" yaml:"latency"`
@@ -251,6 +269,9 @@ func (c *ProviderConfig) defaults() error {
 		if *f.p == 0 {
 			*f.p = f.def
 		}
+	}
+	if c.RetryAfterMillis && !c.Dialect.DelaySeconds() {
+		return fmt.Errorf("%w: retry_after_millis applies to retry-after-seconds and ban, not %s", ErrInvalidConfig, c.Dialect)
 	}
 	if c.FixedWindow && !c.Dialect.TokenBucket() {
 		return fmt.Errorf("%w: fixed_window applies to retry-after-seconds, retry-after-date, bare-429, 503 and ban, not %s", ErrInvalidConfig, c.Dialect)
@@ -462,8 +483,9 @@ func (p *Provider) violate(now time.Time, wait time.Duration) outcome {
 			return outcome{status: http.StatusTeapot, retryAfter: d, banned: true}
 		}
 	}
-	// Retry-After is sent in whole seconds, rounded up.
-	if till := now.Add(time.Duration(math.Ceil(wait.Seconds())) * time.Second); till.After(p.backoffTill) {
+	// Retry-After is sent in whole seconds, rounded up (to the
+	// millisecond with RetryAfterMillis).
+	if till := now.Add(p.retryAfter(wait)); till.After(p.backoffTill) {
 		p.backoffTill = till
 	}
 	return outcome{status: http.StatusTooManyRequests, retryAfter: wait, throttled: true}
@@ -598,6 +620,8 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// HTTP-dates have whole seconds: round up so that a client
 			// honouring it never comes back early.
 			h.Set("Retry-After", now.Add(o.retryAfter+time.Second-1).Truncate(time.Second).UTC().Format(http.TimeFormat))
+		} else if p.cfg.RetryAfterMillis && !o.banned {
+			h.Set("Retry-After", strconv.FormatFloat(p.retryAfter(o.retryAfter).Seconds(), 'f', 3, 64))
 		} else {
 			h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(o.retryAfter.Seconds())), 10))
 		}
@@ -655,4 +679,14 @@ func costBody(c *costReport) map[string]any {
 		body["data"] = map[string]any{"shop": map[string]any{"name": "sim"}}
 	}
 	return body
+}
+
+// retryAfter is the wait a refusal's Retry-After states: whole seconds
+// rounded up, or with RetryAfterMillis milliseconds rounded up (at least
+// one), so that a client honouring it never comes back early.
+func (p *Provider) retryAfter(wait time.Duration) time.Duration {
+	if p.cfg.RetryAfterMillis {
+		return max(time.Duration(math.Ceil(float64(wait)/float64(time.Millisecond)))*time.Millisecond, time.Millisecond)
+	}
+	return time.Duration(math.Ceil(wait.Seconds())) * time.Second
 }

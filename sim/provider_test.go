@@ -368,6 +368,46 @@ func TestFixedWindow(t *testing.T) {
 	}
 }
 
+// RetryAfterMillis states the exact wait for the next token, rounded up to
+// the millisecond, where the dialect sends delay-seconds; a ban's
+// violations count until then, not until the whole second.
+func TestRetryAfterMillis(t *testing.T) {
+	t.Parallel()
+	for _, d := range []Dialect{RetryAfterSeconds, Ban} {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			clk := clocktest.New(t0)
+			p, err := NewProvider(ProviderConfig{Dialect: d, Limit: 8, RetryAfterMillis: true, Clock: clk})
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, serve(p).StatusCode) // the burst's one token
+			clk.Advance(time.Millisecond)
+			r := serve(p)
+			require.Equal(t, http.StatusTooManyRequests, r.StatusCode)
+			require.Equal(t, "0.124", r.Header.Get("Retry-After"), "125 ms a token, 1 ms of it gone")
+			clk.Advance(124 * time.Millisecond)
+			require.Equal(t, http.StatusOK, serve(p).StatusCode, "back when told")
+		})
+	}
+	for _, d := range []Dialect{RetryAfterDate, Bare429, Unavailable, Slowdown, CostBucket, WeightWindow, IETF, ShopifyREST} {
+		_, err := NewProvider(ProviderConfig{Dialect: d, Limit: 8, RetryAfterMillis: true})
+		require.ErrorIs(t, err, ErrInvalidConfig, d.String())
+		require.ErrorContains(t, err, "retry_after_millis", d.String())
+	}
+	// A ban counts violations until the exact time, not the whole second.
+	clk := clocktest.New(t0)
+	p, err := NewProvider(ProviderConfig{Dialect: Ban, Limit: 8, BanAfter: 2, RetryAfterMillis: true, Clock: clk})
+	require.NoError(t, err)
+	serve(p)
+	require.Equal(t, http.StatusTooManyRequests, serve(p).StatusCode) // until 125 ms
+	clk.Advance(130 * time.Millisecond)
+	serve(p) // the token that came
+	require.Equal(t, http.StatusTooManyRequests, serve(p).StatusCode, "after the stated wait: no violation")
+	clk.Advance(time.Millisecond)
+	require.Equal(t, http.StatusTooManyRequests, serve(p).StatusCode, "one violation")
+	clk.Advance(time.Millisecond)
+	require.Equal(t, http.StatusTeapot, serve(p).StatusCode, "the second: banned")
+}
+
 // With BanOnRefusals every refusal counts towards the ban, even from a
 // client that honoured every Retry-After.
 func TestBanOnRefusals(t *testing.T) {

@@ -34,6 +34,7 @@ type simFlags struct {
 	latency    time.Duration
 	burst      time.Duration
 	window     bool
+	millis     bool
 	slowAfter  time.Duration
 	client     string
 	fixed      float64
@@ -66,7 +67,7 @@ limit after convergence, throttle share, time to converge, settle time
 after a limit change.
 
 The provider comes from flags (--dialect, --limit, --change, --latency,
---burst, --fixed-window) or from a YAML scenario file (--scenario; flags
+--burst, --fixed-window, --retry-after-millis) or from a YAML scenario file (--scenario; flags
 given explicitly override it).
 Dialects: ` + strings.Join(dialectNames(), ", ") + `.
 
@@ -111,6 +112,7 @@ its rows.`,
 	fs.IntVar(&f.processes, "processes", 2, "processes the workers are split over, each with its own client")
 	fs.DurationVar(&f.latency, "latency", 20*time.Millisecond, "simulated provider's base latency")
 	fs.DurationVar(&f.burst, "burst", 0, "simulated provider's bucket, as a duration of its limit (0: 100ms)")
+	fs.BoolVar(&f.millis, "retry-after-millis", false, "the simulated provider sends Retry-After to the millisecond, the exact wait for its next token, instead of whole seconds (retry-after-seconds, ban)")
 	fs.BoolVar(&f.window, "fixed-window", false, "the simulated provider counts requests in windows of a second aligned to the clock instead of a token bucket (retry-after-seconds, retry-after-date, bare-429, 503, ban)")
 	fs.DurationVar(&f.slowAfter, "slow-after", 0, "count responses slower than this as throttles (0: the slowdown dialect's default, else never)")
 	fs.StringVar(&f.client, "client", "sluice", "client: "+strings.Join(simClients, ", "))
@@ -228,6 +230,9 @@ func (f *simFlags) scenarioFrom(cmd *cobra.Command) (sim.Scenario, error) {
 	}
 	if set("fixed-window") {
 		sc.Provider.FixedWindow = f.window
+	}
+	if set("retry-after-millis") {
+		sc.Provider.RetryAfterMillis = f.millis
 	}
 	if set("slow-after") {
 		sc.SlowAfter = f.slowAfter

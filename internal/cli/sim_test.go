@@ -52,12 +52,12 @@ func TestSimRunWritesChartAndSummary(t *testing.T) {
 	require.Positive(t, sum.Summary.Offered)
 }
 
-// --burst and --fixed-window reach the simulated provider: the run's
-// JSON names the scenario it ran.
+// --burst, --fixed-window and --retry-after-millis reach the simulated
+// provider: the run's JSON names the scenario it ran.
 func TestSimProviderShapeFlags(t *testing.T) {
 	t.Parallel()
 	out := filepath.Join(t.TempDir(), "run.svg")
-	r := run(t, nil, "sim", "--dialect", "ban", "--fixed-window", "--burst", "2s", "--limit", "20",
+	r := run(t, nil, "sim", "--dialect", "ban", "--fixed-window", "--burst", "2s", "--retry-after-millis", "--limit", "20",
 		"--duration", "1s", "--workers", "2", "--processes", "1", "--out", out)
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	b, err := os.ReadFile(strings.TrimSuffix(out, ".svg") + ".json")
@@ -65,13 +65,15 @@ func TestSimProviderShapeFlags(t *testing.T) {
 	var sum struct {
 		Scenario struct {
 			Provider struct {
-				FixedWindow bool   `json:"fixed_window"`
-				Burst       string `json:"burst"`
+				FixedWindow      bool   `json:"fixed_window"`
+				RetryAfterMillis bool   `json:"retry_after_millis"`
+				Burst            string `json:"burst"`
 			} `json:"provider"`
 		} `json:"scenario"`
 	}
 	require.NoError(t, json.Unmarshal(b, &sum))
 	require.True(t, sum.Scenario.Provider.FixedWindow, string(b))
+	require.True(t, sum.Scenario.Provider.RetryAfterMillis, string(b))
 	require.Equal(t, "2s", sum.Scenario.Provider.Burst, string(b))
 }
 
@@ -152,6 +154,7 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"--latency", "-1ms"}, "latency must be >= 0"},
 		{[]string{"--burst", "-1s"}, "burst must be >= 0"},
 		{[]string{"--dialect", "ietf", "--fixed-window"}, "fixed_window applies to retry-after-seconds"},
+		{[]string{"--dialect", "bare-429", "--retry-after-millis"}, "retry_after_millis applies to retry-after-seconds and ban, not bare-429"},
 		{[]string{"--store-timeout", "-1s"}, "invalid --store-timeout -1s: want a positive duration"},
 		{[]string{"--change", "5s=-2"}, "changes[0]: limit must be positive"},
 		{[]string{"--target", "ftp://x.test/"}, "want an http or https URL"},

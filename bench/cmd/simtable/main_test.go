@@ -91,6 +91,34 @@ func TestWindowReachesTheProviders(t *testing.T) {
 	}
 }
 
+// -millis makes the providers that send delay-seconds state them to the
+// millisecond, in virtual time and in the scenario file for -procs; the
+// others keep theirs (sim refuses retry_after_millis for them).
+func TestMillisReachesTheProviders(t *testing.T) {
+	t.Parallel()
+	scs := fleet.Issue18Scenarios(4 * time.Second)
+	withMillis(scs)
+	exact := 0
+	for _, sc := range scs {
+		back, err := sim.ParseScenario([]byte(serveYAML(sc)))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", sc.Name, err, serveYAML(sc))
+		}
+		if back.Provider.RetryAfterMillis != sc.Provider.RetryAfterMillis {
+			t.Fatalf("%s: served retry_after_millis %v, want %v", sc.Name, back.Provider.RetryAfterMillis, sc.Provider.RetryAfterMillis)
+		}
+		if sc.Provider.RetryAfterMillis {
+			exact++
+			if _, err := sim.NewProvider(sc.Provider); err != nil {
+				t.Fatalf("%s: %v", sc.Name, err)
+			}
+		}
+	}
+	if exact != 3 { // retry-after-seconds, ban, ban-on-refusals
+		t.Fatalf("%d providers to the millisecond, want 3", exact)
+	}
+}
+
 func TestRunRepeat(t *testing.T) {
 	t.Parallel()
 	var out, errb bytes.Buffer

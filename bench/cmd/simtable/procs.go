@@ -190,6 +190,9 @@ func serveYAML(sc sim.Scenario) string {
 	if p.FixedWindow {
 		b.WriteString("  fixed_window: true\n")
 	}
+	if p.RetryAfterMillis {
+		b.WriteString("  retry_after_millis: true\n")
+	}
 	if p.BanOnRefusals {
 		b.WriteString("  ban_on_refusals: true\n")
 	}
