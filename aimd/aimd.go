@@ -827,14 +827,22 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			}
 			slowExit, chained, confirmed, heldCut := false, false, false, false
 			if in.RetryAfter > 0 && c.plateau > 0 && (reason == ReasonThrottled || reason == ReasonRetryAfter) {
-				if prevPause > 0 && sent-prevPause <= chainWindow {
+				if prevPause > 0 && sent-prevPause <= chainWindow && in.RetryAfter > sharePause {
 					// Refused again soon after the last pause ended:
 					// the limit fell well below the rate cut to last
 					// time. Cut twice as deep, so that a provider
 					// that bans after a few refusals sees few; to
 					// half the rate refused, and hold there, when
 					// the last pause was a held refusal's
-					// (confirmedCut).
+					// (confirmedCut). Not for a pause of a few
+					// milliseconds (sharePause): it sheds no load,
+					// so the refusals after it are the same rate's,
+					// and the served share says how far over it is
+					// (issue 18: a provider stating the milliseconds
+					// until its next token refused every call in
+					// turn after its limit halved, and each of them
+					// counted as chained cut 0.64 again, to 0.33-0.37
+					// of the old rate, 0.84-0.90 of the new limit).
 					f = c.decrease * c.decrease
 					chained = true
 					if s.excused > 0 {
