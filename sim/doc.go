@@ -16,7 +16,9 @@
 // X-Shopify-Shop-Api-Call-Limit on every answer and 429 with Retry-After
 // "2.0" when full. ProviderConfig.BanOnRefusals
 // makes a banning provider count every refusal, not only those of a
-// client that did not back off.
+// client that did not back off; FixedWindow makes a token-bucket dialect
+// count requests in windows aligned to the clock; RetryAfterMillis sends
+// delay-seconds to the millisecond, the exact wait for the next token.
 //
 // Run drives N workers split over M processes (each with its own client
 // built by Config.NewClient, sharing only what that client shares, such as
