@@ -839,10 +839,11 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// so the refusals after it are the same rate's,
 					// and the served share says how far over it is
 					// (issue 18: a provider stating the milliseconds
-					// until its next token refused every call in
-					// turn after its limit halved, and each of them
-					// counted as chained cut 0.64 again, to 0.33-0.37
-					// of the old rate, 0.84-0.90 of the new limit).
+					// until its next token refused call after call
+					// when its limit halved; each refusal, counted as
+					// chained, cut 0.64 again, to 0.33-0.37 of the old
+					// rate, and the fleet held 0.84-0.90 of the new
+					// limit until a probe).
 					f = c.decrease * c.decrease
 					chained = true
 					if s.excused > 0 {
