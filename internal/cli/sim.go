@@ -67,8 +67,8 @@ limit after convergence, throttle share, time to converge, settle time
 after a limit change.
 
 The provider comes from flags (--dialect, --limit, --change, --latency,
---burst, --fixed-window, --retry-after-millis) or from a YAML scenario file (--scenario; flags
-given explicitly override it).
+--burst, --fixed-window, --retry-after-millis) or from a YAML scenario
+file (--scenario; flags given explicitly override it).
 Dialects: ` + strings.Join(dialectNames(), ", ") + `.
 
 --target URL drives the same workers through the client against any HTTP
