@@ -30,7 +30,7 @@ func TestRunShort(t *testing.T) {
 
 func TestRunFlagErrors(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"-duration", "1s"}, {"-only", "("}, {"-only", "nothing-matches"}, {"extra"}, {"-repeat", "0"}, {"-repeat", "101"}, {"-virtual"}, {"-issue18", "-virtual", "-parallel", "0"}, {"-rise"}, {"-burst", "1s"}, {"-issue18", "-burst", "-1s"}, {"-window"}} {
+	for _, args := range [][]string{{"-duration", "1s"}, {"-only", "("}, {"-only", "nothing-matches"}, {"extra"}, {"-repeat", "0"}, {"-repeat", "101"}, {"-virtual"}, {"-issue18", "-virtual", "-parallel", "0"}, {"-rise"}, {"-burst", "1s"}, {"-issue18", "-burst", "-1s"}, {"-window"}, {"-millis"}} {
 		var out, errb bytes.Buffer
 		if err := run(t.Context(), args, &out, &errb); err == nil {
 			t.Errorf("%v: no error", args)
@@ -63,59 +63,47 @@ func TestBurstReachesTheProviders(t *testing.T) {
 	}
 }
 
-// -window makes the token-bucket dialects' providers fixed windows, in
-// virtual time and in the scenario file for -procs; the others keep
-// theirs (sim refuses fixed_window for them).
-func TestWindowReachesTheProviders(t *testing.T) {
+// -window and -millis change the providers of the dialects they apply to
+// (fixed windows; Retry-After to the millisecond), in virtual time and in
+// the scenario file for -procs; the others keep theirs (sim refuses the
+// setting for them).
+func TestShapeReachesTheProviders(t *testing.T) {
 	t.Parallel()
-	scs := fleet.Issue18Scenarios(4 * time.Second)
-	withWindow(scs)
-	windowed := 0
-	for _, sc := range scs {
-		back, err := sim.ParseScenario([]byte(serveYAML(sc)))
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", sc.Name, err, serveYAML(sc))
-		}
-		if back.Provider.FixedWindow != sc.Provider.FixedWindow {
-			t.Fatalf("%s: served fixed_window %v, want %v", sc.Name, back.Provider.FixedWindow, sc.Provider.FixedWindow)
-		}
-		if sc.Provider.FixedWindow {
-			windowed++
-			if _, err := sim.NewProvider(sc.Provider); err != nil {
-				t.Fatalf("%s: %v", sc.Name, err)
+	for _, tc := range []struct {
+		flag  string
+		apply func([]sim.Scenario)
+		set   func(sim.ProviderConfig) bool
+		want  int
+	}{
+		// retry-after-seconds and -date, bare-429, 503, ban, ban-on-refusals
+		{"-window", withWindow, func(p sim.ProviderConfig) bool { return p.FixedWindow }, 6},
+		// retry-after-seconds, ban, ban-on-refusals
+		{"-millis", withMillis, func(p sim.ProviderConfig) bool { return p.RetryAfterMillis }, 3},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			t.Parallel()
+			scs := fleet.Issue18Scenarios(4 * time.Second)
+			tc.apply(scs)
+			n := 0
+			for _, sc := range scs {
+				back, err := sim.ParseScenario([]byte(serveYAML(sc)))
+				if err != nil {
+					t.Fatalf("%s: %v\n%s", sc.Name, err, serveYAML(sc))
+				}
+				if tc.set(back.Provider) != tc.set(sc.Provider) {
+					t.Fatalf("%s: served %v, want %v:\n%s", sc.Name, tc.set(back.Provider), tc.set(sc.Provider), serveYAML(sc))
+				}
+				if tc.set(sc.Provider) {
+					n++
+					if _, err := sim.NewProvider(sc.Provider); err != nil {
+						t.Fatalf("%s: %v", sc.Name, err)
+					}
+				}
 			}
-		}
-	}
-	if windowed != 6 { // retry-after-seconds and -date, bare-429, 503, ban, ban-on-refusals
-		t.Fatalf("%d windowed providers, want 6", windowed)
-	}
-}
-
-// -millis makes the providers that send delay-seconds state them to the
-// millisecond, in virtual time and in the scenario file for -procs; the
-// others keep theirs (sim refuses retry_after_millis for them).
-func TestMillisReachesTheProviders(t *testing.T) {
-	t.Parallel()
-	scs := fleet.Issue18Scenarios(4 * time.Second)
-	withMillis(scs)
-	exact := 0
-	for _, sc := range scs {
-		back, err := sim.ParseScenario([]byte(serveYAML(sc)))
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", sc.Name, err, serveYAML(sc))
-		}
-		if back.Provider.RetryAfterMillis != sc.Provider.RetryAfterMillis {
-			t.Fatalf("%s: served retry_after_millis %v, want %v", sc.Name, back.Provider.RetryAfterMillis, sc.Provider.RetryAfterMillis)
-		}
-		if sc.Provider.RetryAfterMillis {
-			exact++
-			if _, err := sim.NewProvider(sc.Provider); err != nil {
-				t.Fatalf("%s: %v", sc.Name, err)
+			if n != tc.want {
+				t.Fatalf("%d providers changed, want %d", n, tc.want)
 			}
-		}
-	}
-	if exact != 3 { // retry-after-seconds, ban, ban-on-refusals
-		t.Fatalf("%d providers to the millisecond, want 3", exact)
+		})
 	}
 }
 
