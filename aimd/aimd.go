@@ -107,21 +107,6 @@ const (
 // the probe after the hold finds it.
 const confirmedCut = 0.5
 
-// A refusal soon after a pause (chained) cuts twice as deep, since the rate
-// the pause resumed at may be far over the limit (a slow start overshoots
-// 1.2 to 3 times, the more the further a provider's burst or window lets it
-// run), and recovers towards the plateau under that rate. Where that rate
-// was only just over, the deep cut costs seconds of climbing back, not
-// refusals: the pause refilled the provider's burst. So the recovery from
-// it closes the gap quickRecovery times as fast (a time constant of a third
-// of a second, no faster than slow start), and a level still over the limit
-// is refused again sooner, cut as deep again. (Issue 18: 3-4 s at
-// 0.80-0.94 of the limit after the slow start's end, converged in 11-14 s
-// against an external provider. Going straight to the level instead, a
-// cut of 0.91, took 7 refusal episodes where the slow start overshot a
-// fixed window 2.7 times.)
-const quickRecovery = 3.0
-
 // A throttle with no Retry-After (a bare 429, a 503) leaves the key
 // sending: the provider serves its limit and refuses the rest, so the
 // share of calls sent since the last decrease that were served tells how
@@ -553,10 +538,6 @@ type State struct {
 	// times the pause (issue 18: first refused at 1.18 x the limit, the
 	// fleet held 0.86 of it for 30 s).
 	exitLevel bool
-	// quick says the last decrease was a chained refusal's (refused again
-	// soon after a pause): its recovery to the level closes the gap
-	// quickRecovery times as fast.
-	quick bool
 	// proven is the highest rate a call succeeded at in this BaseWindow
 	// or the last, since the last throttle signal (0: none), the bound of
 	// LatencyFloor; provenNext is the highest of this window, which began
@@ -928,10 +909,8 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// before the rate grew far from the one it
 					// resumed at: that one was already over the
 					// limit, and recovery stays under it rather than
-					// earn one more pause. It gets there quickly
-					// (quickRecovery).
+					// earn one more pause.
 					s.peak = min(s.peak, resumed)
-					s.quick = !confirmed
 				}
 				if confirmed {
 					// The limit fell by a step of unknown size:
@@ -1024,7 +1003,7 @@ func (c *Controller) restart(s *State, now, d int64) {
 		s.peak = to / c.plateau
 	}
 	s.cutTo, s.over = s.rate, to
-	s.probing, s.ramp, s.held, s.excused, s.exitLevel, s.quick = false, false, false, 0, false, false
+	s.probing, s.ramp, s.held, s.excused, s.exitLevel = false, false, false, 0, false
 	s.level, s.good, s.backoff = 0, 0, 0
 	s.proven, s.provenNext, s.provenAt = 0, 0, 0
 	s.sus, s.susFrom, s.refusedAt = 0, 0, now
@@ -1132,7 +1111,7 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 		s.held, s.level = s.level != 0, 0
 	}
 	s.cutTo = s.rate
-	s.probing, s.ramp, s.excused, s.exitLevel, s.quick = false, false, 0, false, false
+	s.probing, s.ramp, s.excused, s.exitLevel = false, false, 0, false
 	s.epOK, s.epRef = 0, 0
 	s.lastDecrease = now
 	s.n = 0 // the p95 needs fresh evidence before it may cut again
@@ -1394,16 +1373,10 @@ func (c *Controller) grow(s *State, now int64) bool {
 		s.rate += s.rate * c.slowStart * dt
 	case s.rate < goal:
 		// Fast recovery: close the gap to the last good level by
-		// 1-1/e a second (after a chained refusal, in a third of a
-		// second: quickRecovery), but never faster than slow start
-		// would. The approach is asymptotic, so within 1% it arrives,
-		// and the additive increase takes over instead of creeping
-		// ever closer.
-		gain := 1.0
-		if s.quick {
-			gain = quickRecovery
-		}
-		s.rate = min(s.rate+min((goal-s.rate)*gain, s.rate*max(c.slowStart, 1))*dt, goal)
+		// 1-1/e a second, but never faster than slow start would. The
+		// approach is asymptotic, so within 1% it arrives, and the
+		// additive increase takes over instead of creeping ever closer.
+		s.rate += min(goal-s.rate, s.rate*max(c.slowStart, 1)) * dt
 		if goal-s.rate <= goal/100 {
 			s.rate = goal
 		}

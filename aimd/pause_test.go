@@ -64,9 +64,8 @@ func TestProbeWaitsInProportionToThePause(t *testing.T) {
 // (every refusal more costs a pause) it cuts twice as deep and recovers
 // under the rate one decrease leaves (0.9 x 0.8 of the rate refused), not
 // to 0.9 of the overshoot. A refusal soon after the pause, while
-// recovering, says even the rate it resumed at was over the limit: it
-// cuts twice as deep again, and the recovery stays under that one, which
-// it reaches within 1.5 s of the pause's end (quickRecovery), not 4 s.
+// recovering, says even the rate it resumed at was over the limit: the
+// recovery stays under that one.
 func TestSlowStartEndsUnderItsOvershoot(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, Config{Start: 10, SlowStart: 2, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, UsageMultiple: -1})
@@ -102,11 +101,8 @@ func TestSlowStartEndsUnderItsOvershoot(t *testing.T) {
 	from := s.rate
 	d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: s1})
 	require.InDelta(t, 0.64*from, d.Rate, 1e-9)
-	at += s1 // the pause
-	busyFor(c, &s, &at, 1500*ms)
-	require.InDelta(t, 0.9*0.64*r, s.rate, 1e-9, "1.5 s after the pause, at the level under the rate the last pause resumed at")
 	busyFor(c, &s, &at, 6*s1)
-	require.InDelta(t, 0.9*0.64*r, s.rate, 1e-9, "and no higher")
+	require.InDelta(t, 0.9*0.64*r, s.rate, 1e-9, "under the rate the last pause resumed at")
 }
 
 // Issue 18: the level the slow start's end leaves (0.9 x 0.8 of the rate
