@@ -96,7 +96,10 @@ const (
 // A refusal soon after the pause of a held refusal says that the limit
 // fell under a rate the key held for seconds: a step (a plan or a share
 // changed), not drift, and its size is unknown. The rate halves from the
-// rate the held refusal came at (TCP Reno's answer to a loss) and holds
+// rate the key held (TCP Reno's answer to a loss; State.excused: not the
+// rate the held refusal came at when latency had taken the key under the
+// rate it held, since halving what was left held a fleet at 0.83 of the
+// new limit for the last 30 s of a run, issue 18) and holds
 // there before probing above it, as any level holds (Config.Hold, and
 // probeCost times the pause), since a provider that bans after a few
 // refusals in a window (10 s is usual) has seen two episodes already, and
@@ -544,11 +547,13 @@ type State struct {
 	// at provenAt (Unix µs).
 	proven, provenNext float64
 	provenAt           int64
-	// excused is the rate the last episode's refusal came at when it was
-	// a held refusal (kept when the calls were bunched, else cut to the
-	// plateau under it), 0 otherwise; a refusal soon after its pause
-	// confirms that the limit fell, and halves it (confirmedCut). Any
-	// other decrease clears it.
+	// excused is, when the last episode's refusal was a held refusal
+	// (its rate kept when the calls were bunched, else cut to the plateau
+	// under it), the rate the key held before it: the higher of the rate
+	// refused and the one it sustained since the last refusal that cut
+	// (sus; a latency cut may have taken it lower since). It is 0
+	// otherwise. A refusal soon after its pause confirms that the limit
+	// fell, and halves it (confirmedCut). Any other decrease clears it.
 	excused float64
 	// sus is the highest rate held for a whole sustainSpan with successes
 	// and no decrease since the last refusal that cut (0: none); susFrom
@@ -799,7 +804,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			// refusals of calls in flight with it are not news.
 			s.refusedAt, s.lastDecrease, s.cutTo = now, now, s.rate
 			s.susFrom, s.n = 0, 0
-			s.excused = s.rate
+			s.excused = max(s.rate, s.sus)
 		} else if news {
 			f := c.decrease
 			queued := int64(0)
@@ -847,7 +852,11 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					f = c.decrease * c.decrease
 					chained = true
 					if s.excused > 0 {
-						f, confirmed = min(f, confirmedCut*s.excused/s.rate), true
+						// Half the rate held, however far a
+						// latency cut took the key under it,
+						// and at least to the plateau under
+						// the rate refused.
+						f, confirmed = min(confirmedCut*s.excused/s.rate, c.plateau), true
 					}
 				} else if s.probing {
 					// The end of a slow start, which grows by
@@ -877,10 +886,10 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			// A pause of a few milliseconds sheds no load: the share
 			// served still says how far over the rate is.
 			f = min(f, shareCut)
-			from, resumed, levelAt := s.rate, s.cutTo, s.level
+			from, resumed, levelAt, sus := s.rate, s.cutTo, s.level, s.sus
 			c.cut(s, now, f)
 			if heldCut {
-				s.excused = from
+				s.excused = max(from, sus)
 			}
 			if in.RetryAfter > 0 {
 				// Every Retry-After costs a pause: recovery does not

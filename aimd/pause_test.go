@@ -1,6 +1,7 @@
 package aimd
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -545,4 +546,33 @@ func requireHeldThenProbed(t *testing.T, c *Controller, s *State, at *int64, hol
 	require.InDelta(t, 0.5*90, s.rate, 1e-9, "held")
 	busyFor(c, s, at, 3*s1)
 	require.Greater(t, s.rate, 0.5*90, "a probe looks for more")
+}
+
+// Issue 18: a confirmed fall halves the rate the key held, not what a
+// latency cut left of it before the fall: a fleet slowed to 0.83 of 100/s
+// by latency alone when the limit halved was halved to 0.83 of the new
+// 50/s, and held there for the last 30 s of the run.
+func TestConfirmedFallHalvesTheRateHeld(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, Decrease: 0.8, Plateau: 0.9, LatencyFactor: 2, Hold: time.Minute, UsageMultiple: -1})
+	for _, bunched := range []bool{true, false} {
+		t.Run(fmt.Sprintf("bunched %v", bunched), func(t *testing.T) {
+			t.Parallel()
+			s, at := levelledAt90(t, c)
+			for s.rate >= 90 { // slow successes: a latency cut
+				at += 10 * ms
+				c.Observe(&s, at, Sample{Outcome: Success, Latency: 100 * ms})
+				require.Less(t, at, t0+20*s1, "no latency cut")
+			}
+			busyFor(c, &s, &at, s1) // past the cooldown, recovering
+			slowed := s.rate
+			require.Less(t, slowed, 0.9*90)
+			c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1, Bunched: bunched})
+			at += s1
+			busyFor(c, &s, &at, 200*ms)
+			d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+			require.Equal(t, Decreased, d.Change)
+			require.InDelta(t, 0.5*90, d.Rate, 1e-9, "the fall confirmed: half the rate held (90), not of the %.1f latency left", slowed)
+		})
+	}
 }
