@@ -85,7 +85,9 @@
 // under the rate refused, as any refusal after slow start does, and a
 // process whose calls leave in bunches (Sample.Bunched) keeps its rate. A
 // limit that did fall refuses the key again soon after the pause, which
-// halves the rate the first refusal came at; the rate holds there, with no
+// halves the rate the key held (the rate the first refusal came at, or the
+// higher rate it sustained before a latency cut took it lower, since its
+// last refusal that cut); the rate holds there, with no
 // recovery towards the old level, until a probe after the hold (so that a
 // provider banning after a few refusals in 10 s sees two episodes of them
 // at a halving, not three).
