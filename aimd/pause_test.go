@@ -576,3 +576,27 @@ func TestConfirmedFallHalvesTheRateHeld(t *testing.T) {
 		})
 	}
 }
+
+// The halving of a confirmed fall never raises the rate: when latency
+// alone took the key under half the rate it held, the refusal cuts to the
+// plateau under the rate refused, as any refusal does.
+func TestConfirmedFallNeverRaisesTheRate(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, Decrease: 0.8, Plateau: 0.9, LatencyFactor: 2, Hold: time.Minute, UsageMultiple: -1})
+	s, at := levelledAt90(t, c)
+	for range 500 { // 5 s of calls 10 times slower: down to the bound
+		at += 10 * ms
+		c.Observe(&s, at, Sample{Outcome: Success, Latency: 100 * ms})
+	}
+	slowed := s.rate
+	require.Less(t, slowed, 0.5*90, "latency took the key under half the rate held")
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1, Bunched: true})
+	require.InDelta(t, slowed, s.rate, 1e-9, "excused: the rate kept")
+	at += s1
+	busyFor(c, &s, &at, 200*ms)
+	from := s.rate
+	require.Less(t, from, 0.5*90, "still under half the rate held")
+	d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+	require.Equal(t, Decreased, d.Change)
+	require.InDelta(t, 0.9*from, d.Rate, 1e-9, "the plateau under the rate refused (%.1f)", from)
+}
