@@ -110,6 +110,27 @@ const (
 // the probe after the hold finds it.
 const confirmedCut = 0.5
 
+// Many providers count calls in windows of a second aligned to the clock
+// and refuse the rest of a window once its count is spent: they refuse late
+// in a second when the rate is near their limit (at windowLate of a second
+// or later for a rate up to twice it, and at the end of a slow start, whose
+// rate grew through the second), and every call after the refusal until the
+// second ends. A refusal of a call sent that late in a clock second,
+// followed by the refusal of a call sent after it while it was in flight
+// (none served in between), reads the calls of that second served before it
+// as the window's count, if they are at least confirmedCut of the rate
+// refused: the rate cuts to no more than (1+Plateau)/2 of that count (so
+// to no less than 0.48 of the rate refused), and recovers to no more until
+// a probe above it (State.winCap). A cut by a share of the rate refused alone
+// left 1.06 of such a limit after a slow start (0.64 of a rate 1.66 times
+// it), and a recovery to 0.91 of a rate refused soon after a pause 1.03 of
+// it: each a second episode of refusals within 10 s, and a ban from a
+// provider that bans after five (issue 18, in virtual time and with real
+// processes). A token bucket serves some of the calls after a refusal,
+// unless it is far over its limit; read as a window then, it is cut by
+// at most about half, and the probe after the hold finds its limit.
+const windowLate = 0.5
+
 // A throttle with no Retry-After (a bare 429, a 503) leaves the key
 // sending: the provider serves its limit and refuses the rest, so the
 // share of calls sent since the last decrease that were served tells how
@@ -568,6 +589,21 @@ type State struct {
 	// banUntil is when the last ban the key heard of ends (Unix µs, 0
 	// none): a ban answer before then is the same ban's.
 	banUntil int64
+	// clockSec is the clock second (Unix s) of the calls counted in
+	// clockOK, the successes of calls sent in it; prevSec and prevOK the
+	// same for the second before it. winCap, when not 0, bounds the
+	// recovery after the last decrease: its refusal came late in a clock
+	// second (windowLate).
+	clockSec, prevSec int64
+	clockOK, prevOK   int
+	winCap            float64
+	// winAt is when the call was sent whose refusal began the last
+	// episode, late in its clock second (Unix µs, 0: none, or a call sent
+	// after it in the second was served), winSeen when that refusal came
+	// (the calls sent between were in flight), and winN how many calls
+	// sent in that second before it were served.
+	winAt, winSeen int64
+	winN           int
 	// epOK and epRef count the calls sent since the last decrease that
 	// were served, and refused with no Retry-After (shareSamples).
 	epOK, epRef int
@@ -738,6 +774,18 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	latency := max(in.Latency, 0)
 	sent := now - latency
 	prevPause := s.pausedUntil
+	if in.Outcome == Success {
+		s.served(sent)
+	}
+	if s.winAt > 0 && sent > s.winAt && sent < s.winSeen && sent/int64(sec) == s.winAt/int64(sec) {
+		if in.Outcome == Success {
+			// Served after the refusal, in the same second: no
+			// window's count was spent.
+			s.winAt = 0
+		} else if in.Outcome == Throttled && s.winCap == 0 {
+			c.capWindow(s)
+		}
+	}
 	if s.lastDecrease != 0 && sent >= s.lastDecrease {
 		switch {
 		case in.Outcome == Success:
@@ -888,6 +936,14 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			f = min(f, shareCut)
 			from, resumed, levelAt, sus := s.rate, s.cutTo, s.level, s.sus
 			c.cut(s, now, f)
+			if in.Outcome == Throttled && in.RetryAfter > 0 && c.plateau > 0 {
+				if n := s.windowServed(sent); n > 0 && float64(n) >= confirmedCut*from {
+					// Refused late in a clock second: a window's
+					// count spent, if the calls sent after it in the
+					// second are refused too (windowLate).
+					s.winAt, s.winSeen, s.winN = sent, now, n
+				}
+			}
 			if heldCut {
 				s.excused = max(from, sus)
 			}
@@ -1121,7 +1177,7 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 	}
 	s.cutTo = s.rate
 	s.probing, s.ramp, s.excused, s.exitLevel = false, false, 0, false
-	s.epOK, s.epRef = 0, 0
+	s.epOK, s.epRef, s.winCap, s.winAt = 0, 0, 0, 0
 	s.lastDecrease = now
 	s.n = 0 // the p95 needs fresh evidence before it may cut again
 }
@@ -1369,6 +1425,10 @@ func (c *Controller) grow(s *State, now int64) bool {
 		// Back from a failed probe: the proven plateau is the level.
 		goal = min(goal, s.good)
 	}
+	if s.winCap > 0 {
+		// The count of a window aligned to the clock (windowLate).
+		goal = min(goal, s.winCap)
+	}
 	if s.stated && s.hint > 0 {
 		// The throttle came with the provider's (new) sustainable
 		// rate, which explains it: recover to that rate, not to a
@@ -1499,6 +1559,56 @@ func (c *Controller) Fresh(s *State, now int64) bool {
 	}
 	_, paused := s.Paused(now)
 	return !paused && s.rate >= c.start
+}
+
+// capWindow bounds the rate, and the recovery until a probe, by the count
+// of a window aligned to the clock (windowLate): (1+Plateau)/2 of the calls
+// served in the second of the refusal that began the episode, since the
+// calls sent after it in that second were refused too.
+func (c *Controller) capWindow(s *State) {
+	s.winCap = (1 + c.plateau) / 2 * float64(s.winN)
+	// The level is the window's, not a guess from a slow start's
+	// overshoot: it holds as any level does before a probe.
+	s.exitLevel = false
+	if s.rate > s.winCap {
+		s.rate = max(s.winCap, c.floor)
+		s.cutTo = s.rate
+	}
+}
+
+// served counts a success of a call sent at sent (Unix µs) in its clock
+// second.
+func (s *State) served(sent int64) {
+	k := sent / int64(sec)
+	switch {
+	case k == s.clockSec:
+		s.clockOK++
+	case k > s.clockSec:
+		if k == s.clockSec+1 {
+			s.prevSec, s.prevOK = s.clockSec, s.clockOK
+		} else {
+			s.prevSec, s.prevOK = k-1, 0
+		}
+		s.clockSec, s.clockOK = k, 1
+	case k == s.prevSec:
+		s.prevOK++
+	}
+}
+
+// windowServed returns, for a refused call sent at sent (Unix µs) late in
+// its clock second (windowLate), how many calls sent in that second before
+// it were served; 0 when it was sent earlier in the second.
+func (s *State) windowServed(sent int64) int {
+	if sent <= 0 || float64(sent%int64(sec)) < windowLate*sec {
+		return 0
+	}
+	switch k := sent / int64(sec); k {
+	case s.clockSec:
+		return s.clockOK
+	case s.prevSec:
+		return s.prevOK
+	}
+	return 0
 }
 
 // count records one completed call at now for the usage estimate.

@@ -92,6 +92,20 @@
 // provider banning after a few refusals in 10 s sees two episodes of them
 // at a halving, not three).
 //
+// Many providers count calls in windows of a second aligned to the clock
+// and refuse the rest of a window once its count is spent. Their refusal
+// comes late in a second, and every call sent after it in that second is
+// refused too. When a refusal with a Retry-After came for a call sent in
+// the second half of a clock second, and the next call answered that was
+// sent after it in the same second, while it was in flight, is refused as
+// well (none served in between), the calls served in that second before the
+// refusal, if at least half the rate refused, are read as the window's
+// count: the rate cuts to (1+Plateau)/2 of it, and recovers to no more
+// until a probe after the hold. A token bucket serves some of the calls
+// after a refusal, so its refusals are not read so. It needs a call in
+// flight when the refusal comes, which is when an episode of refusals costs
+// several.
+//
 // With Config.Queue set, the latency gradient (as in TCP Vegas) reads a
 // provider that queues calls before it is slow: when the median of the
 // last few successes is above Queue times the base latency (the fastest
