@@ -65,7 +65,7 @@ func runWindow(c *Controller, s *State, p *clockWindow, at, d int64) int64 {
 // the rate cuts to (1+Plateau)/2 of the calls that second served, and stays
 // under it until a probe. Slow starts begun at 20 points of a second meet
 // the window at every point of one; with these settings every one refused
-// from 0.65 of a second on (half of them) sees no second episode in the
+// from 0.65 of a second on (11 of them) sees no second episode in the
 // next 10 s, where the code before saw one in all 20.
 func TestClockWindowCountBoundsTheLevel(t *testing.T) {
 	t.Parallel()
