@@ -782,8 +782,10 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			// Served after the refusal, in the same second: no
 			// window's count was spent.
 			s.winAt = 0
-		} else if in.Outcome == Throttled && s.winCap == 0 {
-			c.capWindow(s)
+		} else if in.Outcome == Throttled && s.winCap == 0 && c.capWindow(s) {
+			// Lowered: the fleet shares the rate as after any
+			// decrease (outbound's Config.SharedRate).
+			d.Change, d.Reason = Decreased, ReasonThrottled
 		}
 	}
 	if s.lastDecrease != 0 && sent >= s.lastDecrease {
@@ -1564,16 +1566,19 @@ func (c *Controller) Fresh(s *State, now int64) bool {
 // capWindow bounds the rate, and the recovery until a probe, by the count
 // of a window aligned to the clock (windowLate): (1+Plateau)/2 of the calls
 // served in the second of the refusal that began the episode, since the
-// calls sent after it in that second were refused too.
-func (c *Controller) capWindow(s *State) {
+// calls sent after it in that second were refused too. It reports whether
+// the rate was lowered.
+func (c *Controller) capWindow(s *State) bool {
 	s.winCap = (1 + c.plateau) / 2 * float64(s.winN)
 	// The level is the window's, not a guess from a slow start's
 	// overshoot: it holds as any level does before a probe.
 	s.exitLevel = false
-	if s.rate > s.winCap {
-		s.rate = max(s.winCap, c.floor)
-		s.cutTo = s.rate
+	if s.rate <= s.winCap {
+		return false
 	}
+	s.rate = max(s.winCap, c.floor)
+	s.cutTo = s.rate
+	return true
 }
 
 // served counts a success of a call sent at sent (Unix µs) in its clock

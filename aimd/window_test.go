@@ -131,13 +131,15 @@ func TestOnlyAWindowSpentCapsTheLevel(t *testing.T) {
 			if tc.after == Throttled {
 				next = refused
 			}
-			c.Observe(&s, base+tc.sent+30*ms, next)
+			d := c.Observe(&s, base+tc.sent+30*ms, next)
 			window := 0.95 * float64(served)
 			if tc.capped {
 				require.Less(t, window, cut, "the usual cut left more than the window")
 				require.InDelta(t, window, s.rate, 1e-9, "cut to (1+0.9)/2 of the %d calls served", served)
+				require.Equal(t, Decreased, d.Change, "a decrease the fleet shares")
 			} else {
 				require.InDelta(t, cut, s.rate, 1e-9, "the usual cut")
+				require.Equal(t, Unchanged, d.Change)
 			}
 			at = base + tc.sent + 30*ms + s1 // the pause over
 			busyFor(c, &s, &at, 10*s1)
