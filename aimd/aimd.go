@@ -589,14 +589,13 @@ type State struct {
 	// banUntil is when the last ban the key heard of ends (Unix µs, 0
 	// none): a ban answer before then is the same ban's.
 	banUntil int64
-	// clockSec is the clock second (Unix s) of the calls counted in
-	// clockOK, the successes of calls sent in it; prevSec and prevOK the
-	// same for the second before it. winCap, when not 0, bounds the
-	// recovery after the last decrease: its refusal came late in a clock
-	// second (windowLate).
-	clockSec, prevSec int64
-	clockOK, prevOK   int
-	winCap            float64
+	// clockSec is the clock second (Unix s) of the latest call served,
+	// and clockOK how many calls sent in it were served. winCap, when not
+	// 0, bounds the recovery after the last decrease: its refusal came
+	// late in a clock second (windowLate).
+	clockSec int64
+	clockOK  int
+	winCap   float64
 	// winAt is when the call was sent whose refusal began the last
 	// episode, late in its clock second (Unix µs, 0: none, or a call sent
 	// after it in the second was served), winSeen when that refusal came
@@ -1584,36 +1583,23 @@ func (c *Controller) capWindow(s *State) bool {
 // served counts a success of a call sent at sent (Unix µs) in its clock
 // second.
 func (s *State) served(sent int64) {
-	k := sent / int64(sec)
-	switch {
+	switch k := sent / int64(sec); {
 	case k == s.clockSec:
 		s.clockOK++
 	case k > s.clockSec:
-		if k == s.clockSec+1 {
-			s.prevSec, s.prevOK = s.clockSec, s.clockOK
-		} else {
-			s.prevSec, s.prevOK = k-1, 0
-		}
 		s.clockSec, s.clockOK = k, 1
-	case k == s.prevSec:
-		s.prevOK++
 	}
 }
 
 // windowServed returns, for a refused call sent at sent (Unix µs) late in
 // its clock second (windowLate), how many calls sent in that second before
-// it were served; 0 when it was sent earlier in the second.
+// it were served; 0 when it was sent earlier in the second (or a call
+// sent in a later second was served already).
 func (s *State) windowServed(sent int64) int {
-	if sent <= 0 || float64(sent%int64(sec)) < windowLate*sec {
+	if sent <= 0 || float64(sent%int64(sec)) < windowLate*sec || sent/int64(sec) != s.clockSec {
 		return 0
 	}
-	switch k := sent / int64(sec); k {
-	case s.clockSec:
-		return s.clockOK
-	case s.prevSec:
-		return s.prevOK
-	}
-	return 0
+	return s.clockOK
 }
 
 // count records one completed call at now for the usage estimate.

@@ -103,17 +103,19 @@ func TestOnlyAWindowSpentCapsTheLevel(t *testing.T) {
 	c := mustNew(t, Config{Start: 100, SlowStart: -1, Decrease: 0.8, Plateau: 0.9, LatencyFactor: 2, Hold: time.Minute, UsageMultiple: -1})
 	for _, tc := range []struct {
 		name   string
-		after  Outcome // the call sent 10 ms after the one refused
+		after  Outcome // the next call's answer
 		sent   int64   // when in its second the refused call was sent
 		step   int64   // between the calls served before it
+		next   int64   // when the next call was sent, after the refused one
 		capped bool
 	}{
-		{"late, the next refused: a window", Throttled, 800 * ms, 10 * ms, true},
-		{"late, the next served: a bucket", Success, 800 * ms, 10 * ms, false},
-		{"early, the next refused", Throttled, 400 * ms, 10 * ms, false},
+		{"late, the next refused: a window", Throttled, 800 * ms, 10 * ms, 10 * ms, true},
+		{"late, the next served: a bucket", Success, 800 * ms, 10 * ms, 10 * ms, false},
+		// 80 served, as many as the window case: only the time tells.
+		{"early, the next refused", Throttled, 400 * ms, 5 * ms, 10 * ms, false},
 		// 32 served, under half the 90/s refused: a count that low is
 		// no window's the rate could have been refused at.
-		{"late, few served, the next refused", Throttled, 800 * ms, 25 * ms, false},
+		{"late, few served, the next refused", Throttled, 800 * ms, 25 * ms, 10 * ms, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -131,7 +133,7 @@ func TestOnlyAWindowSpentCapsTheLevel(t *testing.T) {
 			if tc.after == Throttled {
 				next = refused
 			}
-			d := c.Observe(&s, base+tc.sent+30*ms, next)
+			d := c.Observe(&s, base+tc.sent+tc.next+20*ms, next)
 			window := 0.95 * float64(served)
 			if tc.capped {
 				require.Less(t, window, cut, "the usual cut left more than the window")
@@ -141,7 +143,7 @@ func TestOnlyAWindowSpentCapsTheLevel(t *testing.T) {
 				require.InDelta(t, cut, s.rate, 1e-9, "the usual cut")
 				require.Equal(t, Unchanged, d.Change)
 			}
-			at = base + tc.sent + 30*ms + s1 // the pause over
+			at = base + tc.sent + tc.next + 20*ms + s1 // the pause over
 			busyFor(c, &s, &at, 10*s1)
 			if tc.capped {
 				require.LessOrEqual(t, s.rate, window+1e-9, "no recovery above the window's count until a probe")
@@ -149,5 +151,32 @@ func TestOnlyAWindowSpentCapsTheLevel(t *testing.T) {
 				require.Greater(t, s.rate, cut, "recovered above the cut")
 			}
 		})
+	}
+}
+
+// Only a call in flight when the refusal came tells of the window: one
+// sent after it came (after a pause of a few milliseconds, say, or by a
+// caller that did not wait) is refused for reasons of its own.
+func TestOnlyACallInFlightShowsTheWindow(t *testing.T) {
+	t.Parallel()
+	// A refusal within the cooldown is the same episode's, not news.
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, Decrease: 0.8, Cooldown: 500 * time.Millisecond, Plateau: 0.9, LatencyFactor: 2, Hold: time.Minute, UsageMultiple: -1})
+	for _, tc := range []struct {
+		next int64 // when the next call was sent, after the refused one (answered in 20 ms)
+		read bool
+	}{{10 * ms, true}, {25 * ms, false}} {
+		s, at := levelledAt90(t, c)
+		base := (at/s1 + 1) * s1
+		for sent := base; sent < base+800*ms; sent += 10 * ms {
+			c.Observe(&s, sent+20*ms, Sample{Outcome: Success, Latency: 20 * ms})
+		}
+		refused := Sample{Outcome: Throttled, Latency: 20 * ms, RetryAfter: s1}
+		c.Observe(&s, base+820*ms, refused)
+		c.Observe(&s, base+800*ms+tc.next+20*ms, refused)
+		if tc.read {
+			require.InDelta(t, 0.95*80, s.winCap, 1e-9, "sent %d ms after: in flight, the window read", tc.next/ms)
+		} else {
+			require.Zero(t, s.winCap, "sent %d ms after, once the refusal had come: no window read", tc.next/ms)
+		}
 	}
 }
