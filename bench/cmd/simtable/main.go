@@ -100,6 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	burst := fs.Duration("burst", 0, "with -issue18: every provider's burst, as a duration of its limit (0: sim's default of 0.1s); issue 18's external providers with a second of burst banned the fleet")
 	millis := fs.Bool("millis", false, "with -issue18: retry-after-seconds and ban send Retry-After to the millisecond, the exact wait for the next token (sim's retry_after_millis), instead of whole seconds")
 	window := fs.Bool("window", false, "with -issue18: the token-bucket dialects (retry-after-seconds and -date, bare-429, 503, ban) count requests in windows of a second aligned to the clock instead (sim's fixed_window), as many providers do")
+	latency := fs.Duration("latency", 0, "with -issue18: every provider's base latency (0: the scenarios' 20ms); issue 18's external providers answered in about 5ms, faster than a call is in flight at their limits")
 	procs := fs.String("procs", "", "with -issue18: run the clients as real OS processes of this sluice binary (sluice sim --serve and --target), as issue 18 did")
 	state := fs.String("state", "redis://127.0.0.1:6379", "with -procs: the store the sluice processes share")
 	if err := fs.Parse(args); err != nil {
@@ -122,6 +123,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *burst > 0 && !*issue18 {
 		return fmt.Errorf("-burst needs -issue18")
+	}
+	if *latency < 0 {
+		return fmt.Errorf("-latency must be >= 0, got %v", *latency)
+	}
+	if *latency > 0 && !*issue18 {
+		return fmt.Errorf("-latency needs -issue18")
 	}
 	if *window && !*issue18 {
 		return fmt.Errorf("-window needs -issue18")
@@ -157,6 +164,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			all = fleet.Issue18RiseScenarios(*duration)
 		}
 		withBurst(all, *burst)
+		withLatency(all, *latency)
 		if *window {
 			withWindow(all)
 		}
@@ -275,6 +283,16 @@ func withBurst(scenarios []sim.Scenario, d time.Duration) {
 	}
 	for i := range scenarios {
 		scenarios[i].Provider.Burst = d
+	}
+}
+
+// withLatency sets every provider's base latency; 0 keeps the scenarios'.
+func withLatency(scenarios []sim.Scenario, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	for i := range scenarios {
+		scenarios[i].Provider.Latency = d
 	}
 }
 

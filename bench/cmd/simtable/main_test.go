@@ -30,7 +30,7 @@ func TestRunShort(t *testing.T) {
 
 func TestRunFlagErrors(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"-duration", "1s"}, {"-only", "("}, {"-only", "nothing-matches"}, {"extra"}, {"-repeat", "0"}, {"-repeat", "101"}, {"-virtual"}, {"-issue18", "-virtual", "-parallel", "0"}, {"-rise"}, {"-burst", "1s"}, {"-issue18", "-burst", "-1s"}, {"-window"}, {"-millis"}} {
+	for _, args := range [][]string{{"-duration", "1s"}, {"-only", "("}, {"-only", "nothing-matches"}, {"extra"}, {"-repeat", "0"}, {"-repeat", "101"}, {"-virtual"}, {"-issue18", "-virtual", "-parallel", "0"}, {"-rise"}, {"-burst", "1s"}, {"-issue18", "-burst", "-1s"}, {"-latency", "5ms"}, {"-issue18", "-latency", "-1ms"}, {"-window"}, {"-millis"}} {
 		var out, errb bytes.Buffer
 		if err := run(t.Context(), args, &out, &errb); err == nil {
 			t.Errorf("%v: no error", args)
@@ -294,5 +294,27 @@ func TestRunProcsFlagErrors(t *testing.T) {
 		if err := run(t.Context(), args, &out, &errb); err == nil || !strings.Contains(err.Error(), "-procs") {
 			t.Errorf("%v: got %v, want an error naming -procs", args, err)
 		}
+	}
+}
+
+// -latency sets every issue 18 provider's base latency, in virtual time
+// and in the scenario file sluice sim --serve reads for -procs.
+func TestLatencyReachesTheProviders(t *testing.T) {
+	t.Parallel()
+	scs := fleet.Issue18Scenarios(4 * time.Second)
+	withLatency(scs, 5*time.Millisecond)
+	for _, sc := range scs {
+		back, err := sim.ParseScenario([]byte(serveYAML(sc)))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", sc.Name, err, serveYAML(sc))
+		}
+		if sc.Provider.Latency != 5*time.Millisecond || back.Provider.Latency != 5*time.Millisecond {
+			t.Fatalf("%s: latency %v, served %v", sc.Name, sc.Provider.Latency, back.Provider.Latency)
+		}
+	}
+	plain := fleet.Issue18Scenarios(4 * time.Second)
+	withLatency(plain, 0)
+	if plain[0].Provider.Latency != 20*time.Millisecond {
+		t.Fatalf("-latency 0 changed the providers: %v", plain[0].Provider.Latency)
 	}
 }
