@@ -592,8 +592,13 @@ type State struct {
 	susN        int
 	refusedAt   int64
 	// banUntil is when the last ban the key heard of ends (Unix µs, 0
-	// none): a ban answer before then is the same ban's.
-	banUntil int64
+	// none), and banLen how long it was: a ban answer before then is the
+	// same ban's, and so is one after that ends within banLen/2 of it
+	// (another process's answer of the same ban, heard of from the store
+	// as ours ended: issue 18, two real processes each banned for 2 s,
+	// and the one whose ban ended 6 ms earlier started over once more,
+	// from a quarter of its restarted rate).
+	banUntil, banLen int64
 	// clockSec is the clock second (Unix s) of the latest call served,
 	// clockOK how many calls sent in it were served, and clockRate the
 	// rate when the first of them was (a slow start's rate at the end of
@@ -835,13 +840,21 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		d.Change, d.Reason = Decreased, ReasonHint
 	}
 
-	if in.Banned && in.RetryAfter > 0 && now >= s.banUntil {
-		c.restart(s, now, in.RetryAfter)
-		d.Change, d.Reason = Decreased, ReasonThrottled
+	sameBan := false
+	if in.Banned && in.RetryAfter > 0 {
+		if now >= s.banUntil && addSat(now, in.RetryAfter) > addSat(s.banUntil, s.banLen/2) {
+			c.restart(s, now, in.RetryAfter)
+			d.Change, d.Reason = Decreased, ReasonThrottled
+		} else {
+			sameBan = true
+		}
 	}
 
 	var reason Reason
 	switch {
+	case sameBan:
+		// Another answer of the ban the key started over for: its
+		// pause is all it asks.
 	case in.Outcome == Throttled:
 		reason = ReasonThrottled
 	case in.Outcome == Overloaded:
@@ -1077,7 +1090,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 // again.
 func (c *Controller) restart(s *State, now, d int64) {
 	to := max(c.floor, s.rate*confirmedCut*confirmedCut)
-	s.banUntil = addSat(now, d)
+	s.banUntil, s.banLen = addSat(now, d), d
 	s.rate = min(to, max(c.start, c.floor))
 	s.peak = to / c.decrease
 	if c.plateau > 0 {

@@ -89,7 +89,9 @@ func TestServedShareCutsToTheLimit(t *testing.T) {
 // allows when the ban ends is unknown. The key starts over from Start and
 // recovers to a quarter of the rate it was banned at, where it holds for
 // the Hold (not 30 x the ban) before it probes; the other
-// answers of the same ban (calls that were in flight) change nothing.
+// answers of the same ban (calls that were in flight, or another
+// process's heard of as the ban ends) change nothing; a new ban after it
+// restarts the key again.
 func TestABanRestartsTheRate(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, Config{Start: 2, SlowStart: 2, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
@@ -107,10 +109,21 @@ func TestABanRestartsTheRate(t *testing.T) {
 	d = c.Observe(&s, at+3*ms, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: ban - 3*ms, Banned: true})
 	require.InDelta(t, 2.0, d.Rate, 1e-9, "the same ban")
 	at += ban
+	// Another process's answer of the same ban, heard of from the store
+	// once ours ended (outbound's notePause): it ends 6 ms after ours.
+	d = c.Observe(&s, at+2*ms, Sample{Outcome: Failed, RetryAfter: 4 * ms, Banned: true})
+	require.InDelta(t, 2.0, d.Rate, 1e-9, "the same ban, no second start over")
+	at += 4 * ms
 	busyFor(c, &s, &at, 6*s1)
 	require.InDelta(t, 25.0, s.rate, 1e-9, "back to a quarter of the rate banned at")
 	busyFor(c, &s, &at, 5*s1)
 	require.InDelta(t, 25.0, s.rate, 1e-9, "held there")
 	busyFor(c, &s, &at, 8*s1)
 	require.Greater(t, s.rate, 25.0, "then a probe")
+	from := s.rate
+	d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: 2 * ban, Banned: true})
+	require.InDelta(t, 2.0, d.Rate, 1e-9, "a new ban starts over")
+	at += 2 * ban
+	busyFor(c, &s, &at, 6*s1)
+	require.InDelta(t, from/4, s.rate, 1e-9, "back to a quarter of the rate banned at")
 }
