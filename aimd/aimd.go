@@ -119,13 +119,8 @@ const confirmedCut = 0.5
 // followed by the refusal of a call sent after it while it was in flight
 // (none served in between), reads the calls of that second served before it
 // as the window's count, if they are at least confirmedCut of the rate
-// refused, or of the rate when the second's first call was served if that
-// was lower (a slow start's rate grows through the second: with two
-// processes each refused 0.76 s into one, each had served 0.51 of its
-// rate, and one that had served less read no window, recovered over the
-// other's share, and earned the fleet a ban; issue 18, real processes):
-// the rate cuts to no more than (1+Plateau)/2 of that count, and recovers
-// to no more until
+// refused: the rate cuts to no more than (1+Plateau)/2 of that count (so
+// to no less than 0.48 of the rate refused), and recovers to no more until
 // a probe above it (State.winCap). A cut by a share of the rate refused alone
 // left 1.06 of such a limit after a slow start (0.64 of a rate 1.66 times
 // it), and a recovery to 0.91 of a rate refused soon after a pause 1.03 of
@@ -600,15 +595,12 @@ type State struct {
 	// from a quarter of its restarted rate).
 	banUntil, banLen int64
 	// clockSec is the clock second (Unix s) of the latest call served,
-	// clockOK how many calls sent in it were served, and clockRate the
-	// rate when the first of them was (a slow start's rate at the end of
-	// the second is up to e^SlowStart times it). winCap, when not
+	// and clockOK how many calls sent in it were served. winCap, when not
 	// 0, bounds the recovery after the last decrease: its refusal came
 	// late in a clock second (windowLate).
-	clockSec  int64
-	clockOK   int
-	clockRate float64
-	winCap    float64
+	clockSec int64
+	clockOK  int
+	winCap   float64
 	// winAt is when the call was sent whose refusal was the key's first
 	// of the last episode with a Retry-After late in its clock second
 	// (Unix µs, 0: none, or a call sent after it in the second was
@@ -789,7 +781,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	sent := now - latency
 	prevPause := s.pausedUntil
 	if in.Outcome == Success {
-		s.served(sent, s.rate)
+		s.served(sent)
 	}
 	if s.winAt > 0 && sent > s.winAt && sent < s.winSeen && sent/int64(sec) == s.winAt/int64(sec) {
 		if in.Outcome == Success {
@@ -1044,15 +1036,13 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			}
 		}
 		if in.Outcome == Throttled && in.RetryAfter > 0 && c.plateau > 0 && s.winAt == 0 && s.winCap == 0 {
-			if n := s.windowServed(sent); n > 0 && float64(n) >= confirmedCut*min(rate0, s.clockRate) {
+			if n := s.windowServed(sent); n > 0 && float64(n) >= confirmedCut*rate0 {
 				// Refused late in a clock second: a window's count
 				// spent, if the calls sent after it in the second are
-				// refused too (windowLate). The count is weighed
-				// against the lower of the rate refused and the
-				// second's first: a slow start's grew. Not news
-				// when the episode began with another process's
-				// pause, heard of from the store first: the key's
-				// own refusals still show the window.
+				// refused too (windowLate). Not news when the
+				// episode began with another process's pause, heard
+				// of from the store first: the key's own refusals
+				// still show the window.
 				s.winAt, s.winSeen, s.winN = sent, now, n
 			}
 		}
@@ -1609,13 +1599,13 @@ func (c *Controller) capWindow(s *State) bool {
 }
 
 // served counts a success of a call sent at sent (Unix µs) in its clock
-// second, at rate.
-func (s *State) served(sent int64, rate float64) {
+// second.
+func (s *State) served(sent int64) {
 	switch k := sent / int64(sec); {
 	case k == s.clockSec:
 		s.clockOK++
 	case k > s.clockSec:
-		s.clockSec, s.clockOK, s.clockRate = k, 1, rate
+		s.clockSec, s.clockOK = k, 1
 	}
 }
 
