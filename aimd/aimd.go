@@ -594,6 +594,13 @@ type State struct {
 	// and the one whose ban ended 6 ms earlier started over once more,
 	// from a quarter of its restarted rate).
 	banUntil, banLen int64
+	// banRate is the rate the last ban came at, until a ramp after it
+	// reaches Plateau times it or a decrease (0: none). A ramp stops
+	// there: the limit was found under that rate, and a ramp's
+	// overshoot costs several refusals at once (issue 18: ramping from
+	// a quarter of it after the ban's hold, the fleet was refused four
+	// times at 1.3 times the limit, and banned again).
+	banRate float64
 	// clockSec is the clock second (Unix s) of the latest call served,
 	// and clockOK how many calls sent in it were served. winCap, when not
 	// 0, bounds the recovery after the last decrease: its refusal came
@@ -1080,7 +1087,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 // again.
 func (c *Controller) restart(s *State, now, d int64) {
 	to := max(c.floor, s.rate*confirmedCut*confirmedCut)
-	s.banUntil, s.banLen = addSat(now, d), d
+	s.banUntil, s.banLen, s.banRate = addSat(now, d), d, s.rate
 	s.rate = min(to, max(c.start, c.floor))
 	s.peak = to / c.decrease
 	if c.plateau > 0 {
@@ -1195,7 +1202,7 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 		s.held, s.level = s.level != 0, 0
 	}
 	s.cutTo = s.rate
-	s.probing, s.ramp, s.excused, s.exitLevel = false, false, 0, false
+	s.probing, s.ramp, s.excused, s.exitLevel, s.banRate = false, false, 0, false, 0
 	s.epOK, s.epRef, s.winCap, s.winAt = 0, 0, 0, 0
 	s.lastDecrease = now
 	s.n = 0 // the p95 needs fresh evidence before it may cut again
@@ -1457,6 +1464,16 @@ func (c *Controller) grow(s *State, now int64) bool {
 	switch {
 	case s.probing && s.ramp:
 		s.rate += s.rate * min(c.slowStart, rampGrowth) * dt
+		lvl := c.plateau * s.banRate
+		if c.plateau == 0 {
+			lvl = c.decrease * s.banRate
+		}
+		if s.banRate > 0 && s.rate >= lvl {
+			// Back near the rate the last ban came at: level off
+			// under it, hold, and probe gently above it.
+			s.rate, s.peak, s.cutTo = max(old, lvl), s.banRate, max(old, lvl)
+			s.probing, s.ramp, s.held, s.good, s.level, s.banRate = false, false, false, 0, now, 0
+		}
 	case s.probing:
 		s.rate += s.rate * c.slowStart * dt
 	case s.rate < goal:

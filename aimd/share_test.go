@@ -91,7 +91,9 @@ func TestServedShareCutsToTheLimit(t *testing.T) {
 // the Hold (not 30 x the ban) before it probes; the other
 // answers of the same ban (calls that were in flight, or another
 // process's heard of as the ban ends) change nothing; a new ban after it
-// restarts the key again.
+// restarts the key again. A probe that ramps after the hold levels off
+// under the rate banned at rather than overshoot it (a ramp's overshoot
+// costs several refusals at once, which earned the fleet its next ban).
 func TestABanRestartsTheRate(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, Config{Start: 2, SlowStart: 2, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
@@ -120,6 +122,14 @@ func TestABanRestartsTheRate(t *testing.T) {
 	require.InDelta(t, 25.0, s.rate, 1e-9, "held there")
 	busyFor(c, &s, &at, 8*s1)
 	require.Greater(t, s.rate, 25.0, "then a probe")
+	// The probe finds no trouble and ramps, up to the plateau under the
+	// rate banned at, where it levels off and holds.
+	for end := at + 30*s1; s.rate < 91 && at < end; {
+		busyFor(c, &s, &at, 10*ms)
+	}
+	require.InDelta(t, 91.0, s.rate, 1e-9, "levelled off at 0.91 x the 100/s banned at")
+	busyFor(c, &s, &at, 5*s1)
+	require.InDelta(t, 91.0, s.rate, 1e-9, "held there")
 	from := s.rate
 	d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: 2 * ban, Banned: true})
 	require.InDelta(t, 2.0, d.Rate, 1e-9, "a new ban starts over")
