@@ -131,6 +131,23 @@ const confirmedCut = 0.5
 // at most about half, and the probe after the hold finds its limit.
 const windowLate = 0.5
 
+// A provider answering faster than the key sends has no call of the key in
+// flight when it refuses, so no refusal after it shows the window (see
+// windowLate). Two refusals late in their seconds, within windowSpan, at
+// rates at least windowRates apart, each after the same count of calls
+// served in its second (within windowSame of each other), show it
+// instead: a window's count does not move with the rate, while what part
+// of a second a token bucket serves does. The level is then the window's,
+// as for a read from a call in flight (issue 18, real processes against a
+// clock window answering in 5 ms: the slow start's end and three more
+// episodes, 12 s apart, before the fleet levelled at 0.95 of the limit;
+// converge 19-36 s).
+const (
+	windowSame  = 0.05
+	windowRates = 0.1
+	windowSpan  = int64(10 * sec)
+)
+
 // A throttle with no Retry-After (a bare 429, a 503) leaves the key
 // sending: the provider serves its limit and refuses the rest, so the
 // share of calls sent since the last decrease that were served tells how
@@ -616,6 +633,13 @@ type State struct {
 	// sent in that second before it were served.
 	winAt, winSeen int64
 	winN           int
+	// lateAt is when the last refusal came that was read as a window's
+	// count spent (winAt) and not confirmed (0: none); lateSec is the
+	// clock second its call was sent in, lateN the calls that second
+	// served before it, and lateRate the rate it came at (windowSame).
+	lateAt, lateSec int64
+	lateN           int
+	lateRate        float64
 	// epOK and epRef count the calls sent since the last decrease that
 	// were served, and refused with no Retry-After (shareSamples).
 	epOK, epRef int
@@ -1051,6 +1075,18 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// of from the store first: the key's own refusals
 				// still show the window.
 				s.winAt, s.winSeen, s.winN = sent, now, n
+				if s.lateAt > 0 && now-s.lateAt <= windowSpan && sent/int64(sec) != s.lateSec &&
+					math.Abs(float64(n-s.lateN)) <= windowSame*float64(max(n, s.lateN)) &&
+					math.Abs(rate0-s.lateRate) >= windowRates*max(rate0, s.lateRate) {
+					// The same count served in two seconds at rates
+					// well apart: a window's (windowSame).
+					s.winN, s.lateAt = min(n, s.lateN), 0
+					if c.capWindow(s) {
+						d.Change, d.Reason = Decreased, ReasonThrottled
+					}
+				} else {
+					s.lateAt, s.lateSec, s.lateN, s.lateRate = now, sent/int64(sec), n, rate0
+				}
 			}
 		}
 		// Time spent in trouble does not count towards an increase.

@@ -14,9 +14,17 @@ import (
 // rounded up to whole seconds.
 type clockWindow struct {
 	limit   int
+	lat     int64 // each answer's latency (µs); 0: 20 ms
 	sec     int64
 	used    int
 	refused []int64 // when each refused call was sent (Unix µs)
+}
+
+func (p *clockWindow) latency() int64 {
+	if p.lat == 0 {
+		return 20 * ms
+	}
+	return p.lat
 }
 
 func (p *clockWindow) answer(sent int64) Sample {
@@ -25,16 +33,16 @@ func (p *clockWindow) answer(sent int64) Sample {
 	}
 	if p.used < p.limit {
 		p.used++
-		return Sample{Outcome: Success, Latency: 20 * ms}
+		return Sample{Outcome: Success, Latency: p.latency()}
 	}
 	p.refused = append(p.refused, sent)
 	wait := (p.sec+1)*s1 - sent
-	return Sample{Outcome: Throttled, Latency: 20 * ms, RetryAfter: (wait + s1 - 1) / s1 * s1}
+	return Sample{Outcome: Throttled, Latency: p.latency(), RetryAfter: (wait + s1 - 1) / s1 * s1}
 }
 
 // runWindow paces one key at its rate against p for d µs from at, each
-// call answered 20 ms after it was sent, in order, and returns the time
-// reached. The key sends nothing while paused.
+// call answered p's latency after it was sent, in order, and returns the
+// time reached. The key sends nothing while paused.
 func runWindow(c *Controller, s *State, p *clockWindow, at, d int64) int64 {
 	type call struct{ sent int64 }
 	var inflight []call
@@ -43,8 +51,8 @@ func runWindow(c *Controller, s *State, p *clockWindow, at, d int64) int64 {
 		if until, paused := s.Paused(next); paused {
 			next = until
 		}
-		if len(inflight) > 0 && inflight[0].sent+20*ms <= next {
-			at = inflight[0].sent + 20*ms
+		if len(inflight) > 0 && inflight[0].sent+p.latency() <= next {
+			at = inflight[0].sent + p.latency()
 			c.Observe(s, at, p.answer(inflight[0].sent))
 			inflight = inflight[1:]
 			continue
@@ -205,4 +213,81 @@ func TestAWindowReadAfterTheFleetsPause(t *testing.T) {
 	require.Less(t, 0.95*80, cut, "the pause's cut left more than the window")
 	require.InDelta(t, 0.95*80, s.rate, 1e-9, "cut to (1+0.9)/2 of the 80 calls served")
 	require.Equal(t, Decreased, d.Change, "a decrease the fleet shares")
+}
+
+// A clock window answering in 5 ms has no call of the key in flight when
+// it refuses, so no second refusal shows the window. Two episodes late in
+// their seconds, at rates well apart, that each served the same count in
+// their second show it instead (windowSame): slow starts begun at 20
+// points of a second each level at (1+0.91)/2 of the window's 100 within
+// 12 s of the first refusal, where the code before read no window in any
+// and levelled anywhere from 91.4 to 98.9, to be refused again when the
+// rate came back near 100.
+func TestAWindowShownByTwoEpisodes(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 5, SlowStart: 2, Decrease: 0.8, Cooldown: 500 * time.Millisecond,
+		IgnoreLatency: true, Plateau: 0.91, Hold: 10 * time.Second})
+	for off := int64(0); off < s1; off += 50 * ms {
+		s := c.Init()
+		p := &clockWindow{limit: 100, lat: 5 * ms}
+		at := runWindow(c, &s, p, t0+off, 10*s1)
+		require.NotEmpty(t, p.refused, "the slow start found the window")
+		first := p.refused[0]
+		runWindow(c, &s, p, at, first+12*s1-at)
+		require.InDelta(t, 0.955*100, s.winCap, 1e-9, "start +%d ms: the window read", off/ms)
+		require.LessOrEqual(t, s.rate, 0.955*100+1e-9, "start +%d ms: levelled under the window", off/ms)
+	}
+}
+
+// Two late refusals after the same count do not show a window when the
+// rate did not change between them (a bucket at one rate serves the same
+// part of a second each time), nor when the counts differ.
+func TestTwoEpisodesShowAWindowOnlyAtRatesApart(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, Decrease: 0.8, Cooldown: 500 * time.Millisecond, Plateau: 0.9, LatencyFactor: 2, Hold: time.Minute, UsageMultiple: -1})
+	for _, tc := range []struct {
+		name   string
+		step2  int64 // between the calls of the second episode's second
+		rate2  float64
+		window bool
+	}{
+		{"same count, rates apart", 16 * ms, 120, true},
+		{"same count, same rate", 16 * ms, 90, false},
+		{"counts apart", 11 * ms, 120, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, at := levelledAt90(t, c)
+			refused := Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1}
+			// First: 80 served from the second's start, refused at 0.8 s.
+			base := (at/s1 + 1) * s1
+			for sent := base; sent < base+800*ms; sent += 10 * ms {
+				c.Observe(&s, sent+5*ms, Sample{Outcome: Success, Latency: 5 * ms})
+			}
+			c.Observe(&s, base+805*ms, refused)
+			require.Zero(t, s.winCap, "one episode shows no window")
+			// Second, 3 s later, at rate2: 80 served (73 with
+			// counts apart, over half the rate still), refused late
+			// in the second.
+			c.SetRate(&s, tc.rate2)
+			base += 3 * s1
+			n := 0
+			for sent := base; sent < base+800*ms; sent += tc.step2 {
+				c.Observe(&s, sent+5*ms, Sample{Outcome: Success, Latency: 5 * ms})
+				n++
+			}
+			if tc.name != "counts apart" {
+				// The same count as the first episode's.
+				for ; n < 80; n++ {
+					c.Observe(&s, base+800*ms, Sample{Outcome: Success, Latency: 5 * ms})
+				}
+			}
+			c.Observe(&s, base+805*ms, refused)
+			if tc.window {
+				require.InDelta(t, 0.95*80, s.winCap, 1e-9, "read as a window of 80")
+			} else {
+				require.Zero(t, s.winCap, "no window read")
+			}
+		})
+	}
 }
