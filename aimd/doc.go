@@ -104,7 +104,17 @@
 // until a probe after the hold. A token bucket serves some of the calls
 // after a refusal, so its refusals are not read so. It needs a call in
 // flight when the refusal comes, which is when an episode of refusals costs
-// several.
+// several; the key's own refusals show it even when the episode began with
+// another process's pause, heard of from the store first. A provider that
+// answers faster than the key sends leaves no call in flight: there, two
+// episodes within 10 s, each refused late in its second after the same
+// count served (within 5 %) at rates at least 10 % apart, show the window
+// instead, since a window's count does not move with the rate.
+//
+// A ban starts the key over (see Sample.Banned); other answers of the same
+// ban, including another process's heard of as the key's own ends, change
+// nothing, and a probe that ramps after it levels off at the plateau under
+// the rate the ban came at.
 //
 // With Config.Queue set, the latency gradient (as in TCP Vegas) reads a
 // provider that queues calls before it is slow: when the median of the
