@@ -137,7 +137,10 @@ const windowLate = 0.5
 // rates at least windowRates apart, each after the same count of calls
 // served in its second (within windowSame of each other), show it
 // instead: a window's count does not move with the rate, while what part
-// of a second a token bucket serves does. The level is then the window's,
+// of a second a token bucket serves does. Either refusal may be another
+// process's, heard of from the store (usually only one process of a fleet
+// is refused in an episode), the key's own calls served that second being
+// its share of the count. The level is then the window's,
 // as for a read from a call in flight (issue 18, real processes against a
 // clock window answering in 5 ms: the slow start's end and three more
 // episodes, 12 s apart, before the fleet levelled at 0.95 of the limit;
@@ -1066,7 +1069,11 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				d.Change, d.Reason = Decreased, reason
 			}
 		}
-		if in.Outcome == Throttled && in.RetryAfter > 0 && c.plateau > 0 && s.winAt == 0 && s.winCap == 0 {
+		// A pause another process was refused with, heard of from the
+		// store (outbound's notePause: Failed, no latency): the key's own
+		// calls served that second are its share of the count spent.
+		heard := in.Outcome == Failed && !in.Banned
+		if (in.Outcome == Throttled || heard) && in.RetryAfter > 0 && c.plateau > 0 && s.winCap == 0 && (heard || s.winAt == 0) {
 			if n := s.windowServed(sent); n > 0 && float64(n) >= confirmedCut*rate0 {
 				// Refused late in a clock second: a window's count
 				// spent, if the calls sent after it in the second are
@@ -1074,7 +1081,9 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// episode began with another process's pause, heard
 				// of from the store first: the key's own refusals
 				// still show the window.
-				s.winAt, s.winSeen, s.winN = sent, now, n
+				if !heard {
+					s.winAt, s.winSeen, s.winN = sent, now, n
+				}
 				if s.lateAt > 0 && now-s.lateAt <= windowSpan && sent/int64(sec) != s.lateSec &&
 					math.Abs(float64(n-s.lateN)) <= windowSame*float64(max(n, s.lateN)) &&
 					math.Abs(rate0-s.lateRate) >= windowRates*max(rate0, s.lateRate) {

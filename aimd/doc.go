@@ -109,7 +109,9 @@
 // answers faster than the key sends leaves no call in flight: there, two
 // episodes within 10 s, each refused late in its second after the same
 // count served (within 5 %) at rates at least 10 % apart, show the window
-// instead, since a window's count does not move with the rate.
+// instead, since a window's count does not move with the rate. Either may
+// be another process's refusal, heard of from the store: the key's own
+// calls served that second are its share of the count.
 //
 // A ban starts the key over (see Sample.Banned); other answers of the same
 // ban, including another process's heard of as the key's own ends, change
