@@ -142,8 +142,8 @@ const windowLate = 0.5
 // is refused in an episode), the key's own calls served that second being
 // its share of the count. The level is then the window's,
 // as for a read from a call in flight (issue 18, real processes against a
-// clock window answering in 5 ms: the slow start's end and three more
-// episodes, 12 s apart, before the fleet levelled at 0.95 of the limit;
+// clock window answering in 5 ms: after the slow start's end, three more
+// episodes 2-3 s apart before the fleet levelled at 0.95 of the limit;
 // converge 19-36 s).
 const (
 	windowSame  = 0.05
@@ -636,9 +636,11 @@ type State struct {
 	// sent in that second before it were served.
 	winAt, winSeen int64
 	winN           int
-	// lateAt is when the last refusal came that was read as a window's
-	// count spent (winAt) and not confirmed (0: none); lateSec is the
-	// clock second its call was sent in, lateN the calls that second
+	// lateAt is when the last refusal with a Retry-After came (the key's
+	// own, or another process's pause heard of) late in a clock second,
+	// after at least confirmedCut of the rate was served in it, and no
+	// second one confirmed it as a window's (0: none); lateSec is the
+	// clock second it was sent in, lateN the key's calls that second
 	// served before it, and lateRate the rate it came at (windowSame).
 	lateAt, lateSec int64
 	lateN           int
