@@ -111,7 +111,8 @@
 // count served (within 5 %) at rates at least 10 % apart, show the window
 // instead, since a window's count does not move with the rate. Either may
 // be another process's refusal, heard of from the store: the key's own
-// calls served that second are its share of the count.
+// calls served that second are its share of the count. Neither read takes
+// a pause of 100 ms or less, a token's wait rather than a window's rest.
 //
 // A ban starts the key over (see Sample.Banned); other answers of the same
 // ban, including another process's heard of as the key's own ends, change
