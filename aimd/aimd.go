@@ -1071,39 +1071,8 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				d.Change, d.Reason = Decreased, reason
 			}
 		}
-		// A pause another process was refused with, heard of from the
-		// store (outbound's notePause: Failed, no latency): the key's own
-		// calls served that second are its share of the count spent.
-		heard := in.Outcome == Failed && !in.Banned
-		// A pause of a few milliseconds (sharePause) is a token's wait,
-		// not the rest of a window: a bucket far over its limit refuses
-		// call after call, as a spent window does (issue 18: read so, a
-		// provider stating its waits to the millisecond held the fleet
-		// at 0.92-0.94 of it in 1 of 5 runs of a virtual table).
-		if (in.Outcome == Throttled || heard) && in.RetryAfter > sharePause && c.plateau > 0 && s.winCap == 0 && (heard || s.winAt == 0) {
-			if n := s.windowServed(sent); n > 0 && float64(n) >= confirmedCut*rate0 {
-				// Refused late in a clock second: a window's count
-				// spent, if the calls sent after it in the second are
-				// refused too (windowLate). Not news when the
-				// episode began with another process's pause, heard
-				// of from the store first: the key's own refusals
-				// still show the window.
-				if !heard {
-					s.winAt, s.winSeen, s.winN = sent, now, n
-				}
-				if s.lateAt > 0 && now-s.lateAt <= windowSpan && sent/int64(sec) != s.lateSec &&
-					math.Abs(float64(n-s.lateN)) <= windowSame*float64(max(n, s.lateN)) &&
-					math.Abs(rate0-s.lateRate) >= windowRates*max(rate0, s.lateRate) {
-					// The same count served in two seconds at rates
-					// well apart: a window's (windowSame).
-					s.winN, s.lateAt = min(n, s.lateN), 0
-					if c.capWindow(s) {
-						d.Change, d.Reason = Decreased, ReasonThrottled
-					}
-				} else {
-					s.lateAt, s.lateSec, s.lateN, s.lateRate = now, sent/int64(sec), n, rate0
-				}
-			}
+		if (in.Outcome == Throttled || in.Outcome == Failed && !in.Banned) && c.lateRefusal(s, now, sent, rate0, in) {
+			d.Change, d.Reason = Decreased, ReasonThrottled
 		}
 		// Time spent in trouble does not count towards an increase.
 		s.lastIncrease = now
@@ -1489,9 +1458,8 @@ func (c *Controller) grow(s *State, now int64) bool {
 		return false // application-limited: the rate is not what binds
 	}
 	old := s.rate
-	goal := c.decrease * s.peak
+	goal := c.plateauOf(s.peak)
 	if c.plateau > 0 {
-		goal = c.plateau * s.peak
 		if s.held {
 			// Trouble found only after holding at the plateau: the
 			// limit is just under it, closer than a cut found while
@@ -1516,15 +1484,13 @@ func (c *Controller) grow(s *State, now int64) bool {
 	switch {
 	case s.probing && s.ramp:
 		s.rate += s.rate * min(c.slowStart, rampGrowth) * dt
-		lvl := c.plateau * s.banRate
-		if c.plateau == 0 {
-			lvl = c.decrease * s.banRate
-		}
-		if s.banRate > 0 && s.rate >= lvl {
+		if s.banRate > 0 && s.rate >= c.plateauOf(s.banRate) {
 			// Back near the rate the last ban came at: level off
-			// under it, hold, and probe gently above it.
-			s.rate, s.peak, s.cutTo = max(old, lvl), s.banRate, max(old, lvl)
-			s.probing, s.ramp, s.held, s.good, s.level, s.banRate = false, false, false, 0, now, 0
+			// under it, hold, and probe gently above it (from no
+			// proven plateau: the one held before the ramp was the
+			// ban's quarter).
+			s.rate, s.peak = max(old, c.plateauOf(s.banRate)), s.banRate
+			s.probing, s.ramp, s.good, s.level, s.banRate = false, false, 0, now, 0
 		}
 	case s.probing:
 		s.rate += s.rate * c.slowStart * dt
@@ -1665,6 +1631,55 @@ func (c *Controller) capWindow(s *State) bool {
 	s.rate = max(s.winCap, c.floor)
 	s.cutTo = s.rate
 	return true
+}
+
+// plateauOf returns the level under rate r that recovery aims at: Plateau
+// times it, or Decrease times it without a plateau.
+func (c *Controller) plateauOf(r float64) float64 {
+	if c.plateau > 0 {
+		return c.plateau * r
+	}
+	return c.decrease * r
+}
+
+// lateRefusal notes a refusal with a Retry-After of a call sent at sent
+// (Unix µs) at rate0, the key's own (Throttled) or another process's
+// pause heard of from the store (outbound's notePause: Failed, no
+// latency), when it came late in a clock second after at least
+// confirmedCut of the rate was served in it: a window's count spent, if
+// the key's next call in flight is refused too (windowLate), or if an
+// earlier such refusal served the same count at a rate well apart
+// (windowSame), when it caps the level and reports whether it lowered
+// the rate. Not news when the episode began with another process's pause,
+// heard of first: the key's own refusals still show the window. A pause
+// of a few milliseconds (sharePause) is a token's wait, not the rest of a
+// window: a bucket far over its limit refuses call after call, as a spent
+// window does (issue 18: read so, a provider stating its waits to the
+// millisecond held the fleet at 0.92-0.94 of it in 1 of 5 runs of a
+// virtual table).
+func (c *Controller) lateRefusal(s *State, now, sent int64, rate0 float64, in Sample) bool {
+	heard := in.Outcome == Failed
+	if in.RetryAfter <= sharePause || c.plateau == 0 || s.winCap != 0 || (!heard && s.winAt != 0) {
+		return false
+	}
+	n := s.windowServed(sent)
+	if n == 0 || float64(n) < confirmedCut*rate0 {
+		return false
+	}
+	if !heard {
+		s.winAt, s.winSeen, s.winN = sent, now, n
+	}
+	k := sent / int64(sec)
+	if s.lateAt == 0 || now-s.lateAt > windowSpan || k == s.lateSec ||
+		math.Abs(float64(n-s.lateN)) > windowSame*float64(max(n, s.lateN)) ||
+		math.Abs(rate0-s.lateRate) < windowRates*max(rate0, s.lateRate) {
+		s.lateAt, s.lateSec, s.lateN, s.lateRate = now, k, n, rate0
+		return false
+	}
+	// The same count served in two seconds at rates well apart: the
+	// key's share of a window's.
+	s.winN, s.lateAt = min(n, s.lateN), 0
+	return c.capWindow(s)
 }
 
 // served counts a success of a call sent at sent (Unix µs) in its clock

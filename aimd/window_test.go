@@ -242,7 +242,8 @@ func TestAWindowShownByTwoEpisodes(t *testing.T) {
 
 // Two late refusals after the same count do not show a window when the
 // rate did not change between them (a bucket at one rate serves the same
-// part of a second each time), nor when the counts differ. The second may
+// part of a second each time), nor when the counts differ, nor with pauses
+// of a few milliseconds. The second may
 // be another process's, heard of from the store: of two processes against
 // a window answering in 5 ms, usually only one is refused in an episode.
 func TestTwoEpisodesShowAWindowOnlyAtRatesApart(t *testing.T) {
@@ -260,11 +261,17 @@ func TestTwoEpisodesShowAWindowOnlyAtRatesApart(t *testing.T) {
 		// The second refusal was another process's, heard of from the
 		// store: the key's own 80 served that second are its share.
 		{"same count, rates apart, the second heard of", 16 * ms, 120, true},
+		// Pauses of a few milliseconds are a token's waits, not the
+		// rest of a window (sharePause).
+		{"same count, rates apart, pauses of 5 ms", 16 * ms, 120, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s, at := levelledAt90(t, c)
 			refused := Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1}
+			if strings.HasSuffix(tc.name, "5 ms") {
+				refused.RetryAfter = 5 * ms
+			}
 			// First: 80 served from the second's start, refused at 0.8 s.
 			base := (at/s1 + 1) * s1
 			for sent := base; sent < base+800*ms; sent += 10 * ms {
