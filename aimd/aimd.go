@@ -145,10 +145,26 @@ const windowLate = 0.5
 // clock window answering in 5 ms: after the slow start's end, three more
 // episodes 2-3 s apart before the fleet levelled at 0.95 of the limit;
 // converge 19-36 s).
+//
+// A refusal after less than confirmedCut of the rate was served in its
+// second counts towards the read too, from lateShare of it: a slow start's
+// rate grew through the second, and when it ends late in one the key has
+// served a third to a half of the rate it was refused at (issue 18, real
+// processes: the process refused at 105/s after serving 52 read no
+// window, the other did, and the two levels summed to 1.05 times the
+// count, a third episode). Such a pair must also come at least
+// windowApart apart in their seconds: a token bucket's count served by a
+// point of a second is about its limit times that point, the same for two
+// refusals at the same point whatever the rates, while a window's count is
+// spent sooner the faster the key sends (without this, the default
+// table's 0.1 s bucket was read as a window at a slow start's end, and
+// its Retry-After rows fell from 0.966 to 0.780).
 const (
 	windowSame  = 0.05
 	windowRates = 0.1
 	windowSpan  = int64(10 * sec)
+	windowApart = int64(100_000)
+	lateShare   = 0.25
 )
 
 // A throttle with no Retry-After (a bare 429, a 503) leaves the key
@@ -636,15 +652,12 @@ type State struct {
 	// sent in that second before it were served.
 	winAt, winSeen int64
 	winN           int
-	// lateAt is when the last refusal with a Retry-After came (the key's
-	// own, or another process's pause heard of) late in a clock second,
-	// after at least confirmedCut of the rate was served in it, and no
-	// second one confirmed it as a window's (0: none); lateSec is the
-	// clock second it was sent in, lateN the key's calls that second
-	// served before it, and lateRate the rate it came at (windowSame).
-	lateAt, lateSec int64
-	lateN           int
-	lateRate        float64
+	// late is the last refusal with a Retry-After (the key's own, or
+	// another process's pause heard of) late in a clock second that no
+	// other such refusal confirmed as a window's yet, and prevLate the one
+	// before it, in an earlier second (lateRec; FleetCount may confirm
+	// them).
+	late, prevLate lateRec
 	// epOK and epRef count the calls sent since the last decrease that
 	// were served, and refused with no Retry-After (shareSamples).
 	epOK, epRef int
@@ -824,7 +837,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			// Served after the refusal, in the same second: no
 			// window's count was spent.
 			s.winAt = 0
-		} else if in.Outcome == Throttled && s.winCap == 0 && c.capWindow(s) {
+		} else if in.Outcome == Throttled && !in.Banned && s.winCap == 0 && c.capWindow(s) {
 			// Lowered: the fleet shares the rate as after any
 			// decrease (outbound's Config.SharedRate).
 			d.Change, d.Reason = Decreased, ReasonThrottled
@@ -1071,7 +1084,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				d.Change, d.Reason = Decreased, reason
 			}
 		}
-		if (in.Outcome == Throttled || in.Outcome == Failed && !in.Banned) && c.lateRefusal(s, now, sent, rate0, in) {
+		if (in.Outcome == Throttled || in.Outcome == Failed) && !in.Banned && c.lateRefusal(s, now, sent, rate0, in) {
 			d.Change, d.Reason = Decreased, ReasonThrottled
 		}
 		// Time spent in trouble does not count towards an increase.
@@ -1120,6 +1133,7 @@ func (c *Controller) restart(s *State, now, d int64) {
 	s.proven, s.provenNext, s.provenAt = 0, 0, 0
 	s.sus, s.susFrom, s.refusedAt = 0, 0, now
 	s.epOK, s.epRef, s.pause = 0, 0, 0
+	s.winCap, s.winAt, s.late, s.prevLate = 0, 0, lateRec{}, lateRec{}
 	s.lastDecrease, s.lastIncrease = now, now
 	s.n = 0
 }
@@ -1472,8 +1486,11 @@ func (c *Controller) grow(s *State, now int64) bool {
 		goal = min(goal, s.good)
 	}
 	if s.winCap > 0 {
-		// The count of a window aligned to the clock (windowLate).
-		goal = min(goal, s.winCap)
+		// The count of a window aligned to the clock (windowLate) is
+		// the level, measured: not a plateau under the rate refused,
+		// which says less (issue 18, real processes: a fleet whose
+		// cuts left it at the count held 0.91 of it).
+		goal = s.winCap
 	}
 	if s.stated && s.hint > 0 {
 		// The throttle came with the provider's (new) sustainable
@@ -1662,24 +1679,147 @@ func (c *Controller) lateRefusal(s *State, now, sent int64, rate0 float64, in Sa
 	if in.RetryAfter <= sharePause || c.plateau == 0 || s.winCap != 0 || (!heard && s.winAt != 0) {
 		return false
 	}
+	if heard && sent/int64(sec) == s.clockSec+1 && sent%int64(sec) < heardLag(rate0) {
+		// Heard of just after the second turned: the other process
+		// was refused in the second before (it is heard of when the
+		// key next tries to send).
+		sent = (s.clockSec+1)*int64(sec) - 1
+	}
 	n := s.windowServed(sent)
-	if n == 0 || float64(n) < confirmedCut*rate0 {
+	if n == 0 || float64(n) < lateShare*rate0 {
 		return false
 	}
-	if !heard {
+	low := float64(n) < confirmedCut*rate0
+	if !heard && !low {
 		s.winAt, s.winSeen, s.winN = sent, now, n
 	}
-	k := sent / int64(sec)
-	if s.lateAt == 0 || now-s.lateAt > windowSpan || k == s.lateSec ||
-		math.Abs(float64(n-s.lateN)) > windowSame*float64(max(n, s.lateN)) ||
-		math.Abs(rate0-s.lateRate) < windowRates*max(rate0, s.lateRate) {
-		s.lateAt, s.lateSec, s.lateN, s.lateRate = now, k, n, rate0
+	r := lateRec{at: now, sec: sent / int64(sec), part: sent % int64(sec), n: n, rate: rate0, low: low}
+	if !r.shows(s.late, r.n, s.late.n) {
+		if r.sec == s.late.sec {
+			r.fleet = s.late.fleet
+		} else {
+			s.prevLate = s.late
+		}
+		s.late = r
 		return false
 	}
 	// The same count served in two seconds at rates well apart: the
 	// key's share of a window's.
-	s.winN, s.lateAt = min(n, s.lateN), 0
-	return c.capWindow(s)
+	s.winN, s.late, s.prevLate = n, lateRec{}, lateRec{}
+	lowered := c.capWindow(s)
+	c.resumeAtWindow(s)
+	return lowered
+}
+
+// resumeAtWindow takes a rate under the window's count that two episodes
+// showed (winCap) up to it: the level is measured, and recovering to it
+// from the cut the episode made took 4-5 s (issue 18, real processes: the
+// fleet converged in 11-12 s, with the level reached at 96 of 100).
+func (c *Controller) resumeAtWindow(s *State) {
+	if s.rate < s.winCap {
+		s.rate = c.clampRate(s.winCap)
+		s.cutTo = s.rate
+	}
+}
+
+// lateRec is a refusal with a Retry-After late in its clock second, after
+// at least lateShare of the rate was served in it (lateRefusal).
+type lateRec struct {
+	at   int64 // when it came (Unix µs; 0: none)
+	sec  int64 // the clock second (Unix s) its call was sent in
+	part int64 // how far into that second (µs)
+	// n is how many of the key's calls sent in that second before it
+	// were served, fleet how many the whole fleet's were (FleetCount; 0:
+	// not known).
+	n, fleet int
+	rate     float64 // the rate it came at
+	low      bool    // n was under confirmedCut of rate
+}
+
+// shows reports whether r and e, an earlier record, show a window, their
+// counts being a and b (the key's own, or the fleet's): within windowSpan,
+// in different seconds, after the same count (windowSame) at rates apart
+// (windowRates), and, if either came after less than confirmedCut of its
+// rate, at points of their seconds apart (windowApart).
+func (r lateRec) shows(e lateRec, a, b int) bool {
+	return e.at != 0 && r.at-e.at <= windowSpan && r.sec != e.sec && a > 0 && b > 0 &&
+		math.Abs(float64(a-b)) <= windowSame*float64(max(a, b)) &&
+		math.Abs(r.rate-e.rate) >= windowRates*max(r.rate, e.rate) &&
+		(!r.low && !e.low || abs64(r.part-e.part) >= windowApart)
+}
+
+// LateSecond returns the clock second (Unix s) of the key's latest refusal
+// with a Retry-After late in its second that the window read keeps (0:
+// none), and how many of the key's calls sent in that second were served
+// before it: the key's share, which a process tells the rest of its fleet
+// through a store (outbound), so that each can learn the fleet's count of
+// that second (FleetCount).
+func (s *State) LateSecond() (sec int64, served int) {
+	return s.late.sec, s.late.n
+}
+
+// FleetCount tells the controller how many calls the whole fleet sharing
+// the key (every process, this one's included) had served in clock second
+// sec (Unix s) when a refusal late in it came: the sum of every process's
+// LateSecond share of that second. A window's count is the fleet's, and
+// each process's share of it moves from one episode to the next as their
+// rates do (issue 18, real processes against a clock window of 100
+// answering in 5 ms: 46 and 54 in one episode, 53 and 47 in the next, so
+// neither process read the window from its own counts, and a third
+// episode came). When the fleet's counts of the key's last two such
+// seconds show a window (lateRec.shows), the level is the key's share of
+// the later one, as for a read from its own counts; the returned Decision
+// says whether that lowered the rate. A count of a second the key keeps no
+// record of, or under the key's own share, is ignored.
+func (c *Controller) FleetCount(s *State, now, sec int64, count int) Decision {
+	c.start0(s)
+	d := Decision{Rate: s.rate, PausedUntil: s.pausedUntil}
+	if sec <= 0 || c.plateau == 0 || s.winCap != 0 {
+		return d
+	}
+	switch sec {
+	case s.late.sec:
+		if count >= s.late.n {
+			s.late.fleet = count
+		}
+	case s.prevLate.sec:
+		if count >= s.prevLate.n {
+			s.prevLate.fleet = count
+		}
+	default:
+		return d
+	}
+	if s.late.fleet == 0 || !s.late.shows(s.prevLate, s.late.fleet, s.prevLate.fleet) {
+		return d
+	}
+	s.winN, s.late, s.prevLate = s.late.n, lateRec{}, lateRec{}
+	r0 := s.rate
+	if c.capWindow(s) {
+		d.Change, d.Reason = Decreased, ReasonThrottled
+	}
+	if c.resumeAtWindow(s); s.rate > r0 {
+		d.Change = Increased
+	}
+	d.Rate = s.rate
+	return d
+}
+
+// heardLag returns how long (µs) after a clock second turned a pause
+// heard of from the store may still be a refusal of that second's: about
+// two of the key's calls at rate r (it hears of one when it next tries to
+// send), 20 to 100 ms.
+func heardLag(r float64) int64 {
+	if r <= 0 {
+		return 100_000
+	}
+	return min(max(int64(2*sec/r), 20_000), 100_000)
+}
+
+func abs64(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
 }
 
 // served counts a success of a call sent at sent (Unix µs) in its clock

@@ -110,9 +110,21 @@
 // episodes within 10 s, each refused late in its second after the same
 // count served (within 5 %) at rates at least 10 % apart, show the window
 // instead, since a window's count does not move with the rate. Either may
-// be another process's refusal, heard of from the store: the key's own
-// calls served that second are its share of the count. Neither read takes
-// a pause of 100 ms or less, a token's wait rather than a window's rest.
+// be another process's refusal, heard of from the store (up to two calls
+// after the second turned, when the key next tried to send): the key's own
+// calls served that second are its share of the count. A refusal after a
+// quarter to a half of the rate was served in its second (a slow start's
+// end, whose rate grew through the second) counts too, but only with one at
+// a point of its second at least 0.1 s apart, where a token bucket would
+// have served a different count. Each process's share of a window moves
+// from one episode to the next as the rates do, so each also tells the
+// fleet its share of such a second through the store (State.LateSecond),
+// and reads back the fleet's sum once the pause is over
+// (Controller.FleetCount): two episodes whose fleet counts agree show the
+// window too. After a read from two episodes the level is the key's share
+// of the count, taken up at once, not a plateau under the rate refused.
+// Neither read takes a pause of 100 ms or less, a token's wait rather than
+// a window's rest.
 //
 // A ban starts the key over (see Sample.Banned); other answers of the same
 // ban, including another process's heard of as the key's own ends, change

@@ -50,6 +50,11 @@ type adaptive struct {
 	// for Snapshot's percentiles; nRecent counts them all.
 	recent  [latencySamples]int64
 	nRecent int
+	// told is the clock second (Unix s) whose share of a window's count
+	// this process last told the fleet (shareToTell), and ask the one
+	// whose count for the whole fleet it has yet to read (0: none), once
+	// askAt (Unix µs) passed.
+	told, ask, askAt int64
 }
 
 // latencySamples is how many of a key's latest successes Snapshot's
@@ -243,6 +248,41 @@ func (a *adaptive) notePause(now, d, lag int64, banned bool) (news bool, window 
 	return true, a.weight.window
 }
 
+// shareToTell returns the clock second (Unix s) of a refusal late in it
+// that the key's controller keeps for its window read, and the key's share
+// of the calls served in it, if this process has not told the fleet of
+// that second yet (0: nothing to tell); the fleet's count is then to be
+// read once the key's pause ends (askAt), when every process has heard of
+// the refusal and told its share.
+func (a *adaptive) shareToTell(now int64) (sec int64, share int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.shareToTellLocked(now)
+}
+
+func (a *adaptive) shareToTellLocked(now int64) (sec int64, share int) {
+	k, n := a.state.LateSecond()
+	if k == 0 || k == a.told || n <= 0 {
+		return 0, 0
+	}
+	held, _ := a.state.Paused(now)
+	a.told, a.ask, a.askAt = k, k, max(held, now+minAskAfter)
+	return k, n
+}
+
+// minAskAfter (µs) is the least time after a process tells its share of a
+// second that it reads the fleet's count of it: the other processes hear
+// of the refusal when they next try to send.
+const minAskAfter = int64(200 * time.Millisecond / time.Microsecond)
+
+// fleetCount gives the key's controller the fleet's count of calls served
+// in clock second sec (aimd.Controller.FleetCount).
+func (a *adaptive) fleetCount(now, sec int64, count int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ctl.FleetCount(&a.state, now, sec, count)
+}
+
 // episodeSlack is how long (µs) after a pause's end another pause heard
 // from the store may end and still be the same episode's: twice the
 // average attempt latency (the calls in flight when the first refusal came
@@ -274,6 +314,11 @@ type outcome struct {
 	// budget is a window budget learned here to tell the fleet (0: none),
 	// for the window of budgetWindow µs.
 	budget, budgetWindow int64
+	// tell is a clock second whose share (calls served) the process is to
+	// tell the fleet (adaptive.shareToTell; 0: none); ask one whose
+	// count for the fleet it is to read now (0: none).
+	tell, ask int64
+	share     int
 }
 
 // observe feeds one attempt's sample and report to the controller at now,
@@ -313,6 +358,11 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 		a.state.CapTarget(a.minLatency * targetOverMin)
 	}
 	o.decision = a.ctl.Observe(&a.state, now, s)
+	if s.Outcome == aimd.Success && a.ask != 0 && now >= a.askAt {
+		o.ask, a.ask = a.ask, 0
+	} else if s.Outcome != aimd.Success {
+		o.tell, o.share = a.shareToTellLocked(now)
+	}
 	if a.weight.shown && s.Hint > 0 {
 		// A refusal that showed the learned window budget is
 		// explained by it: the key waits out the Retry-After and then

@@ -35,7 +35,12 @@
 // that saw it, and every process that finds the key paused slows its own
 // rate down once for the episode, so the fleet backs off as one; a ban (a
 // 418) is marked as one in the store, and every process that finds the key
-// paused by it starts over, as the process banned does. A
+// paused by it starts over, as the process banned does. When a
+// refusal comes late in a clock second (a window of a second aligned to
+// the clock, spent), each process adds to the store the calls it had
+// served in that second, and reads the fleet's sum back once the pause is
+// over: the window's count is the fleet's, while each process's share of
+// it moves from one episode to the next (aimd's FleetCount). A
 // sustainable rate the provider reports (a quota over its
 // window, a cost bucket's restore rate) caps the adapted rate. A window
 // budget the provider never states but whose use it reports (Binance's

@@ -85,3 +85,39 @@ func (c *Client) writeBudget(ctx context.Context, ks *keyState, window, budget i
 	v := min(max(budget, 1), budgetLimit.Rate-1)
 	_, _ = c.store.Sync(ctx, store.SyncParams{Key: budgetKey(ks, window), Limit: budgetLimit, Remaining: v})
 }
+
+// fleetCountLimit keeps, for a clock second in which the fleet was refused
+// late, how many calls every process sharing the key had served in it:
+// each process adds its own share (tellShare) as the used units of a long
+// fixed window, under a key naming the second, and reads the sum once the
+// pause is over (readFleetCount). A clock-aligned window's count is the
+// fleet's; each process's share of it moves from one episode to the next,
+// so only the sum shows it (aimd.Controller.FleetCount). A count lasts
+// until the end of the UTC day it was written in (fixed windows align to
+// the epoch): one written just before midnight reads as none after it.
+var fleetCountLimit = store.Limit{Name: "outbound-count", Algorithm: store.FixedWindow, Rate: 1 << 40, Period: 24 * time.Hour}
+
+func countKey(ks *keyState, sec int64) string {
+	return ks.names.count + ":" + strconv.FormatInt(sec, 10)
+}
+
+// tellShare adds this process's share, calls served in clock second sec,
+// to the fleet's count of that second.
+func (c *Client) tellShare(ctx context.Context, ks *keyState, sec int64, share int) {
+	_, _ = c.store.Take(ctx, store.TakeParams{Key: countKey(ks, sec), Limit: fleetCountLimit, Cost: int64(share)})
+}
+
+// readFleetCount reads the fleet's count of clock second sec and gives it
+// to the key's controller. A store that does not answer tells nothing.
+// With SharedRate the fleet paces at one rate, not each process at its
+// share: nothing to read.
+func (c *Client) readFleetCount(ctx context.Context, ks *keyState, sec, now int64) {
+	if c.shared {
+		return
+	}
+	r, err := c.store.Take(ctx, store.TakeParams{Key: countKey(ks, sec), Limit: fleetCountLimit, Cost: 0})
+	if err != nil || r.Remaining >= fleetCountLimit.Rate || r.Remaining < 0 {
+		return
+	}
+	ks.adapt.fleetCount(now, sec, int(fleetCountLimit.Rate-r.Remaining))
+}

@@ -50,6 +50,7 @@ type storeKeys struct {
 	rate   string // the fleet's adapted rate (SharedRate)
 	budget string // the fleet's learned window budget
 	ban    string // the fleet's ban: the pause of a provider's ban (see syncBan)
+	count  string // the fleet's count of calls served in a clock second (see tellShare)
 }
 
 func (n keyNames) of(key string) storeKeys {
@@ -58,7 +59,7 @@ func (n keyNames) of(key string) storeKeys {
 	if n.shared {
 		pace = tagged
 	}
-	return storeKeys{pace: pace, fleet: tagged, pause: tagged + ":pause", rate: tagged + ":rate", budget: tagged + ":budget", ban: tagged + ":ban"}
+	return storeKeys{pace: pace, fleet: tagged, pause: tagged + ":pause", rate: tagged + ":rate", budget: tagged + ":budget", ban: tagged + ":ban", count: tagged + ":count"}
 }
 
 // braces escapes a key's braces, so that the hash tag is always the whole

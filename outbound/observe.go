@@ -73,6 +73,12 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 	if o.budget > 0 {
 		c.writeBudget(ctx, ks, o.budgetWindow, o.budget)
 	}
+	if o.tell != 0 {
+		c.tellShare(ctx, ks, o.tell, o.share)
+	}
+	if o.ask != 0 {
+		c.readFleetCount(ctx, ks, o.ask, now)
+	}
 	if c.metrics != nil {
 		c.metrics.observe(ks.label, s.Outcome, o.rate)
 	}

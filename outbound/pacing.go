@@ -161,6 +161,11 @@ func (c *Client) notePause(ctx context.Context, ks *keyState, d time.Duration) {
 		// budget from it: take it up.
 		c.readBudget(ctx, ks, window)
 	}
+	if news {
+		if k, n := ks.adapt.shareToTell(now); k != 0 {
+			c.tellShare(ctx, ks, k, n)
+		}
+	}
 }
 
 // noteLag records how late a pacing timer fired: the process's own

@@ -196,3 +196,27 @@ func TestSluiceReconvergesAfterPausesOfMilliseconds(t *testing.T) {
 		})
 	}
 }
+
+// Issue 18: two processes against a provider counting in windows of a
+// second aligned to the clock and answering in 5 ms, faster than a call
+// is in flight: no call in flight shows the window, and each process's
+// share of the window's count moves between episodes. The fleet's count,
+// summed through the store (outbound's tellShare, aimd's FleetCount), shows
+// it after two episodes, and the fleet resumes at its level at once: it
+// converges within 10 s, where it took 12 before, and is never banned by a
+// provider that bans after five refusals in 10 s.
+func TestSluiceLevelsAtAClockWindowAnsweredInMilliseconds(t *testing.T) {
+	t.Parallel()
+	scs := fleet.Issue18Scenarios(60 * time.Second)
+	i := slices.IndexFunc(scs, func(sc sim.Scenario) bool { return sc.Name == "ban-on-refusals" })
+	require.GreaterOrEqual(t, i, 0)
+	sc := scs[i]
+	sc.Provider.FixedWindow = true
+	sc.Provider.Latency = 5 * time.Millisecond
+	s := runManual(t, sc, fleet.Sluice("sluice", true, fleet.FigureOptions()), sc.Processes)
+	require.Zero(t, s.Bans, "%+v", s)
+	require.GreaterOrEqual(t, s.GoodputRatio, 0.95, "%+v", s)
+	require.LessOrEqual(t, s.ThrottleRatio, 0.01, "%+v", s)
+	require.GreaterOrEqual(t, s.ConvergeS, 0, "%+v", s)
+	require.LessOrEqual(t, s.ConvergeS, 10, "%+v", s)
+}
