@@ -71,7 +71,7 @@ func runWindow(c *Controller, s *State, p *clockWindow, at, d int64) int64 {
 // the limit, so a second episode of refusals came within 2 s, and a
 // provider that bans after five refusals in 10 s banned the fleet. The
 // calls in flight after the refused one, refused as well, show the window:
-// the rate cuts to (1+Plateau)/2 of the calls that second served, and stays
+// the rate cuts to windowLevel of the calls that second served, and stays
 // under it until a probe. Slow starts begun at 20 points of a second meet
 // the window at every point of one; with these settings every one refused
 // from 0.65 of a second on (11 of them) sees no second episode in the
@@ -96,7 +96,7 @@ func TestClockWindowCountBoundsTheLevel(t *testing.T) {
 		for _, r := range p.refused {
 			require.Less(t, r, first+s1, "start +%d ms: refused again %.1f s after the first refusal", off/ms, float64(r-first)/float64(s1))
 		}
-		require.InDelta(t, 0.955*100, s.rate, 1e-9, "start +%d ms: the level is (1+0.91)/2 of the window's 100", off/ms)
+		require.InDelta(t, 0.97*100, s.rate, 1e-9, "start +%d ms: the level is windowLevel of the window's 100", off/ms)
 	}
 	require.GreaterOrEqual(t, late, 5, "slow starts refused late in a second")
 }
@@ -143,10 +143,10 @@ func TestOnlyAWindowSpentCapsTheLevel(t *testing.T) {
 				next = refused
 			}
 			d := c.Observe(&s, base+tc.sent+tc.next+20*ms, next)
-			window := 0.95 * float64(served)
+			window := windowLevel * float64(served)
 			if tc.capped {
 				require.Less(t, window, cut, "the usual cut left more than the window")
-				require.InDelta(t, window, s.rate, 1e-9, "cut to (1+0.9)/2 of the %d calls served", served)
+				require.InDelta(t, window, s.rate, 1e-9, "cut to windowLevel of the %d calls served", served)
 				require.Equal(t, Decreased, d.Change, "a decrease the fleet shares")
 			} else {
 				require.InDelta(t, cut, s.rate, 1e-9, "the usual cut")
@@ -183,7 +183,7 @@ func TestOnlyACallInFlightShowsTheWindow(t *testing.T) {
 		c.Observe(&s, base+820*ms, refused)
 		c.Observe(&s, base+800*ms+tc.next+20*ms, refused)
 		if tc.read {
-			require.InDelta(t, 0.95*80, s.winCap, 1e-9, "sent %d ms after: in flight, the window read", tc.next/ms)
+			require.InDelta(t, 0.97*80, s.winCap, 1e-9, "sent %d ms after: in flight, the window read", tc.next/ms)
 		} else {
 			require.Zero(t, s.winCap, "sent %d ms after, once the refusal had come: no window read", tc.next/ms)
 		}
@@ -211,8 +211,8 @@ func TestAWindowReadAfterTheFleetsPause(t *testing.T) {
 	refused := Sample{Outcome: Throttled, Latency: 20 * ms, RetryAfter: s1}
 	require.Equal(t, Unchanged, c.Observe(&s, base+820*ms, refused).Change, "the key's own refusal is the same episode's")
 	d = c.Observe(&s, base+830*ms, refused)
-	require.Less(t, 0.95*80, cut, "the pause's cut left more than the window")
-	require.InDelta(t, 0.95*80, s.rate, 1e-9, "cut to (1+0.9)/2 of the 80 calls served")
+	require.Less(t, 0.97*80, cut, "the pause's cut left more than the window")
+	require.InDelta(t, 0.97*80, s.rate, 1e-9, "cut to windowLevel of the 80 calls served")
 	require.Equal(t, Decreased, d.Change, "a decrease the fleet shares")
 }
 
@@ -220,7 +220,7 @@ func TestAWindowReadAfterTheFleetsPause(t *testing.T) {
 // it refuses, so no second refusal shows the window. Two episodes late in
 // their seconds, at rates well apart, that each served the same count in
 // their second show it instead (windowSame): slow starts begun at 20
-// points of a second each level at (1+0.91)/2 of the window's 100 within
+// points of a second each level at windowLevel of the window's 100 within
 // 12 s of the first refusal, where the code before read no window in any
 // and levelled anywhere from 91.4 to 98.9, to be refused again when the
 // rate came back near 100.
@@ -235,8 +235,8 @@ func TestAWindowShownByTwoEpisodes(t *testing.T) {
 		require.NotEmpty(t, p.refused, "the slow start found the window")
 		first := p.refused[0]
 		runWindow(c, &s, p, at, first+12*s1-at)
-		require.InDelta(t, 0.955*100, s.winCap, 1e-9, "start +%d ms: the window read", off/ms)
-		require.LessOrEqual(t, s.rate, 0.955*100+1e-9, "start +%d ms: levelled under the window", off/ms)
+		require.InDelta(t, 0.97*100, s.winCap, 1e-9, "start +%d ms: the window read", off/ms)
+		require.LessOrEqual(t, s.rate, 0.97*100+1e-9, "start +%d ms: levelled under the window", off/ms)
 	}
 }
 
@@ -301,7 +301,7 @@ func TestTwoEpisodesShowAWindowOnlyAtRatesApart(t *testing.T) {
 				c.Observe(&s, base+805*ms, refused)
 			}
 			if tc.window {
-				require.InDelta(t, 0.95*80, s.winCap, 1e-9, "read as a window of 80")
+				require.InDelta(t, 0.97*80, s.winCap, 1e-9, "read as a window of 80")
 			} else {
 				require.Zero(t, s.winCap, "no window read")
 			}
@@ -353,10 +353,10 @@ func TestAWindowsCountIsTheLevel(t *testing.T) {
 	second(44.6, 41, false)
 	d := c.Observe(&s, at+8*ms, Sample{Outcome: Failed, RetryAfter: s1 - 8*ms})
 	require.Equal(t, Decreased, d.Change)
-	require.InDelta(t, 0.955*41, s.winCap, 1e-9, "the heard refusal is the second before's: a window of 41 for the key")
+	require.InDelta(t, 0.97*41, s.winCap, 1e-9, "the heard refusal is the second before's: a window of 41 for the key")
 	at += s1
 	busyFor(c, &s, &at, 8*s1)
-	require.InDelta(t, 0.955*41, s.rate, 1e-9, "recovered to the window's count, not to a plateau under its last cut")
+	require.InDelta(t, 0.97*41, s.rate, 1e-9, "recovered to the window's count, not to a plateau under its last cut")
 }
 
 // A slow start ends late in a second after serving a third to a half of
@@ -401,7 +401,7 @@ func TestASlowStartsEndCountsTowardsTheWindowRead(t *testing.T) {
 			at += s1
 			episode(68, 52, tc.part2)
 			if tc.window {
-				require.InDelta(t, 0.955*52, s.winCap, 1e-9, "read as a window of 52")
+				require.InDelta(t, 0.97*52, s.winCap, 1e-9, "read as a window of 52")
 			} else {
 				require.Zero(t, s.winCap, "no window read")
 			}
@@ -466,11 +466,11 @@ func TestTheFleetsCountShowsTheWindow(t *testing.T) {
 				require.Equal(t, Unchanged, d.Change)
 				return
 			}
-			require.InDelta(t, 0.955*53, s.winCap, 1e-9, "the key's share of the fleet's window")
+			require.InDelta(t, 0.97*53, s.winCap, 1e-9, "the key's share of the fleet's window")
 			require.Equal(t, Increased, d.Change, "resumed at the window's level at once")
-			require.InDelta(t, 0.955*53, d.Rate, 1e-9)
+			require.InDelta(t, 0.97*53, d.Rate, 1e-9)
 			busyFor(c, &s, &at, 8*s1)
-			require.InDelta(t, 0.955*53, s.rate, 1e-9, "held there")
+			require.InDelta(t, 0.97*53, s.rate, 1e-9, "held there")
 		})
 	}
 }
