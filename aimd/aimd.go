@@ -146,6 +146,13 @@ const windowLate = 0.5
 // episodes 2-3 s apart before the fleet levelled at 0.95 of the limit;
 // converge 19-36 s).
 //
+// Once a read from two episodes showed the provider's windows, a refusal
+// late in a second after at least confirmedCut of the rate was served in it
+// is read at once: the window's count was spent, at a limit that changed
+// (issue 18, real processes against a clock window answering in 5 ms: the
+// halving took two episodes, each of one to three refusals, and a provider
+// banning after five in 10 s banned the fleet in 1 of 3 runs).
+//
 // A refusal after less than confirmedCut of the rate was served in its
 // second counts towards the read too, from lateShare of it: a slow start's
 // rate grew through the second, and when it ends late in one the key has
@@ -644,6 +651,11 @@ type State struct {
 	clockSec int64
 	clockOK  int
 	winCap   float64
+	// winKnown says a read from two episodes (lateRefusal, FleetCount)
+	// showed that the provider counts in clock windows: a later refusal
+	// late in a second, after at least confirmedCut of the rate was
+	// served in it, is read at once (see windowSpan).
+	winKnown bool
 	// winAt is when the call was sent whose refusal was the key's first
 	// of the last episode with a Retry-After late in its clock second
 	// (Unix µs, 0: none, or a call sent after it in the second was
@@ -1700,6 +1712,11 @@ func (c *Controller) lateRefusal(s *State, now, sent int64, rate0 float64, in Sa
 		return false
 	}
 	low := float64(n) < confirmedCut*rate0
+	if s.winKnown && !low {
+		// The provider's windows are known: this one's count was
+		// spent, at a limit that changed (see windowSpan).
+		return c.windowRead(s, n)
+	}
 	if !heard && !low {
 		s.winAt, s.winSeen, s.winN = sent, now, n
 	}
@@ -1715,7 +1732,14 @@ func (c *Controller) lateRefusal(s *State, now, sent int64, rate0 float64, in Sa
 	}
 	// The same count served in two seconds at rates well apart: the
 	// key's share of a window's.
-	s.winN, s.late, s.prevLate = n, lateRec{}, lateRec{}
+	return c.windowRead(s, n)
+}
+
+// windowRead levels the key at windowLevel of n, its share of a window's
+// count read from two episodes (or one, once windows are known), and
+// reports whether that lowered the rate.
+func (c *Controller) windowRead(s *State, n int) bool {
+	s.winN, s.late, s.prevLate, s.winKnown = n, lateRec{}, lateRec{}, true
 	lowered := c.capWindow(s)
 	c.resumeAtWindow(s)
 	return lowered
@@ -1802,12 +1826,11 @@ func (c *Controller) FleetCount(s *State, now, sec int64, count int) Decision {
 	if s.late.fleet == 0 || !s.late.shows(s.prevLate, s.late.fleet, s.prevLate.fleet) {
 		return d
 	}
-	s.winN, s.late, s.prevLate = s.late.n, lateRec{}, lateRec{}
 	r0 := s.rate
-	if c.capWindow(s) {
+	if c.windowRead(s, s.late.n) {
 		d.Change, d.Reason = Decreased, ReasonThrottled
 	}
-	if c.resumeAtWindow(s); s.rate > r0 {
+	if s.rate > r0 {
 		d.Change = Increased
 	}
 	d.Rate = s.rate

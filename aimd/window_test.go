@@ -474,3 +474,32 @@ func TestTheFleetsCountShowsTheWindow(t *testing.T) {
 		})
 	}
 }
+
+// Once two episodes showed a clock window, a refusal late in a second
+// after at least half the rate was served in it is read at once: the
+// window's count was spent at a limit that changed. A halving against a
+// window answering in 5 ms then costs one episode, not two (issue 18, two
+// real processes: two episodes of one to three refusals each, and a
+// provider banning after five in 10 s banned the fleet in 1 of 3 runs).
+func TestAKnownWindowsNewCountIsReadAtOnce(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 5, SlowStart: 2, Decrease: 0.8, Cooldown: 500 * time.Millisecond,
+		IgnoreLatency: true, Plateau: 0.91, Hold: time.Minute})
+	for off := int64(0); off < s1; off += 100 * ms {
+		s := c.Init()
+		p := &clockWindow{limit: 100, lat: 5 * ms}
+		at := runWindow(c, &s, p, t0+off, 20*s1)
+		require.InDelta(t, 0.97*100, s.rate, 1e-9, "start +%d ms: the window read", off/ms)
+		// The limit halves as a second begins.
+		at = runWindow(c, &s, p, at, (at/s1+1)*s1-at)
+		p.limit = 50
+		before := len(p.refused)
+		runWindow(c, &s, p, at, 20*s1)
+		episodes := map[int64]bool{}
+		for _, sent := range p.refused[before:] {
+			episodes[sent/s1] = true
+		}
+		require.Len(t, episodes, 1, "start +%d ms: one episode of refusals", off/ms)
+		require.InDelta(t, 0.97*50, s.rate, 1e-9, "start +%d ms: levelled at the new count", off/ms)
+	}
+}
