@@ -93,24 +93,28 @@ func (c *Client) writeBudget(ctx context.Context, ks *keyState, window, budget i
 // pause is over (readFleetCount). A clock-aligned window's count is the
 // fleet's; each process's share of it moves from one episode to the next,
 // so only the sum shows it (aimd.Controller.FleetCount). A count lasts
-// until the end of the UTC day it was written in (fixed windows align to
-// the epoch): one written just before midnight reads as none after it.
-var fleetCountLimit = store.Limit{Name: "outbound-count", Algorithm: store.FixedWindow, Rate: 1 << 40, Period: 24 * time.Hour}
+// until the end of the UTC hour it was written in (fixed windows align to
+// the epoch), so that a fleet refused now and then leaves few keys behind:
+// one written in the last second or two of an hour reads as none after
+// it, and that episode shows nothing.
+var fleetCountLimit = store.Limit{Name: "outbound-count", Algorithm: store.FixedWindow, Rate: 1 << 40, Period: time.Hour}
 
 func countKey(ks *keyState, sec int64) string {
 	return ks.names.count + ":" + strconv.FormatInt(sec, 10)
 }
 
 // tellShare adds this process's share, calls served in clock second sec,
-// to the fleet's count of that second.
+// to the fleet's count of that second. With SharedRate the fleet paces at
+// one rate, not each process at its share: nothing to tell (nor read).
 func (c *Client) tellShare(ctx context.Context, ks *keyState, sec int64, share int) {
+	if c.shared {
+		return
+	}
 	_, _ = c.store.Take(ctx, store.TakeParams{Key: countKey(ks, sec), Limit: fleetCountLimit, Cost: int64(share)})
 }
 
 // readFleetCount reads the fleet's count of clock second sec and gives it
 // to the key's controller. A store that does not answer tells nothing.
-// With SharedRate the fleet paces at one rate, not each process at its
-// share: nothing to read.
 func (c *Client) readFleetCount(ctx context.Context, ks *keyState, sec, now int64) {
 	if c.shared {
 		return
