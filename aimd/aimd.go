@@ -119,9 +119,9 @@ const confirmedCut = 0.5
 // followed by the refusal of a call sent after it while it was in flight
 // (none served in between), reads the calls of that second served before it
 // as the window's count, if they are at least confirmedCut of the rate
-// refused: the rate cuts to no more than windowLevel of that count (so
-// to no less than 0.48 of the rate refused), and recovers to no more until
-// a probe above it (State.winCap). A cut by a share of the rate refused alone
+// refused: the rate is set to windowLevel of that count (so no less than
+// 0.48 of the rate refused), and recovers to no more until a probe above
+// it (State.winCap). A cut by a share of the rate refused alone
 // left 1.06 of such a limit after a slow start (0.64 of a rate 1.66 times
 // it), and a recovery to 0.91 of a rate refused soon after a pause 1.03 of
 // it: each a second episode of refusals within 10 s, and a ban from a
@@ -849,10 +849,12 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			// Served after the refusal, in the same second: no
 			// window's count was spent.
 			s.winAt = 0
-		} else if in.Outcome == Throttled && !in.Banned && s.winCap == 0 && c.capWindow(s) {
-			// Lowered: the fleet shares the rate as after any
-			// decrease (outbound's Config.SharedRate).
-			d.Change, d.Reason = Decreased, ReasonThrottled
+		} else if in.Outcome == Throttled && !in.Banned && s.winCap == 0 {
+			// The fleet shares the rate as after any change
+			// (outbound's Config.SharedRate).
+			if d.Change = c.capWindow(s); d.Change == Decreased {
+				d.Reason = ReasonThrottled
+			}
 		}
 	}
 	if s.lastDecrease != 0 && sent >= s.lastDecrease {
@@ -1498,11 +1500,9 @@ func (c *Controller) grow(s *State, now int64) bool {
 		goal = min(goal, s.good)
 	}
 	if s.winCap > 0 {
-		// The count of a window aligned to the clock (windowLate) is
-		// the level, measured: not a plateau under the rate refused,
-		// which says less (issue 18, real processes: a fleet whose
-		// cuts left it at the count held 0.91 of it).
-		goal = s.winCap
+		// The count of a window aligned to the clock (windowLate):
+		// the read set the rate to it (capWindow).
+		goal = min(goal, s.winCap)
 	}
 	if s.stated && s.hint > 0 {
 		// The throttle came with the provider's (new) sustainable
@@ -1654,22 +1654,29 @@ func (c *Controller) Fresh(s *State, now int64) bool {
 // 0.955, a run's level of 95 missed the goal of 0.95 of the limit).
 const windowLevel = 0.97
 
-// capWindow bounds the rate, and the recovery until a probe, by the count
-// of a window aligned to the clock (windowLate): windowLevel of the calls
-// served in the second of the refusal that began the episode, since the
-// calls sent after it in that second were refused too. It reports whether
-// the rate was lowered.
-func (c *Controller) capWindow(s *State) bool {
+// capWindow sets the rate, and bounds the recovery until a probe, to the
+// count of a window aligned to the clock (windowLate): windowLevel of the
+// key's calls served in the second of the refusal that showed it (winN).
+// The count is measured, so the level is the count's, down or up: a
+// plateau under the rate the episode's cut left held a fleet at 0.91 of
+// the count, and recovering to it from that cut took 4-5 s (issue 18,
+// real processes against a clock window answering in 5 ms). It reports
+// how the rate changed.
+func (c *Controller) capWindow(s *State) Change {
 	s.winCap = windowLevel * float64(s.winN)
 	// The level is the window's, not a guess from a slow start's
 	// overshoot: it holds as any level does before a probe.
 	s.exitLevel = false
-	if s.rate <= s.winCap {
-		return false
-	}
-	s.rate = max(s.winCap, c.floor)
+	r := s.rate
+	s.rate = c.clampRate(max(s.winCap, c.floor))
 	s.cutTo = s.rate
-	return true
+	switch {
+	case s.rate < r:
+		return Decreased
+	case s.rate > r:
+		return Increased
+	}
+	return Unchanged
 }
 
 // plateauOf returns the level under rate r that recovery aims at: Plateau
@@ -1715,7 +1722,7 @@ func (c *Controller) lateRefusal(s *State, now, sent int64, rate0 float64, in Sa
 	if s.winKnown && !low {
 		// The provider's windows are known: this one's count was
 		// spent, at a limit that changed (see windowSpan).
-		return c.windowRead(s, n)
+		return c.windowRead(s, n) == Decreased
 	}
 	if !heard && !low {
 		s.winAt, s.winSeen, s.winN = sent, now, n
@@ -1732,28 +1739,15 @@ func (c *Controller) lateRefusal(s *State, now, sent int64, rate0 float64, in Sa
 	}
 	// The same count served in two seconds at rates well apart: the
 	// key's share of a window's.
-	return c.windowRead(s, n)
+	return c.windowRead(s, n) == Decreased
 }
 
 // windowRead levels the key at windowLevel of n, its share of a window's
 // count read from two episodes (or one, once windows are known), and
-// reports whether that lowered the rate.
-func (c *Controller) windowRead(s *State, n int) bool {
+// reports how the rate changed.
+func (c *Controller) windowRead(s *State, n int) Change {
 	s.winN, s.late, s.prevLate, s.winKnown = n, lateRec{}, lateRec{}, true
-	lowered := c.capWindow(s)
-	c.resumeAtWindow(s)
-	return lowered
-}
-
-// resumeAtWindow takes a rate under the window's count that two episodes
-// showed (winCap) up to it: the level is measured, and recovering to it
-// from the cut the episode made took 4-5 s (issue 18, real processes: the
-// fleet converged in 11-12 s, with the level reached at 96 of 100).
-func (c *Controller) resumeAtWindow(s *State) {
-	if s.rate < s.winCap {
-		s.rate = c.clampRate(s.winCap)
-		s.cutTo = s.rate
-	}
+	return c.capWindow(s)
 }
 
 // lateRec is a refusal with a Retry-After late in its clock second, after
@@ -1826,12 +1820,8 @@ func (c *Controller) FleetCount(s *State, now, sec int64, count int) Decision {
 	if s.late.fleet == 0 || !s.late.shows(s.prevLate, s.late.fleet, s.prevLate.fleet) {
 		return d
 	}
-	r0 := s.rate
-	if c.windowRead(s, s.late.n) {
-		d.Change, d.Reason = Decreased, ReasonThrottled
-	}
-	if s.rate > r0 {
-		d.Change = Increased
+	if d.Change = c.windowRead(s, s.late.n); d.Change == Decreased {
+		d.Reason = ReasonThrottled
 	}
 	d.Rate = s.rate
 	return d

@@ -100,8 +100,8 @@
 // sent after it in the same second, while it was in flight, is refused as
 // well (none served in between), the calls served in that second before the
 // refusal, if at least half the rate refused, are read as the window's
-// count: the rate cuts to 0.97 of it, and recovers to no more
-// until a probe after the hold. A token bucket serves some of the calls
+// count: the rate is set to 0.97 of it, down or up, and recovers to no
+// more until a probe after the hold. A token bucket serves some of the calls
 // after a refusal, so its refusals are not read so. It needs a call in
 // flight when the refusal comes, which is when an episode of refusals costs
 // several; the key's own refusals show it even when the episode began with

@@ -65,6 +65,24 @@ func runWindow(c *Controller, s *State, p *clockWindow, at, d int64) int64 {
 	return at
 }
 
+// lateSecond plays the clock second after *at for a key at rate r through
+// it: n calls served evenly over its first part, then, if refuse, the
+// key's own refusal with a Retry-After of a second. *at moves to the
+// second's end; it returns the second (Unix s).
+func lateSecond(c *Controller, s *State, at *int64, r float64, n int, part int64, refuse bool) int64 {
+	base := (*at/s1 + 1) * s1
+	c.SetRate(s, r)
+	for i := 0; i < n; i++ {
+		c.Observe(s, base+int64(i)*part/int64(n)+5*ms, Sample{Outcome: Success, Latency: 5 * ms})
+	}
+	c.SetRate(s, r) // as it was through the second
+	if refuse {
+		c.Observe(s, base+part+5*ms, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+	}
+	*at = base + s1
+	return base / s1
+}
+
 // Issue 18: a provider counting in clock-aligned windows refuses only once
 // a window's count is spent, late in the second; the slow start's rate was
 // then 1.6 times its limit or more, and its usual cut (0.64) left more than
@@ -325,32 +343,14 @@ func TestAWindowsCountIsTheLevel(t *testing.T) {
 		IgnoreLatency: true, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
 	s := c.Init()
 	at := t0
-	// A second from its start at rate r: n calls served, then the key's
-	// own refusal (or none).
-	second := func(r float64, n int, refuse bool) int64 {
-		c.SetRate(&s, r)
-		base := (at/s1 + 1) * s1
-		step := int64(float64(s1) / r)
-		sent := base
-		for i := 0; i < n; i++ {
-			c.Observe(&s, sent+5*ms, Sample{Outcome: Success, Latency: 5 * ms})
-			sent += step
-		}
-		c.SetRate(&s, r) // as it was through the second
-		if refuse {
-			c.Observe(&s, sent+5*ms, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
-		}
-		at = base + s1
-		return base
-	}
 	// The slow start refused early in a second (no window read), then
 	// the key again at 64/s late in one, 1.4 s after that pause ended:
 	// cut to 0.64 of it.
-	second(93, 20, true)
-	second(64, 40, true)
+	lateSecond(c, &s, &at, 93, 20, 215*ms, true)
+	lateSecond(c, &s, &at, 64, 40, 625*ms, true)
 	require.Zero(t, s.winCap, "one episode shows no window")
 	require.InDelta(t, 0.64*64, s.rate, 1e-9)
-	second(44.6, 41, false)
+	lateSecond(c, &s, &at, 44.6, 41, 919*ms, false)
 	d := c.Observe(&s, at+8*ms, Sample{Outcome: Failed, RetryAfter: s1 - 8*ms})
 	require.Equal(t, Decreased, d.Change)
 	require.InDelta(t, 0.97*41, s.winCap, 1e-9, "the heard refusal is the second before's: a window of 41 for the key")
@@ -385,21 +385,10 @@ func TestASlowStartsEndCountsTowardsTheWindowRead(t *testing.T) {
 			t.Parallel()
 			s := c.Init()
 			at := t0
-			// n calls served evenly by part of a second at rate r
-			// through it, then the key's own refusal.
-			episode := func(r float64, n int, part int64) {
-				base := (at/s1 + 1) * s1
-				for i := 0; i < n; i++ {
-					c.Observe(&s, base+int64(i)*part/int64(n)+5*ms, Sample{Outcome: Success, Latency: 5 * ms})
-				}
-				c.SetRate(&s, r)
-				c.Observe(&s, base+part+5*ms, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
-				at = base + s1
-			}
-			episode(105, 52, 660*ms)
+			lateSecond(c, &s, &at, 105, 52, 660*ms, true)
 			require.Zero(t, s.winCap, "one episode shows no window")
 			at += s1
-			episode(68, 52, tc.part2)
+			lateSecond(c, &s, &at, 68, 52, tc.part2, true)
 			if tc.window {
 				require.InDelta(t, 0.97*52, s.winCap, 1e-9, "read as a window of 52")
 			} else {
@@ -436,17 +425,11 @@ func TestTheFleetsCountShowsTheWindow(t *testing.T) {
 			at := t0
 			var secs []int64
 			episode := func(r float64, n int, part int64) {
-				base := (at/s1 + 1) * s1
-				for i := 0; i < n; i++ {
-					c.Observe(&s, base+int64(i)*part/int64(n)+5*ms, Sample{Outcome: Success, Latency: 5 * ms})
-				}
-				c.SetRate(&s, r)
-				c.Observe(&s, base+part+5*ms, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
-				k, share := s.LateSecond()
-				require.Equal(t, base/s1, k, "the second to tell the fleet of")
+				k := lateSecond(c, &s, &at, r, n, part, true)
+				late, share := s.LateSecond()
+				require.Equal(t, k, late, "the second to tell the fleet of")
 				require.Equal(t, n, share, "the key's share of it")
 				secs = append(secs, k)
-				at = base + s1
 			}
 			episode(92, 46, 830*ms)
 			at += s1

@@ -2,6 +2,9 @@ package outbound
 
 import (
 	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +12,7 @@ import (
 
 	"github.com/sluicerl/sluice/aimd"
 	"github.com/sluicerl/sluice/clock/clocktest"
+	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
 )
 
@@ -19,15 +23,21 @@ import (
 // (tellShare) and reads the fleet's sum once the pause is over
 // (readFleetCount): both seconds served 100, so each levels at 0.97 of its
 // share of the later one, and the fleet at 97 of 100. Without the store's
-// sum (each reading only its own share back), neither does.
+// sum (each reading only its own share back), neither does; nor when the
+// store fails every write and read of the counts, which costs the read and
+// nothing else.
 func TestTheFleetsCountGoesThroughTheStore(t *testing.T) {
 	t.Parallel()
-	for _, oneStore := range []bool{true, false} {
-		name := "the fleet's count"
-		if !oneStore {
-			name = "each process's own count"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		oneStore bool // both processes share one store
+		failing  bool // the store fails every Take of a count
+	}{
+		{"the fleet's count", true, false},
+		{"each process's own count", false, false},
+		{"the store fails the counts", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			const sec = int64(time.Second / time.Microsecond)
 			const ms = sec / 1000
@@ -36,9 +46,12 @@ func TestTheFleetsCountGoesThroughTheStore(t *testing.T) {
 			ctl, err := aimd.New(aimd.Config{Start: 2, SlowStart: 2, Decrease: 0.8, Cooldown: 500 * time.Millisecond,
 				IgnoreLatency: true, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
 			require.NoError(t, err)
-			stA := memstore.New(memstore.Config{Clock: clk})
+			var stA store.RateStore = memstore.New(memstore.Config{Clock: clk})
+			if tc.failing {
+				stA = &countBlind{RateStore: stA}
+			}
 			stB := stA
-			if !oneStore {
+			if !tc.oneStore {
 				stB = memstore.New(memstore.Config{Clock: clk})
 			}
 			ca, cb := &Client{store: stA, clk: clk}, &Client{store: stB, clk: clk}
@@ -80,13 +93,31 @@ func TestTheFleetsCountGoesThroughTheStore(t *testing.T) {
 			k2 := episode(base, 53, 47, 64, 57, 860*ms)
 			ca.readFleetCount(ctx, ka, k2, base+2*sec)
 			cb.readFleetCount(ctx, kb, k2, base+2*sec)
-			if oneStore {
+			if tc.oneStore && !tc.failing {
 				require.InDelta(t, 0.97*53, ka.adapt.rate(), 1e-9, "A: its share of the window")
 				require.InDelta(t, 0.97*47, kb.adapt.rate(), 1e-9, "B: its share of the window")
 			} else {
 				require.Less(t, ka.adapt.rate(), 0.97*53-1, "A: no window read")
 				require.Less(t, kb.adapt.rate(), 0.97*47-1, "B: no window read")
 			}
+			if tc.failing {
+				require.Equal(t, int64(8), stA.(*countBlind).failed.Load(), "each process told and asked twice")
+			}
 		})
 	}
+}
+
+// countBlind is a store that fails every Take of a fleet count (the keys
+// outbound gives them hold ":count:"), and counts the failures.
+type countBlind struct {
+	store.RateStore
+	failed atomic.Int64
+}
+
+func (s *countBlind) Take(ctx context.Context, p store.TakeParams) (store.Result, error) {
+	if strings.Contains(p.Key, ":count:") {
+		s.failed.Add(1)
+		return store.Result{}, errors.New("store unreachable")
+	}
+	return s.RateStore.Take(ctx, p)
 }
