@@ -695,8 +695,10 @@ type State struct {
 	ring    [RingSize]int64
 	n, next int
 	// queued is the latency (µs) of the call that set off the last
-	// ReasonQueue decrease (0: none since another decrease); until the
-	// next decrease, falling latencies (a queue draining) are not news.
+	// latency decrease (ReasonQueue or ReasonLatency; 0: none since
+	// another decrease); until the next decrease, falling latencies (a
+	// queue draining) are not news, nor, for chainWindow, any call that
+	// waited less (tail).
 	queued int64
 	// base is the fastest success latency (µs) of this BaseWindow and the
 	// last (0 until one); baseNext the fastest of this one, which began
@@ -935,8 +937,10 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		} else if news {
 			f := c.decrease
 			queued := int64(0)
-			if reason == ReasonQueue {
+			if reason == ReasonQueue || reason == ReasonLatency {
 				queued = max(latency, 1)
+			}
+			if reason == ReasonQueue {
 				// Cut by as much as the queue is deep (down to half
 				// at once), so that it drains quickly; a rate the
 				// queue kept up with (or grew at) was too much: the
@@ -1289,7 +1293,7 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 		// A queue builds up: the median call waits behind others.
 		// A queue that drains after a decrease (a falling median) is
 		// the decrease working, not news.
-		if m := recentMedian(s); m > 0 && float64(m) > c.queue*float64(s.base) && latency >= m && !draining(s) && queuedCalls(s, m) >= QueueCalls {
+		if m := recentMedian(s); m > 0 && float64(m) > c.queue*float64(s.base) && latency >= m && !draining(s) && !s.tail(now, latency) && queuedCalls(s, m) >= QueueCalls {
 			return ReasonQueue
 		}
 	}
@@ -1297,7 +1301,7 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 		c.learn(s, now, latency)
 		return ReasonNone
 	}
-	if s.queued > 0 && draining(s) {
+	if s.queued > 0 && (draining(s) || s.tail(now, latency)) {
 		// Still draining the queue the last decrease answered: slow
 		// calls are its tail, not news.
 		return ReasonNone
@@ -1321,6 +1325,22 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 		c.learn(s, now, latency)
 	}
 	return ReasonNone
+}
+
+// tail reports whether a slow success at now, of latency µs, is the tail
+// of the queue the last latency decrease answered (State.queued): it came
+// within chainWindow of that decrease and waited less than the call that
+// set it off. A queue drains at the limit less the rate cut to, which a cut
+// of 10-20 % makes slow, and its calls stay slow for a second or more;
+// each read as news, they cut again and again, and every cut after the
+// rate grew back a little lowered the run's peak, the level recovery aims
+// at (issue 18: on a saturated machine, one burst's queue at a slowdown
+// provider cut each process three times, the fleet from 101/s to 66/s,
+// and the level held there for 13 s). A queue that still grows (the limit
+// fell further than the cut) waits longer than the call that set the cut
+// off, and is news.
+func (s *State) tail(now, latency int64) bool {
+	return s.queued > 0 && latency < s.queued && now >= s.lastDecrease && now-s.lastDecrease <= chainWindow
 }
 
 // prove records a call that succeeded at now at the current rate, slow or

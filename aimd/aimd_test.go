@@ -617,6 +617,62 @@ func TestQueueGradient(t *testing.T) {
 	require.Equal(t, ReasonQueue, d.Reason)
 }
 
+func TestAQueuesTailIsNotNews(t *testing.T) {
+	t.Parallel()
+	// Issue 18, on a saturated machine: a bunch of calls makes a queue at
+	// a provider that slows down; it is cut, drains, and a smaller bump
+	// follows within a second (the queue's tail, the next calls of the
+	// bunch). Cut again, and again, each time after the rate grew back a
+	// little, the run's peak fell with every cut, and the fleet held 0.66
+	// of the limit. A call that waits less than the one that set the cut
+	// off, within chainWindow of it, is the tail: no cut. One that waits
+	// longer is a queue that still grows: a cut.
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		why  Reason
+	}{
+		{"queue", Config{Start: 50, SlowStart: -1, Decrease: 0.8, LatencyFactor: 10, Queue: 2.5, Cooldown: 100 * time.Millisecond}, ReasonQueue},
+		{"latency", Config{Start: 50, SlowStart: -1, Decrease: 0.8, LatencyFactor: 3, Cooldown: 100 * time.Millisecond}, ReasonLatency},
+	} {
+		t.Run(tc.name, func(t *testing.T) { queuesTail(t, tc.cfg, tc.why) })
+	}
+}
+
+func queuesTail(t *testing.T, cfg Config, why Reason) {
+	c := mustNew(t, cfg)
+	s := c.Init()
+	at := t0
+	for range 40 {
+		at += 20 * ms
+		c.Observe(&s, at, ok(20*ms))
+	}
+	bump := func(from, step, upTo int64) (Decision, int64) {
+		var d Decision
+		lat := from
+		for lat <= upTo && d.Change != Decreased {
+			at += 20 * ms
+			d = c.Observe(&s, at, ok(lat))
+			lat += step
+		}
+		return d, lat - step
+	}
+	d, first := bump(60*ms, 40*ms, 400*ms)
+	require.Equal(t, Decreased, d.Change, "the bunch's queue is cut")
+	require.Equal(t, why, d.Reason)
+	cutAt := at
+	for range 10 {
+		at += 20 * ms
+		c.Observe(&s, at, ok(20*ms))
+	}
+	d, _ = bump(40*ms, 20*ms, first-ms)
+	require.NotEqual(t, Decreased, d.Change, "the tail of the queue cut at %d ms is no news", first/ms)
+	require.Less(t, at-cutAt, int64(chainWindow))
+	d, last := bump(first-ms, 20*ms, 2*first)
+	require.Equal(t, Decreased, d.Change, "a queue that grows past the one cut is news")
+	require.Greater(t, last, first)
+}
+
 func TestOneFastFirstAnswerIsNoBaseline(t *testing.T) {
 	t.Parallel()
 	// The first answer is quick (cached), every later one takes a steady
