@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -193,10 +194,16 @@ type Client struct {
 	keys *registry
 
 	requests, throttles, retries, rejected atomic.Int64
-	// lag is an EWMA (µs) of how late this process's pacing timers fire:
-	// its own scheduling delay, which an attempt's latency must not be
-	// mistaken for the provider's (see sampleLatency).
+	// lag is an EWMA (µs) of how late this process's calls leave their
+	// booked turns (noteLag): its own scheduling delay and its store's
+	// stalls, which an attempt's latency must not be mistaken for the
+	// provider's (starved), and which send calls in bunches (bunchedAt).
 	lag atomic.Int64
+	// rttBase is the fastest store round trip of booking a turn (µs) in
+	// this BaseWindow and the last (storeJitter); rttNext the fastest of
+	// this one, which began at rttAt.
+	rttMu                   sync.Mutex
+	rttBase, rttNext, rttAt int64
 }
 
 // New validates cfg and returns a Client.

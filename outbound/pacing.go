@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicerl/sluice/aimd"
 	"github.com/sluicerl/sluice/clock"
 	"github.com/sluicerl/sluice/store"
 )
@@ -87,7 +88,9 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 			{Key: paceKey, Limit: lim, Cost: 1},
 			{Key: ks.names.pause, Limit: pauseLimit, Cost: 1},
 		}
+		asked := c.clk.Now()
 		all, err := c.store.TakeAll(ctx, store.TakeAllParams{Items: items[:], MaxDelay: maxDelay})
+		rtt := c.clk.Now().Sub(asked)
 		if err != nil {
 			return fmt.Errorf("outbound: key %q: rate store: %w", ks.key, err)
 		}
@@ -104,15 +107,18 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 				})
 				return err
 			}
+			late := time.Duration(0)
 			if delay > 0 {
-				c.noteLag(c.clk.Now().Sub(slept) - delay)
+				late = c.clk.Now().Sub(slept) - delay
 				// A pause may have begun, here or in another process,
 				// while this turn was booked: a turn booked before a
 				// Retry-After must not be spent during it.
 				if ks.adapt.paused(c.now()) {
 					continue
 				}
+				asked := c.clk.Now()
 				p, err := c.store.Take(ctx, store.TakeParams{Key: ks.names.pause, Limit: pauseLimit, Cost: 0})
+				rtt += c.clk.Now().Sub(asked)
 				if err != nil {
 					return fmt.Errorf("outbound: key %q: rate store: %w", ks.key, err)
 				}
@@ -120,6 +126,11 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 					c.notePause(ctx, ks, p.RetryAfter)
 					continue
 				}
+			}
+			// A turn that was due at once says nothing of the timers (on a
+			// starved machine it is often one overdue), only of the store.
+			if jitter := c.storeJitter(rtt); delay > 0 || jitter > 0 {
+				c.noteLag(late + jitter)
 			}
 			return nil
 		}
@@ -168,8 +179,11 @@ func (c *Client) notePause(ctx context.Context, ks *keyState, d time.Duration) {
 	}
 }
 
-// noteLag records how late a pacing timer fired: the process's own
-// scheduling delay on a starved machine (0 on a fake clock).
+// noteLag records how late a call left its booked turn: how late the
+// pacing timer fired (the process's own scheduling delay on a starved
+// machine) and how much longer than usual the store's answers took
+// (storeJitter). Both are 0 on a fake clock with a store that answers at
+// once.
 func (c *Client) noteLag(late time.Duration) {
 	us := max(late.Microseconds(), 0)
 	for {
@@ -182,6 +196,39 @@ func (c *Client) noteLag(late time.Duration) {
 			return
 		}
 	}
+}
+
+// storeJitter returns how much longer than the fastest of the last
+// BaseWindow or two the store took to book a turn (rtt, every store call
+// on the way to the attempt): the part of the round trip that differs
+// from call to call. A store that answers in a steady millisecond shifts
+// every call alike, and no two leave together. One that stalls (a Redis
+// starved of CPU on a busy machine) holds back every call booked in the
+// stall, and they leave together when it answers (issue 18: on a
+// saturated machine, 4 calls of a process left at the same instant, 35 to
+// 122 ms after their turns, while its timers fired within a millisecond;
+// the provider's queue that bunch made read as the limit, and the fleet
+// paced at 0.75-0.84 of it, under a fixed pace at 0.9x).
+func (c *Client) storeJitter(rtt time.Duration) time.Duration {
+	us := max(rtt.Microseconds(), 0)
+	now := c.now()
+	c.rttMu.Lock()
+	defer c.rttMu.Unlock()
+	if c.rttAt == 0 || now < c.rttAt || now-c.rttAt >= aimd.BaseWindow {
+		// A new window: the last one's fastest stays the base until
+		// this one has seen something faster.
+		if c.rttNext > 0 {
+			c.rttBase = c.rttNext
+		}
+		c.rttNext, c.rttAt = 0, now
+	}
+	if c.rttNext == 0 || us < c.rttNext {
+		c.rttNext = max(us, 1)
+	}
+	if c.rttBase == 0 || us < c.rttBase {
+		c.rttBase = max(us, 1)
+	}
+	return time.Duration(max(us-c.rttBase, 0)) * time.Microsecond
 }
 
 // lagShare: an attempt's latency stops meaning the provider's when the

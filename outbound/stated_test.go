@@ -1,6 +1,7 @@
 package outbound_test
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/sluicerl/sluice/clock/clocktest"
 	"github.com/sluicerl/sluice/outbound"
 	"github.com/sluicerl/sluice/retry"
+	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
 )
 
@@ -190,6 +192,74 @@ func TestStarvedProcessDoesNotReadItsOwnDelayAsLatency(t *testing.T) {
 	// Timers 10 ms late cannot explain answers 190 ms slower than usual:
 	// those are the provider's.
 	require.Less(t, rateAfter(10*time.Millisecond), 50.0, "a little late, the provider's slowdown still counts")
+}
+
+// stalling is a store whose answers take time on the fake clock: stall(n)
+// for its n-th call (TakeAll and Take alike).
+type stalling struct {
+	*memstore.Store
+	clk   *watched
+	stall func(n int) time.Duration
+	n     int
+}
+
+func (s *stalling) wait() {
+	s.clk.Advance(s.stall(s.n))
+	s.n++
+}
+
+func (s *stalling) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllResult, error) {
+	s.wait()
+	return s.Store.TakeAll(ctx, p)
+}
+
+func (s *stalling) Take(ctx context.Context, p store.TakeParams) (store.Result, error) {
+	s.wait()
+	return s.Store.Take(ctx, p)
+}
+
+// Issue 18: on a saturated machine the store (a Redis starved of CPU)
+// stalls now and then, and every call booked in the stall leaves with the
+// others when it answers: the provider's queue that bunch makes is the
+// process's doing, not the provider's limit. The same slow answers leave
+// the rate of a process whose store stalls on every other call alone, and
+// decrease that of a process whose store answers in a steady 30 ms: a
+// round trip every call pays alike shifts the calls, and no two leave
+// together.
+func TestStalledStoreIsNotTheProvidersLatency(t *testing.T) {
+	t.Parallel()
+	rateAfter := func(stall func(n int) time.Duration) float64 {
+		clk := watch(t0)
+		var lat []time.Duration
+		for range 12 {
+			lat = append(lat, 10*time.Millisecond)
+		}
+		for range 12 {
+			lat = append(lat, 200*time.Millisecond)
+		}
+		base := &clocked{clk: clk, latencies: lat}
+		st := &stalling{Store: memstore.New(memstore.Config{Clock: clk}), clk: clk, stall: stall}
+		c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: st,
+			Burst: 1, AIMD: aimd.Config{Start: 50, SlowStart: -1, UsageMultiple: -1}, Retry: retry.Config{MaxAttempts: 1}})
+		require.NoError(t, err)
+		for range len(lat) {
+			lateDrive(t, clk, 0, func() {
+				resp := get(t, c, "http://api.test/")
+				_ = resp.Body.Close()
+			})
+		}
+		rate, _ := c.Rate("api.test")
+		return rate
+	}
+	steady := rateAfter(func(int) time.Duration { return 30 * time.Millisecond })
+	require.Less(t, steady, 50.0, "a store's steady round trip is no stall: the provider's slowdown counts")
+	stalls := rateAfter(func(n int) time.Duration {
+		if n%2 == 1 {
+			return 100 * time.Millisecond
+		}
+		return time.Millisecond
+	})
+	require.GreaterOrEqual(t, stalls, 50.0, "calls a stalling store sent in bunches: their latency is not the provider's")
 }
 
 // Issue 18: a Retry-After is honoured exactly, with sub-second precision,
