@@ -193,7 +193,7 @@ const pauseSlack = int64(time.Millisecond / time.Microsecond)
 // this process had been told the Retry-After itself: the key pauses and
 // its rate decreases once for the episode. It reports whether the pause
 // was news, and the weight window the key follows (0: none). lag is the
-// process's timer lag (µs, Client.noteLag): a process whose calls leave in
+// process's timer lag (µs, Client.lag): a process whose calls leave in
 // bunches is excused a refusal at a rate the key held (aimd.Sample.Bunched).
 // banned says the pause is a provider's ban (Client.readBan): the key
 // starts over, as the process banned did (aimd.Sample.Banned).

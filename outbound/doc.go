@@ -103,11 +103,12 @@
 // nothing of what remains); a cost bucket's restore rate; a
 // learned weight budget) is paced at once from the first answer, with no
 // slow start towards it. Latency means the provider's time: for HTTP, from
-// the request written to the first response byte; and a process whose own
-// pacing timers fire late (a starved machine, its scheduling delay a
-// eighth of the latency or more) does not judge the provider by latency
-// at all, only by throttles, so that it does not slow itself down with
-// no throttle in sight.
+// the request written to the first response byte; and a process whose
+// calls leave their turns late (a starved machine: its pacing timers fire
+// late, or its store stalls and the calls booked in the stall leave
+// together; that delay an eighth of the latency or more) does not judge
+// the provider by latency at all, only by throttles, so that it does not
+// slow itself down with no throttle in sight.
 //
 // Acquire and Permit.Report are the same layers in two steps (permit.go),
 // for callers that make the request themselves, such as workers in other

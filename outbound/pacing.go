@@ -3,6 +3,7 @@ package outbound
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicerl/sluice/aimd"
@@ -129,8 +130,11 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 			}
 			// A turn that was due at once says nothing of the timers (on a
 			// starved machine it is often one overdue), only of the store.
+			if delay > 0 {
+				ewma(&c.lag, late)
+			}
 			if jitter := c.storeJitter(rtt); delay > 0 || jitter > 0 {
-				c.noteLag(late + jitter)
+				ewma(&c.sendLag, late+jitter)
 			}
 			return nil
 		}
@@ -179,20 +183,21 @@ func (c *Client) notePause(ctx context.Context, ks *keyState, d time.Duration) {
 	}
 }
 
-// noteLag records how late a call left its booked turn: how late the
-// pacing timer fired (the process's own scheduling delay on a starved
-// machine) and how much longer than usual the store's answers took
-// (storeJitter). Both are 0 on a fake clock with a store that answers at
-// once.
-func (c *Client) noteLag(late time.Duration) {
+// ewma moves the average at a (µs) by an eighth of the way to late (the
+// first sample sets it): Client.lag with how late a pacing timer fired
+// (the process's own scheduling delay on a starved machine), Client.
+// sendLag with that plus how much longer than usual the store's answers
+// took (storeJitter). Both are 0 on a fake clock with a store that
+// answers at once.
+func ewma(a *atomic.Int64, late time.Duration) {
 	us := max(late.Microseconds(), 0)
 	for {
-		old := c.lag.Load()
+		old := a.Load()
 		v := us
 		if old > 0 {
 			v = old + (us-old)/8
 		}
-		if c.lag.CompareAndSwap(old, v) {
+		if a.CompareAndSwap(old, v) {
 			return
 		}
 	}
@@ -243,6 +248,6 @@ const lagShare = 8
 // of the latency or more (issue 18: a starved client must not slow itself
 // down without any throttle).
 func (c *Client) starved(latency int64) bool {
-	lag := c.lag.Load()
+	lag := c.sendLag.Load()
 	return lag > 0 && lagShare*lag >= latency
 }
