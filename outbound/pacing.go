@@ -244,10 +244,15 @@ func (c *Client) storeJitter(rtt time.Duration) time.Duration {
 const lagShare = 8
 
 // starved reports whether latency (µs) is not the provider's to judge: the
-// process's timers fire so late that its own scheduling delay is an eighth
-// of the latency or more (issue 18: a starved client must not slow itself
-// down without any throttle).
+// process's calls leave their turns so late (its timers fire late, or its
+// store stalls: Client.lag, Client.sendLag) that its own delay is an
+// eighth of the latency or more (issue 18: a starved client must not slow
+// itself down without any throttle).
 func (c *Client) starved(latency int64) bool {
-	lag := c.sendLag.Load()
+	// sendLag also counts the turns that were due at once, which say
+	// nothing of the timers: a process whose timers fire late finds many
+	// of its turns overdue, and their small jitter would dilute how late
+	// its timers fire.
+	lag := max(c.lag.Load(), c.sendLag.Load())
 	return lag > 0 && lagShare*lag >= latency
 }
