@@ -156,6 +156,37 @@ func (a *clocked) RoundTrip(*http.Request) (*http.Response, error) {
 	return response(200, "ok")(), nil
 }
 
+// rateAfterSlowAnswers returns the rate of a key paced at 50/s after 12
+// answers in 10 ms and 12 in 200 ms, its timers firing late by late and
+// its store taking stall(n) for its n-th call (none when stall is nil).
+func rateAfterSlowAnswers(t *testing.T, late time.Duration, stall func(n int) time.Duration) float64 {
+	t.Helper()
+	clk := watch(t0)
+	var lat []time.Duration
+	for range 12 {
+		lat = append(lat, 10*time.Millisecond)
+	}
+	for range 12 {
+		lat = append(lat, 200*time.Millisecond)
+	}
+	base := &clocked{clk: clk, latencies: lat}
+	var st store.RateStore = memstore.New(memstore.Config{Clock: clk})
+	if stall != nil {
+		st = &stalling{Store: memstore.New(memstore.Config{Clock: clk}), clk: clk, stall: stall}
+	}
+	c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: st,
+		Burst: 1, AIMD: aimd.Config{Start: 50, SlowStart: -1, UsageMultiple: -1}, Retry: retry.Config{MaxAttempts: 1}})
+	require.NoError(t, err)
+	for range len(lat) {
+		lateDrive(t, clk, late, func() {
+			resp := get(t, c, "http://api.test/")
+			_ = resp.Body.Close()
+		})
+	}
+	rate, _ := c.Rate("api.test")
+	return rate
+}
+
 // Issue 18: latency means the provider only when the process is not
 // starved. The same slow answers decrease the rate of a process whose
 // timers fire on time, and leave alone that of a process whose own
@@ -163,28 +194,7 @@ func (a *clocked) RoundTrip(*http.Request) (*http.Response, error) {
 // what made them slow.
 func TestStarvedProcessDoesNotReadItsOwnDelayAsLatency(t *testing.T) {
 	t.Parallel()
-	rateAfter := func(late time.Duration) float64 {
-		clk := watch(t0)
-		var lat []time.Duration
-		for range 12 {
-			lat = append(lat, 10*time.Millisecond)
-		}
-		for range 12 {
-			lat = append(lat, 200*time.Millisecond)
-		}
-		base := &clocked{clk: clk, latencies: lat}
-		c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: memstore.New(memstore.Config{Clock: clk}),
-			Burst: 1, AIMD: aimd.Config{Start: 50, SlowStart: -1, UsageMultiple: -1}, Retry: retry.Config{MaxAttempts: 1}})
-		require.NoError(t, err)
-		for range len(lat) {
-			lateDrive(t, clk, late, func() {
-				resp := get(t, c, "http://api.test/")
-				_ = resp.Body.Close()
-			})
-		}
-		rate, _ := c.Rate("api.test")
-		return rate
-	}
+	rateAfter := func(late time.Duration) float64 { return rateAfterSlowAnswers(t, late, nil) }
 	onTime := rateAfter(0)
 	require.Less(t, onTime, 50.0, "slow answers to a process on time decrease the rate")
 	starved := rateAfter(60 * time.Millisecond)
@@ -228,29 +238,7 @@ func (s *stalling) Take(ctx context.Context, p store.TakeParams) (store.Result, 
 // together.
 func TestStalledStoreIsNotTheProvidersLatency(t *testing.T) {
 	t.Parallel()
-	rateAfter := func(stall func(n int) time.Duration) float64 {
-		clk := watch(t0)
-		var lat []time.Duration
-		for range 12 {
-			lat = append(lat, 10*time.Millisecond)
-		}
-		for range 12 {
-			lat = append(lat, 200*time.Millisecond)
-		}
-		base := &clocked{clk: clk, latencies: lat}
-		st := &stalling{Store: memstore.New(memstore.Config{Clock: clk}), clk: clk, stall: stall}
-		c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: st,
-			Burst: 1, AIMD: aimd.Config{Start: 50, SlowStart: -1, UsageMultiple: -1}, Retry: retry.Config{MaxAttempts: 1}})
-		require.NoError(t, err)
-		for range len(lat) {
-			lateDrive(t, clk, 0, func() {
-				resp := get(t, c, "http://api.test/")
-				_ = resp.Body.Close()
-			})
-		}
-		rate, _ := c.Rate("api.test")
-		return rate
-	}
+	rateAfter := func(stall func(n int) time.Duration) float64 { return rateAfterSlowAnswers(t, 0, stall) }
 	steady := rateAfter(func(int) time.Duration { return 30 * time.Millisecond })
 	require.Less(t, steady, 50.0, "a store's steady round trip is no stall: the provider's slowdown counts")
 	stalls := rateAfter(func(n int) time.Duration {
