@@ -22,6 +22,9 @@ type keyState struct {
 	users atomic.Int64
 	// lastActive is when the key last saw an outcome (Unix µs).
 	lastActive atomic.Int64
+	// left is when this process's last attempt on the key left (Unix µs;
+	// see Client.spread).
+	left atomic.Int64
 }
 
 func newKeyState(key, label string, names keyNames, ctl *aimd.Controller, pol policy, maxConc int, now int64) *keyState {

@@ -136,6 +136,17 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 			if jitter := c.storeJitter(rtt); delay > 0 || jitter > 0 {
 				ewma(&c.sendLag, late+jitter)
 			}
+			if d := c.spread(ks, lim); d > 0 {
+				if err := sleep(ctx, c.clk, d); err != nil {
+					_, _ = c.store.Settle(context.WithoutCancel(ctx), store.SettleParams{
+						Key: paceKey, Limit: lim, Reserved: 1, Actual: 0, ReservedAt: all.Results[0].At,
+					})
+					return err
+				}
+				if ks.adapt.paused(c.now()) {
+					continue
+				}
+			}
 			return nil
 		}
 		var wait time.Duration
@@ -156,6 +167,35 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 		}
 		if err := sleep(ctx, c.clk, min(wait, max(c.maxReserve, time.Millisecond))); err != nil {
 			return err
+		}
+	}
+}
+
+// spread returns how much longer an attempt whose turn has come waits so
+// that it leaves no sooner than half a pacing interval (lim) after the
+// last attempt this process sent on the key, and takes that instant as the
+// key's last. The store books turns a whole interval apart, but an
+// attempt leaves when the store's answer reaches it: answers a stalling
+// store (a Redis starved of CPU) held back arrive together, and every
+// turn booked in the stall would leave at that instant, a bunch the
+// provider refuses or queues (issue 18: on a saturated machine 4 calls of
+// one process left at once, 35 to 122 ms after their turns; a 429 with a
+// whole-second Retry-After then paused the fleet for a second). Spread
+// half an interval apart the bunch drains at twice the rate, and a timer
+// late by less than half an interval delays nothing. A key paced with a
+// burst (Config.Burst above 1) is let through at once, as its burst
+// allows.
+func (c *Client) spread(ks *keyState, lim store.Limit) time.Duration {
+	if lim.Burst > 1 {
+		return 0
+	}
+	gap := (lim.Period / 2).Microseconds()
+	now := c.now()
+	for {
+		last := ks.left.Load()
+		at := max(now, last+gap)
+		if ks.left.CompareAndSwap(last, at) {
+			return time.Duration(at-now) * time.Microsecond
 		}
 	}
 }
