@@ -700,10 +700,9 @@ type State struct {
 	// queue draining) are not news, nor, for chainWindow, any call that
 	// waited less (tail).
 	queued int64
-	// base is the fastest success latency (µs) of this BaseWindow and the
-	// last (0 until one); baseNext the fastest of this one, which began
-	// at baseAt.
-	base, baseNext, baseAt int64
+	// base keeps the fastest success latency (µs) of this BaseWindow and
+	// the last.
+	base Fastest
 	// useCount calls have completed since useStart (Unix µs); useRate is
 	// the completions per second over the last full second, valid when
 	// useKnown.
@@ -945,7 +944,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// at once), so that it drains quickly; a rate the
 				// queue kept up with (or grew at) was too much: the
 				// run's peak is at most the rate cut from.
-				f = min(f, max(0.5, c.queue*float64(s.base)/float64(recentMedian(s))))
+				f = min(f, max(0.5, c.queue*float64(s.base.Value())/float64(recentMedian(s))))
 				if s.queued > 0 {
 					s.peak = min(s.peak, s.rate)
 				}
@@ -1270,7 +1269,7 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 	s.ring[s.next] = latency
 	s.next = (s.next + 1) % RingSize
 	s.n = min(s.n+1, RingSize)
-	s.trackBase(now, latency)
+	s.base.Add(now, latency)
 	if c.target == 0 && s.lastDecrease == 0 && s.n <= minP95Samples {
 		// Learning the target: one early latency (a cached answer, a
 		// warm connection) is no baseline for a provider whose usual
@@ -1289,11 +1288,11 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 			return ReasonNone
 		}
 	}
-	if c.queue > 0 && s.n >= minP95Samples && s.base > 0 && s.rate > c.floor {
+	if c.queue > 0 && s.n >= minP95Samples && s.base.Value() > 0 && s.rate > c.floor {
 		// A queue builds up: the median call waits behind others.
 		// A queue that drains after a decrease (a falling median) is
 		// the decrease working, not news.
-		if m := recentMedian(s); m > 0 && float64(m) > c.queue*float64(s.base) && latency >= m && !draining(s) && !s.tail(now, latency) && queuedCalls(s, m) >= QueueCalls {
+		if m := recentMedian(s); m > 0 && float64(m) > c.queue*float64(s.base.Value()) && latency >= m && !draining(s) && !s.tail(now, latency) && queuedCalls(s, m) >= QueueCalls {
 			return ReasonQueue
 		}
 	}
@@ -1355,24 +1354,41 @@ func (s *State) prove(now int64) {
 	s.proven = max(s.proven, s.rate)
 }
 
-// trackBase keeps the fastest latency of this BaseWindow and the last one.
-func (s *State) trackBase(now, latency int64) {
-	latency = max(latency, 1)
-	if s.baseAt == 0 || now < s.baseAt || now-s.baseAt >= BaseWindow {
+// Fastest keeps the least of a series of values (µs) seen over the last
+// one to two BaseWindows: the usual value, with nothing slow in it, that
+// a success latency (Config.Queue) or a store's round trip (the outbound
+// client's store jitter) is measured against. It forgets a value at most
+// two windows after it was seen, so that it follows a provider or a store
+// that has become slower for good. The zero value holds nothing. It is not
+// safe for concurrent use.
+type Fastest struct {
+	// least is the fastest of this window and the last; next the fastest
+	// of this one, which began at at (Unix µs).
+	least, next, at int64
+}
+
+// Add takes v, seen at now (Unix µs), and returns the fastest (at least 1).
+func (f *Fastest) Add(now, v int64) int64 {
+	v = max(v, 1)
+	if f.at == 0 || now < f.at || now-f.at >= BaseWindow {
 		// A new window: the last one's fastest stays the base until
 		// this one has seen something faster.
-		if s.baseNext > 0 {
-			s.base = s.baseNext
+		if f.next > 0 {
+			f.least = f.next
 		}
-		s.baseNext, s.baseAt = 0, now
+		f.next, f.at = 0, now
 	}
-	if s.baseNext == 0 || latency < s.baseNext {
-		s.baseNext = latency
+	if f.next == 0 || v < f.next {
+		f.next = v
 	}
-	if s.base == 0 || latency < s.base {
-		s.base = latency
+	if f.least == 0 || v < f.least {
+		f.least = v
 	}
+	return f.least
 }
+
+// Value returns the fastest value held (0 until Add).
+func (f *Fastest) Value() int64 { return f.least }
 
 // learn moves the latency target towards latency by LatencyWeight per
 // second since the last update (at most LatencyWeight per sample). Weighing
@@ -1456,7 +1472,7 @@ func (c *Controller) fast(s *State, latency int64) bool {
 	if c.ignoreLatency || queuedCalls(s, latency) < QueueCalls {
 		return true
 	}
-	if c.queue > 0 && s.base > 0 && float64(latency) > c.queue*float64(s.base) {
+	if c.queue > 0 && s.base.Value() > 0 && float64(latency) > c.queue*float64(s.base.Value()) {
 		return false // it waited in a queue: no reason to send faster
 	}
 	return s.target == 0 || float64(latency) <= c.factor*s.target
@@ -1471,7 +1487,7 @@ func (c *Controller) fast(s *State, latency int64) bool {
 // base remembers). With neither known it is unknown: +Inf, which leaves
 // the decision to the latency ratios.
 func queuedCalls(s *State, latency int64) float64 {
-	base := float64(s.base)
+	base := float64(s.base.Value())
 	if s.target > 0 && (base <= 0 || s.target < base) {
 		base = s.target
 	}

@@ -577,7 +577,7 @@ func TestQueueGradient(t *testing.T) {
 		at += 20 * ms
 		c.Observe(&s, at, ok(20*ms))
 	}
-	require.Equal(t, int64(20*ms), s.base)
+	require.Equal(t, int64(20*ms), s.base.Value())
 	lat := 20 * ms
 	var d Decision
 	for d.Change != Decreased {

@@ -108,3 +108,29 @@ func TestStateHint(t *testing.T) {
 	require.Equal(t, 20.0, d.Rate)
 	require.Equal(t, aimd.ReasonHint, d.Reason)
 }
+
+// Fastest is the least value of this BaseWindow and the last: a fast value
+// is kept through the next window, and forgotten in the one after, so
+// that the base follows a provider (or a store) that has become slower
+// for good.
+func TestFastestForgetsAfterTwoWindows(t *testing.T) {
+	t.Parallel()
+	var f aimd.Fastest
+	require.Zero(t, f.Value(), "nothing seen")
+	require.Equal(t, 20*msec, f.Add(start, 20*msec))
+	require.Equal(t, 10*msec, f.Add(start+msec, 10*msec))
+	require.Equal(t, 10*msec, f.Add(start+2*msec, 30*msec), "slower values keep the fastest")
+	// The next window still holds the last one's fastest.
+	w := int64(aimd.BaseWindow)
+	require.Equal(t, 10*msec, f.Add(start+w, 50*msec))
+	require.Equal(t, 10*msec, f.Add(start+w+w/2, 40*msec))
+	// The one after holds only the last window's: 40 ms, then 50 ms
+	// once that window too has gone by.
+	require.Equal(t, 40*msec, f.Add(start+2*w, 60*msec))
+	require.Equal(t, 60*msec, f.Add(start+3*w, 70*msec))
+	require.Equal(t, int64(1), f.Add(start+3*w+1, 0), "at least 1")
+	// A clock that went back starts a new window rather than keeping
+	// the base for ever.
+	require.Equal(t, int64(1), f.Add(start, 90*msec))
+	require.Equal(t, 90*msec, f.Add(start+w, 95*msec))
+}

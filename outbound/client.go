@@ -205,11 +205,10 @@ type Client struct {
 	// 0.96 to 0.90 of the limit in two runs of three, side by side with
 	// the build before; not traced further).
 	lag, sendLag atomic.Int64
-	// rttBase is the fastest store round trip of booking a turn (µs) in
-	// this BaseWindow and the last (storeJitter); rttNext the fastest of
-	// this one, which began at rttAt.
-	rttMu                   sync.Mutex
-	rttBase, rttNext, rttAt int64
+	// rtt keeps the fastest store round trip of booking a turn (µs) in
+	// this BaseWindow and the last (storeJitter).
+	rttMu sync.Mutex
+	rtt   aimd.Fastest
 }
 
 // New validates cfg and returns a Client.

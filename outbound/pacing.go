@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicerl/sluice/aimd"
 	"github.com/sluicerl/sluice/clock"
 	"github.com/sluicerl/sluice/store"
 )
@@ -258,22 +257,9 @@ func (c *Client) storeJitter(rtt time.Duration) time.Duration {
 	us := max(rtt.Microseconds(), 0)
 	now := c.now()
 	c.rttMu.Lock()
-	defer c.rttMu.Unlock()
-	if c.rttAt == 0 || now < c.rttAt || now-c.rttAt >= aimd.BaseWindow {
-		// A new window: the last one's fastest stays the base until
-		// this one has seen something faster.
-		if c.rttNext > 0 {
-			c.rttBase = c.rttNext
-		}
-		c.rttNext, c.rttAt = 0, now
-	}
-	if c.rttNext == 0 || us < c.rttNext {
-		c.rttNext = max(us, 1)
-	}
-	if c.rttBase == 0 || us < c.rttBase {
-		c.rttBase = max(us, 1)
-	}
-	return time.Duration(max(us-c.rttBase, 0)) * time.Microsecond
+	base := c.rtt.Add(now, us)
+	c.rttMu.Unlock()
+	return time.Duration(max(us-base, 0)) * time.Microsecond
 }
 
 // lagShare: an attempt's latency stops meaning the provider's when the
