@@ -676,9 +676,10 @@ type State struct {
 	// stated says a new, lower hint came shortly before the last
 	// decrease, with it or after it (the provider told its rate as it
 	// refused): recovery goes back to it. hintAt is when the hint last
-	// fell (Unix µs, 0 never).
-	stated bool
-	hintAt int64
+	// fell (Unix µs, 0 never), and hintLow what it fell to.
+	stated  bool
+	hintAt  int64
+	hintLow float64
 	// lastIncrease is the instant the increase was last accounted to.
 	lastIncrease int64
 	// pausedUntil is when the last Retry-After ends (Unix µs).
@@ -739,7 +740,7 @@ func (c *Controller) start0(s *State) {
 	if uint(s.next) >= RingSize || uint(s.n) > RingSize {
 		s.next, s.n = 0, 0
 	}
-	s.peak, s.cutTo, s.hint = sane(s.peak), sane(s.cutTo), sane(s.hint)
+	s.peak, s.cutTo, s.hint, s.hintLow = sane(s.peak), sane(s.cutTo), sane(s.hint), sane(s.hintLow)
 	s.target, s.useRate, s.good, s.over = sane(s.target), sane(s.useRate), sane(s.good), sane(s.over)
 	s.proven, s.provenNext = sane(s.proven), sane(s.provenNext)
 	s.sus, s.susLow = sane(s.sus), sane(s.susLow)
@@ -875,7 +876,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			// A lower stated rate explains the trouble of the
 			// current episode, even when the decrease came before
 			// it, and of one that begins soon after.
-			s.hintAt, s.stated = now, true
+			s.hintAt, s.hintLow, s.stated = now, in.Hint, true
 		}
 		s.hint = in.Hint
 		if rose && s.rate < in.Hint && in.Outcome == Success && in.RetryAfter == 0 &&
@@ -1559,6 +1560,15 @@ func (c *Controller) grow(s *State, now int64) bool {
 		}
 	case s.probing:
 		s.rate += s.rate * c.slowStart * dt
+	case s.rate < goal && s.stated && s.hint > 0 && s.hint == s.hintLow:
+		// Back from a throttle that came with the provider's new,
+		// lower sustainable rate (not raised since): the rate is
+		// known, as on a first answer that states it, and the pause
+		// the throttle asked for has passed. Pace to it at once, with
+		// no approach (issue 18: an IETF provider that halved its
+		// stated quota was back at it only 4 s after its refusal, on
+		// a busy machine, a second of calls short).
+		s.rate = min(goal, ceil)
 	case s.rate < goal:
 		// Fast recovery: close the gap to the last good level by
 		// 1-1/e a second, but never faster than slow start would. The

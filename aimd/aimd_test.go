@@ -538,6 +538,11 @@ func TestRecoveryReturnsToAStatedRate(t *testing.T) {
 	at := t0
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, Hint: 50})
 	require.InDelta(t, 40.0, s.rate, 1e-9, "capped by the hint, then cut")
+	// The rate is known: the first answer after the throttle paces at
+	// it, with no approach.
+	at += 10 * ms
+	c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 50})
+	require.InDelta(t, 50.0, s.rate, 1e-9, "at the stated rate at once")
 	for range 500 {
 		at += 10 * ms
 		c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 50})
@@ -557,6 +562,9 @@ func TestRecoveryReturnsToAStatedRate(t *testing.T) {
 	at += 100 * ms
 	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 5 * ms, Hint: 30})
 	require.InDelta(t, 24.0, s.rate, 1e-9)
+	at += 10 * ms
+	c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 30})
+	require.InDelta(t, 30.0, s.rate, 1e-9, "at the new stated rate at once")
 	for range 500 {
 		at += 10 * ms
 		c.Observe(&s, at, Sample{Outcome: Success, Latency: 10 * ms, Hint: 30})
