@@ -500,7 +500,9 @@ type Sample struct {
 	// window, a bucket's restore rate), 0 when none. It caps the rate. A
 	// first hint, or one higher than the last, on a Success also raises
 	// the rate to it at once, unless a decrease came within the last 2 s:
-	// a stated rate needs no slow start.
+	// a stated rate needs no slow start. A throttle that comes with a
+	// new, lower Hint (or shortly before one) is explained by it: the
+	// first success after it paces at that Hint at once.
 	Hint float64
 }
 

@@ -150,7 +150,9 @@
 // [Config.Floor, Config.Ceiling] and under a provider-reported rate
 // (Sample.Hint); a first or raised Hint that no trouble contradicts sets
 // the rate to it at once, since a rate the provider states needs no slow
-// start. A Retry-After pauses the key until then: Paused reports
+// start; so does the first success after a throttle that came with a new,
+// lower Hint (the provider stated its new rate as it refused). A
+// Retry-After pauses the key until then: Paused reports
 // it, and the caller sends nothing until it is over.
 //
 // A ban (Sample.Banned with a Retry-After: a 418, Binance's "IP banned")

@@ -112,7 +112,9 @@ type Config struct {
 	// beyond the caller's context.
 	Timeout time.Duration
 	// Burst is how many attempts a key may send at once after a quiet
-	// spell. Zero means 1: strict pacing.
+	// spell. Zero means 1: strict pacing, where a process's attempts on a
+	// key also leave at least half a pacing interval apart, even when a
+	// slow store answered several turns at once.
 	Burst int64
 	// MaxReserve is how far ahead an attempt may book its turn; longer
 	// waits poll the store again. A turn booked before another process

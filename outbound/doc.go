@@ -108,7 +108,10 @@
 // late, or its store stalls and the calls booked in the stall leave
 // together; that delay an eighth of the latency or more) does not judge
 // the provider by latency at all, only by throttles, so that it does not
-// slow itself down with no throttle in sight.
+// slow itself down with no throttle in sight. Nor does a stalling store
+// send a bunch: with strict pacing (Config.Burst 1) a process's attempts
+// on a key leave at least half a pacing interval apart, however late the
+// store's answers came.
 //
 // Acquire and Permit.Report are the same layers in two steps (permit.go),
 // for callers that make the request themselves, such as workers in other
