@@ -2,8 +2,11 @@ package outbound
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicerl/sluice/clock/clocktest"
 )
 
 // Issue 18: the store's jitter adds to how late the calls leave (sendLag),
@@ -22,4 +25,22 @@ func TestLateTimersJudgeLatencyWhateverTheStoreDid(t *testing.T) {
 	require.True(t, c.starved(200_000), "so do the store's stalls")
 	c.sendLag.Store(500)
 	require.False(t, c.starved(200_000), "on time, the answer is the provider's")
+}
+
+// spread keeps a process's attempts on a key half a pacing interval
+// apart, but never past the caller's limit (Acquire's MaxWait): the turn
+// is booked, and it is better sent with the bunch than refused.
+func TestSpreadStopsAtTheCallersLimit(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(time.UnixMicro(t0))
+	c, err := New(Config{Clock: clk})
+	require.NoError(t, err)
+	ks := &keyState{}
+	lim := c.pacing(10) // 100 ms apart
+	require.Zero(t, c.spread(ks, lim, 0), "the first leaves at once")
+	require.Equal(t, 50*time.Millisecond, c.spread(ks, lim, 0), "the next half an interval later")
+	require.Equal(t, 100*time.Millisecond, c.spread(ks, lim, 0))
+	require.Equal(t, 20*time.Millisecond, c.spread(ks, lim, t0+20_000), "not past the caller's limit")
+	require.Zero(t, c.spread(ks, lim, t0), "a limit already passed: at once")
+	require.Equal(t, 150*time.Millisecond, c.spread(ks, lim, 0), "the next keeps its distance from the last spread")
 }

@@ -135,7 +135,7 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 			if jitter := c.storeJitter(rtt); delay > 0 || jitter > 0 {
 				ewma(&c.sendLag, late+jitter)
 			}
-			if d := c.spread(ks, lim); d > 0 {
+			if d := c.spread(ks, lim, limit); d > 0 {
 				if err := sleep(ctx, c.clk, d); err != nil {
 					_, _ = c.store.Settle(context.WithoutCancel(ctx), store.SettleParams{
 						Key: paceKey, Limit: lim, Reserved: 1, Actual: 0, ReservedAt: all.Results[0].At,
@@ -183,8 +183,9 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 // half an interval apart the bunch drains at twice the rate, and a timer
 // late by less than half an interval delays nothing. A key paced with a
 // burst (Config.Burst above 1) is let through at once, as its burst
-// allows.
-func (c *Client) spread(ks *keyState, lim store.Limit) time.Duration {
+// allows, and an attempt never waits past limit (Unix µs; 0: none), the
+// caller's MaxWait: its turn is booked, and it leaves rather than fail.
+func (c *Client) spread(ks *keyState, lim store.Limit, limit int64) time.Duration {
 	if lim.Burst > 1 {
 		return 0
 	}
@@ -193,7 +194,12 @@ func (c *Client) spread(ks *keyState, lim store.Limit) time.Duration {
 	for {
 		last := ks.left.Load()
 		at := max(now, last+gap)
-		if ks.left.CompareAndSwap(last, at) {
+		if limit > 0 {
+			// Sent early with the bunch: the next still keeps its
+			// distance from the last one spread.
+			at = max(min(at, limit), now)
+		}
+		if ks.left.CompareAndSwap(last, max(last, at)) {
 			return time.Duration(at-now) * time.Microsecond
 		}
 	}
