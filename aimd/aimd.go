@@ -1562,9 +1562,10 @@ func (c *Controller) grow(s *State, now int64) bool {
 		}
 	case s.probing:
 		s.rate += s.rate * c.slowStart * dt
-	case s.rate < goal && s.stated && s.hint > 0 && s.hint == s.hintLow:
-		// Back from a throttle that came with the provider's new,
-		// lower sustainable rate (not raised since): the rate is
+	case s.rate < goal && s.stated && s.hint > 0 && s.hint == s.hintLow && s.queued == 0:
+		// Back from a throttle (not a latency cut: queued) that came
+		// with the provider's new, lower sustainable rate (not raised
+		// since): the rate is
 		// known, as on a first answer that states it, and the pause
 		// the throttle asked for has passed. Pace to it at once, with
 		// no approach (issue 18: an IETF provider that halved its

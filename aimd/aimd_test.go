@@ -572,6 +572,23 @@ func TestRecoveryReturnsToAStatedRate(t *testing.T) {
 	require.InDelta(t, 30.0, s.rate, 1e-9, "back at the new stated rate")
 }
 
+// A latency cut is not a throttle the stated rate explains: even with a
+// new, lower rate stated just before it, recovery approaches it as after
+// any cut, where a throttle's recovery paces at it at once.
+func TestOnlyAThrottleReturnsToAStatedRateAtOnce(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 60, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9})
+	after := func(queued int64) float64 {
+		s := State{started: true, rate: 40, peak: 60, stated: true, hint: 50, hintLow: 50, hintAt: t0, lastIncrease: t0, queued: queued}
+		c.grow(&s, t0+10*ms)
+		return s.rate
+	}
+	require.InDelta(t, 50.0, after(0), 1e-9, "after a throttle: at the stated rate at once")
+	got := after(t0)
+	require.Greater(t, got, 40.0)
+	require.Less(t, got, 45.0, "after a latency cut: approached")
+}
+
 func TestQueueGradient(t *testing.T) {
 	t.Parallel()
 	// A provider that queues: 20 ms when idle, then each call waits 10 ms
