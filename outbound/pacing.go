@@ -100,11 +100,16 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 		if all.Allowed {
 			delay := max(all.Results[0].Delay, all.Results[1].Delay)
 			ks.adapt.booked(now, delay.Microseconds())
-			slept := c.clk.Now()
-			if err := sleep(ctx, c.clk, delay); err != nil {
+			// giveBack returns the booked turn when the caller gives up
+			// waiting for it.
+			giveBack := func() {
 				_, _ = c.store.Settle(context.WithoutCancel(ctx), store.SettleParams{
 					Key: paceKey, Limit: lim, Reserved: 1, Actual: 0, ReservedAt: all.Results[0].At,
 				})
+			}
+			slept := c.clk.Now()
+			if err := sleep(ctx, c.clk, delay); err != nil {
+				giveBack()
 				return err
 			}
 			late := time.Duration(0)
@@ -137,9 +142,7 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 			}
 			if d := c.spread(ks, lim, limit); d > 0 {
 				if err := sleep(ctx, c.clk, d); err != nil {
-					_, _ = c.store.Settle(context.WithoutCancel(ctx), store.SettleParams{
-						Key: paceKey, Limit: lim, Reserved: 1, Actual: 0, ReservedAt: all.Results[0].At,
-					})
+					giveBack()
 					return err
 				}
 				if ks.adapt.paused(c.now()) {

@@ -174,20 +174,9 @@ func (c *Client) reserve(ctx context.Context, rt *provider.Runtime, key string, 
 		if now+t.Delay.Microseconds() > deadline {
 			return nil, &WaitError{Key: key, RetryAfter: t.Delay, Paused: t.Reason == "paused" || t.Reason == "banned"}
 		}
-		if err := sleepCtx(ctx, c, max(t.Delay, time.Millisecond)); err != nil {
+		if err := sleep(ctx, c.clk, max(t.Delay, time.Millisecond)); err != nil {
 			return nil, err
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, c *Client, d time.Duration) error {
-	tm := c.clk.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-tm.C():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 
