@@ -47,7 +47,8 @@ func (c *Client) syncPause(ctx context.Context, ks *keyState, d int64) {
 // reads the mark (readBan) and starts over as the process banned does
 // (aimd's restart), rather than cut its rate as for a refusal and resume,
 // when the ban ends, at a rate the provider banned the fleet for (issue
-// 18). The mark is a pause of its own key, so it ends with the ban.
+// 18). The mark is a pause of its own key, so it ends with the ban; it is
+// written before the pause, so that no process finds the pause without it.
 func (c *Client) syncBan(ctx context.Context, ks *keyState, d int64) {
 	_, _ = c.store.Sync(ctx, store.SyncParams{
 		Key: ks.names.ban, Limit: pauseLimit, Remaining: 0, ResetAfter: time.Duration(d) * time.Microsecond,

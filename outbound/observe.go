@@ -62,10 +62,13 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 		ks.counts.errors.Add(1)
 	}
 	if o.pause > 0 {
-		c.syncPause(ctx, ks, o.pause)
 		if rep.Banned {
+			// The mark first: a process that finds the pause finds
+			// the ban with it (read between the two writes, the ban
+			// was taken for a refusal).
 			c.syncBan(ctx, ks, o.pause)
 		}
+		c.syncPause(ctx, ks, o.pause)
 	}
 	if c.shared && o.decision.Change != aimd.Unchanged {
 		c.writeShared(ctx, ks, o.rate)

@@ -1,6 +1,7 @@
 package outbound
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -8,7 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/aimd"
+	"github.com/sluicerl/sluice/clock/clocktest"
 	"github.com/sluicerl/sluice/signal"
+	"github.com/sluicerl/sluice/store"
+	"github.com/sluicerl/sluice/store/memstore"
 )
 
 // Issue 18: the calls in flight when the first refusal came are refused
@@ -100,4 +104,49 @@ func TestBunchedAt(t *testing.T) {
 	} {
 		require.Equal(t, tc.want, bunchedAt(tc.lag, tc.rate), "lag %d µs at %v/s", tc.lag, tc.rate)
 	}
+}
+
+// pauseWatch is a store that calls after once each Sync has been applied.
+type pauseWatch struct {
+	store.RateStore
+	after func(key string)
+}
+
+func (s *pauseWatch) Sync(ctx context.Context, p store.SyncParams) (store.Result, error) {
+	r, err := s.RateStore.Sync(ctx, p)
+	if s.after != nil {
+		s.after(p.Key)
+	}
+	return r, err
+}
+
+// Issue 18, two real processes: the banned one wrote the fleet's pause and
+// then the mark that says it is a ban; the other read the pause between
+// the two writes, found no mark, and took the ban for a refusal (one cut,
+// not the restart every process makes after a ban). The mark is written
+// first: whoever sees the pause sees the ban.
+func TestABansMarkIsThereWhenItsPauseIs(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(time.UnixMicro(t0))
+	st := &pauseWatch{RateStore: memstore.New(memstore.Config{Clock: clk})}
+	c, err := New(Config{Clock: clk, Store: st})
+	require.NoError(t, err)
+	ks := c.keys.acquire("api.ban.test", "api.ban.test")
+	defer c.keys.release(ks)
+	ctx := context.Background()
+	seen, banned := false, false
+	st.after = func(key string) {
+		if key == ks.names.pause {
+			// Another process hears of the pause at this instant.
+			seen, banned = true, c.readBan(ctx, ks)
+		}
+	}
+	h := http.Header{}
+	h.Set("Retry-After", "30")
+	now := clk.Now().UnixMicro()
+	rep := signal.Parse(now, signal.Response{Status: http.StatusTeapot, Header: h})
+	require.True(t, rep.Banned)
+	c.observe(ctx, ks, &rep, 5*time.Millisecond, now)
+	require.True(t, seen, "the pause was synced")
+	require.True(t, banned, "the ban's mark was there when its pause was")
 }
