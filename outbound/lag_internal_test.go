@@ -67,10 +67,14 @@ func TestASpreadCallGivenUpReturnsItsTurn(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.wait(ctx, ks) }()
-	deadline := time.Now().Add(time.Minute)
-	for clk.Timers() == idle {
-		require.True(t, time.Now().Before(deadline), "the call never waited on the clock")
-		time.Sleep(time.Millisecond)
+	waiting := make(chan struct{})
+	go func() { clk.BlockUntilTimers(idle + 1); close(waiting) }()
+	select {
+	case <-waiting:
+	case err := <-done:
+		t.Fatalf("the call returned before it waited on the clock: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the call never waited on the clock")
 	}
 	cancel()
 	select {
