@@ -214,27 +214,29 @@ const LatencyFloor = 0.4
 // left long ago.
 const BaseWindow = 10_000_000 // µs
 
-// QueueCalls is how many of the key's own calls a latency-only decrease
-// (Reason Latency or Queue, no throttle signal) needs waiting in the
-// provider's queue, on top of the latency ratios (LatencyFactor, Queue):
-// the backlog TCP Vegas measures, rate x (latency - base), with the key's
-// rate in calls per second and the latencies in seconds (the p95 for
-// Reason Latency, the recent median for Reason Queue, and a call's own
-// latency for whether a success is fast). Ratios against a short base
-// read a single wait for a service slot as a slowdown: a provider of 2 ms
-// that serves its calls one after another at its limit makes a call that
-// meets another wait 10 to 20 ms (5 to 10 x the base) at any load, and the
-// rate walked down without end (0.66 of the limit, issue 18's external
-// slowdown provider). A call that waits for one slot, at a rate at or under
-// the server's, waits behind at most rate/limit calls: under one, and each
-// process of a fleet (a key adapting its own share) sees only its share of
-// it. One call or more of the key's own is a backlog that does not clear
-// in a slot. Vegas keeps 2 to 4 packets per flow queued on purpose
-// (alpha, beta); here the queue is what the decrease is to prevent, and
-// 2 of each of two processes' calls at 20 ms a call is already past the
-// 80 ms the in-repo slowdown figures count as slow (1.5 and 2 lost 1-2 %
-// of the calls to it there; 1 lost none). Under it the success counts as
-// fast: it earns the increase and its latency is the provider's normal.
+// QueueCalls is how many calls a latency-only decrease (Reason Latency or
+// Queue, no throttle signal) needs waiting in the provider's queue, on top
+// of the latency ratios (LatencyFactor, Queue): the backlog TCP Vegas
+// measures, rate x (latency - base), with the rate in calls per second
+// (the key's, or the fleet's once Controller.FleetShare told the key's
+// share of it) and the latencies in seconds (the p95 for Reason Latency,
+// the recent median for Reason Queue, and a call's own latency for
+// whether a success is fast). Ratios against a short base read a single
+// wait for a service slot as a slowdown: a provider of 2 ms that serves
+// its calls one after another at its limit makes a call that meets
+// another wait 10 to 20 ms (5 to 10 x the base) at any load, and the rate
+// walked down without end (0.66 of the limit, issue 18's external
+// slowdown provider). A call that waits for one slot, at a fleet rate at
+// or under the server's, waits behind at most rate/limit calls: under
+// one. One call or more is a backlog that does not clear in a slot. Vegas
+// keeps 2 to 4 packets per flow queued on purpose (alpha, beta); here the
+// queue is what the decrease is to prevent, and 2 of each of two
+// processes' calls at 20 ms a call is already past the 80 ms the in-repo
+// slowdown figures count as slow (1.5 and 2 lost 1-2 % of the calls to it
+// there; 1 lost none). Under it the success counts as fast: it earns the
+// increase and its latency is the provider's normal. Counted at the key's
+// own rate alone, a fleet of N processes had N calls queued before any of
+// them saw one (see FleetShare).
 const QueueCalls = 1.0
 
 // minP95Samples is how many latencies since the last decrease the p95 needs
@@ -713,6 +715,11 @@ type State struct {
 	useStart int64
 	useRate  float64
 	useKnown bool
+	// share is this process's share of the calls the fleet sharing the
+	// key sends (FleetShare; 0: unknown, counted as 1), told at shareAt
+	// (Unix µs).
+	share   float64
+	shareAt int64
 }
 
 // Decision is the result of an observation, a plain value.
@@ -837,6 +844,9 @@ func (c *Controller) ceilingFor(s *State) float64 {
 // Observe applies one sample at now to s and returns the decision.
 func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	c.start0(s)
+	if s.shareAt != 0 && (now-s.shareAt > ShareTTL || now < s.shareAt) {
+		s.share, s.shareAt = 0, 0
+	}
 	d := Decision{}
 	rate0 := s.rate
 	if in.Outcome != 0 {
@@ -1497,7 +1507,43 @@ func queuedCalls(s *State, latency int64) float64 {
 	if base <= 0 {
 		return math.Inf(1)
 	}
-	return s.rate * max(float64(latency)-base, 0) / sec
+	r := s.rate
+	if s.share > 0 {
+		r /= s.share // the fleet's rate: the queue is the fleet's
+	}
+	return r * max(float64(latency)-base, 0) / sec
+}
+
+// ShareTTL (µs) is how long a share told by FleetShare counts. outbound
+// measures it every few seconds; one not renewed (the store stopped
+// answering, the fleet went quiet) lapses, and the key's own rate alone
+// stands for the queue's arrivals again.
+const ShareTTL = 30_000_000
+
+// FleetShare tells the controller which share of the calls sent by the
+// whole fleet sharing the key (every process that adapts its own rate
+// for it) is this process's: its calls answered in a recent clock second
+// over the fleet's in that second, in (0, 1]. A provider's queue is the
+// fleet's: each of N processes sending at its share sees a wait that
+// holds N times its own calls, and QueueCalls of its own came only once
+// the fleet's queue held N calls (issue 18: two processes against a
+// slowdown answering in 5 ms were cut at a median of 42 ms, past the 35
+// ms the figures count as slow, and every probe left 20 to 40 slow
+// answers). With a share told, the queue is counted at the fleet's rate,
+// the key's over its share, for ShareTTL. A share outside (0, 1] is
+// ignored when it is not a positive number, and one over 1 counts as 1.
+func (c *Controller) FleetShare(s *State, now int64, share float64) {
+	c.start0(s)
+	if !(share > 0) || math.IsInf(share, 0) {
+		return
+	}
+	s.share, s.shareAt = min(share, 1), now
+}
+
+// Share returns the fleet share FleetShare told, as of the last
+// observation (0: none or lapsed; the key counts as the whole fleet).
+func (s *State) Share() float64 {
+	return s.share
 }
 
 // grow raises the rate for the time since the last increase, at most one

@@ -910,3 +910,94 @@ func TestOneSlotOfWaitIsNoQueue(t *testing.T) {
 	require.Less(t, d.Rate, 100.0)
 	require.LessOrEqual(t, lat, 30*ms, "cut while the queue is short (%d ms)", lat/ms)
 }
+
+// Issue 18, two processes against a provider that queues its calls behind
+// one server (sim's slowdown, answering in 5 ms): each sends at 27/s, the
+// fleet at 54/s, and a probe over the server's rate makes each call wait
+// longer than the one before. The queue is the fleet's: told that its
+// share is half (FleetShare), a process counts it at 54/s and is cut
+// while the latency is under 30 ms (the figures count 35 ms as slow); at
+// its own rate alone it waits for a queue twice as long, past 30 ms. A
+// share that is not renewed lapses after ShareTTL.
+func TestTheQueueIsTheFleetsOnceTheShareIsKnown(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Start: 27, Ceiling: 27, SlowStart: -1, Increase: 1, Decrease: 0.8,
+		Cooldown: 500 * time.Millisecond, LatencyFactor: 3, Plateau: 0.91, Hold: 10 * time.Second,
+		Queue: 2.5, UsageMultiple: -1}
+	const every = s1 / 27
+	// cutAt returns the latency of the call that set off the latency
+	// decrease, with the share told at the start (0: none), and how
+	// long after the share was told the queue began to build.
+	cutAt := func(share float64, after int64) (int64, float64) {
+		c := mustNew(t, cfg)
+		s := c.Init()
+		at := t0
+		c.FleetShare(&s, at, share)
+		for at < t0+after {
+			at += every
+			s.CapTarget(2 * 5 * ms)
+			d := c.Observe(&s, at, ok(5*ms))
+			require.NotEqual(t, Decreased, d.Change)
+		}
+		lat := 5 * ms
+		for {
+			at += every
+			lat += ms
+			require.Less(t, lat, 200*ms, "no decrease for a queue of 10 calls")
+			s.CapTarget(2 * 5 * ms)
+			d := c.Observe(&s, at, ok(lat))
+			if d.Change == Decreased {
+				require.Contains(t, []Reason{ReasonQueue, ReasonLatency}, d.Reason)
+				return lat, s.Share()
+			}
+		}
+	}
+	lat, share := cutAt(0.5, s1)
+	require.Equal(t, 0.5, share)
+	require.Less(t, lat, 30*ms, "told its share, the process is cut before its calls are slow")
+	lat, _ = cutAt(0, s1)
+	require.Greater(t, lat, 30*ms, "its own rate alone counts half the queue")
+	lat, share = cutAt(0.5, ShareTTL+s1)
+	require.Zero(t, share, "a share not renewed lapses")
+	require.Greater(t, lat, 30*ms, "a lapsed share counts no more")
+
+	// Nonsense is ignored; a share over 1 counts as 1.
+	c := mustNew(t, cfg)
+	s := c.Init()
+	for _, bad := range []float64{0, -0.5, math.NaN(), math.Inf(1)} {
+		c.FleetShare(&s, t0, bad)
+		require.Zero(t, s.Share(), "%v", bad)
+	}
+	c.FleetShare(&s, t0, 1.5)
+	require.Equal(t, 1.0, s.Share())
+}
+
+// The fleet's rate is no licence to read one wait for a service slot as a
+// queue: two processes at 20/s each (the fleet at 40/s) against a server
+// of 50/s that answers in 2 ms wait 10 to 20 ms when their calls meet, 0.8
+// of a call of the fleet's at most. Told their share, they still grow to
+// their ceiling and are never cut (TestOneSlotOfWaitIsNoQueue, for one
+// process of two).
+func TestOneSlotOfWaitIsNoQueueForTheFleetEither(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 15, Ceiling: 20, SlowStart: -1, Increase: 1, Decrease: 0.8,
+		Cooldown: 500 * time.Millisecond, LatencyFactor: 3, Plateau: 0.91, Hold: 10 * time.Second,
+		Queue: 2.5, UsageMultiple: -1})
+	s := c.Init()
+	waits := []int64{0, 10, 0, 15, 0, 18, 20, 0, 12, 0, 20, 16, 0, 14, 19, 0}
+	at := t0
+	increased := false
+	for i := range 400 { // 20 s at 20/s
+		at += 50 * ms
+		if i%100 == 0 {
+			c.FleetShare(&s, at, 0.5)
+		}
+		s.CapTarget(2 * 2 * ms)
+		d := c.Observe(&s, at, ok(2*ms+waits[i%len(waits)]*ms))
+		require.NotEqual(t, Decreased, d.Change, "call %d: %v at %.1f/s", i, d.Reason, d.Rate)
+		increased = increased || d.Change == Increased
+	}
+	require.True(t, increased)
+	require.Equal(t, 0.5, s.Share())
+	require.Greater(t, s.rate, 19.0, "grew to the ceiling")
+}

@@ -42,7 +42,11 @@
 // under one call: a success slower than the ratios allow but behind less
 // than QueueCalls counts as fast (it earns the increase, and its latency
 // moves the target), so that such waits do not walk the rate down without
-// end.
+// end. The queue is the provider's, and so the fleet's: when the key is
+// one process of a fleet that adapts its share each, Controller.FleetShare
+// tells it which share of the fleet's calls is its own, and the queue is
+// counted at the fleet's rate (the key's over its share), so that two
+// processes are not cut only once the queue holds two calls.
 //
 // With Config.Plateau set, recovery after a decrease levels off at that
 // fraction of the rate the decreases began at (half way closer when the

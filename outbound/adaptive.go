@@ -55,7 +55,29 @@ type adaptive struct {
 	// whose count for the whole fleet it has yet to read (0: none), once
 	// askAt (Unix µs) passed.
 	told, ask, askAt int64
+	// calls counts this process's calls answered in clock second
+	// callsSec (Unix s), for its share of the fleet's (shareEvery).
+	// sharedSec is a second told to the fleet whose count is to be read
+	// once sharedAt (Unix µs) has passed (0: none), and sharedN this
+	// process's calls in it.
+	callsSec, sharedSec, sharedAt int64
+	calls, sharedN                int
 }
+
+// A process measures its share of the fleet's calls (aimd.Controller.
+// FleetShare) in every clock second divisible by shareEvery: after it, each
+// process adds its calls answered in it to a count in the store, and reads
+// the fleet's sum shareReadAfter seconds into the second (when every
+// process sending has answered a call since and told its own). Each costs
+// two store writes per process every shareEvery seconds; aimd.ShareTTL
+// lets a share lapse after five of them missed.
+const (
+	shareEvery     = 5
+	shareReadAfter = 2
+	// minShareCalls is the fewest calls of its own in a second that a
+	// process reads its share from: a share of 1 or 2 calls is noise.
+	minShareCalls = 4
+)
 
 // latencySamples is how many of a key's latest successes Snapshot's
 // latency percentiles are taken over.
@@ -275,6 +297,43 @@ func (a *adaptive) shareToTellLocked(now int64) (sec int64, share int) {
 // of the refusal when they next try to send.
 const minAskAfter = int64(200 * time.Millisecond / time.Microsecond)
 
+// countCalls counts a call answered at now (Unix µs) towards this
+// process's share of the fleet's calls (see shareEvery). It returns a
+// clock second divisible by shareEvery that ended, with the calls answered
+// in it, for the fleet's count (0: none), and a second told before whose
+// fleet count is due to be read, with this process's calls in it (0:
+// none). a.mu is held.
+func (a *adaptive) countCalls(now int64) (tell int64, n int, ask int64, own int) {
+	k := now / 1_000_000
+	if k != a.callsSec {
+		if a.callsSec > 0 && a.callsSec%shareEvery == 0 && a.calls > 0 && k > a.callsSec {
+			tell, n = a.callsSec, a.calls
+			a.sharedSec, a.sharedN = a.callsSec, a.calls
+			a.sharedAt = max((a.callsSec+shareReadAfter)*1_000_000, now+minAskAfter)
+		}
+		a.callsSec, a.calls = k, 0
+	}
+	a.calls++
+	if a.sharedSec != 0 && tell == 0 && now >= a.sharedAt {
+		ask, own = a.sharedSec, a.sharedN
+		a.sharedSec = 0
+	}
+	return tell, n, ask, own
+}
+
+// fleetCalls gives the key's controller its share of the fleet's calls:
+// own of the fleet's count of them. A count under minShareCalls of its
+// own is no measure, and a fleet count under its own means the store lost
+// a share.
+func (a *adaptive) fleetCalls(now int64, own, fleet int) {
+	if own < minShareCalls || fleet < own {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ctl.FleetShare(&a.state, now, float64(own)/float64(fleet))
+}
+
 // fleetCount gives the key's controller the fleet's count of calls served
 // in clock second sec (aimd.Controller.FleetCount).
 func (a *adaptive) fleetCount(now, sec int64, count int) {
@@ -319,6 +378,12 @@ type outcome struct {
 	// count for the fleet it is to read now (0: none).
 	tell, ask int64
 	share     int
+	// callsTell is a clock second whose calls answered (callsN) the
+	// process is to add to the fleet's count (countCalls; 0: none);
+	// callsAsk one whose fleet count it is to read now, with its own
+	// calls in it (callsOwn).
+	callsTell, callsAsk int64
+	callsN, callsOwn    int
 }
 
 // observe feeds one attempt's sample and report to the controller at now,
@@ -358,6 +423,7 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 		a.state.CapTarget(a.minLatency * targetOverMin)
 	}
 	o.decision = a.ctl.Observe(&a.state, now, s)
+	o.callsTell, o.callsN, o.callsAsk, o.callsOwn = a.countCalls(now)
 	if s.Outcome == aimd.Success && a.ask != 0 && now >= a.askAt {
 		o.ask, a.ask = a.ask, 0
 	} else if s.Outcome != aimd.Success {

@@ -40,7 +40,12 @@
 // the clock, spent), each process adds to the store the calls it had
 // served in that second, and reads the fleet's sum back once the pause is
 // over: the window's count is the fleet's, while each process's share of
-// it moves from one episode to the next (aimd's FleetCount). A
+// it moves from one episode to the next (aimd's FleetCount). A provider's
+// queue is the fleet's too: every five clock seconds each process adds the
+// calls answered in one second to a count in the store and reads the sum
+// two seconds later, so that its controller counts a queue at the fleet's
+// rate, its own over its share (aimd's FleetShare), and a fleet of N
+// processes is slowed once the queue holds a call, not N. A
 // sustainable rate the provider reports (a quota over its
 // window, a cost bucket's restore rate) caps the adapted rate. A window
 // budget the provider never states but whose use it reports (Binance's

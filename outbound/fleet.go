@@ -126,3 +126,34 @@ func (c *Client) readFleetCount(ctx context.Context, ks *keyState, sec, now int6
 	}
 	ks.adapt.fleetCount(now, sec, int(fleetCountLimit.Rate-r.Remaining))
 }
+
+func callsKey(ks *keyState, sec int64) string {
+	return ks.names.calls + ":" + strconv.FormatInt(sec, 10)
+}
+
+// tellCalls adds this process's calls answered in clock second sec to the
+// fleet's count of that second, kept as fleetCountLimit's are, under keys
+// of their own (a second may also be a refusal's, whose count is of calls
+// served). With SharedRate the key's rate is the fleet's already: nothing
+// to tell (nor read).
+func (c *Client) tellCalls(ctx context.Context, ks *keyState, sec int64, n int) {
+	if c.shared {
+		return
+	}
+	_, _ = c.store.Take(ctx, store.TakeParams{Key: callsKey(ks, sec), Limit: fleetCountLimit, Cost: int64(n)})
+}
+
+// readFleetCalls reads the fleet's count of calls answered in clock second
+// sec, of which own were this process's, and gives the key's controller its
+// share of them (aimd.Controller.FleetShare). A store that does not answer
+// tells nothing: the share told last lapses in time.
+func (c *Client) readFleetCalls(ctx context.Context, ks *keyState, sec int64, own int, now int64) {
+	if c.shared {
+		return
+	}
+	r, err := c.store.Take(ctx, store.TakeParams{Key: callsKey(ks, sec), Limit: fleetCountLimit, Cost: 0})
+	if err != nil || r.Remaining >= fleetCountLimit.Rate || r.Remaining < 0 {
+		return
+	}
+	ks.adapt.fleetCalls(now, own, int(fleetCountLimit.Rate-r.Remaining))
+}

@@ -54,6 +54,7 @@ type storeKeys struct {
 	budget string // the fleet's learned window budget
 	ban    string // the fleet's ban: the pause of a provider's ban (see syncBan)
 	count  string // the fleet's count of calls served in a clock second (see tellShare)
+	calls  string // the fleet's count of calls answered in a clock second (see tellCalls)
 }
 
 func (n keyNames) of(key string) storeKeys {
@@ -62,7 +63,7 @@ func (n keyNames) of(key string) storeKeys {
 	if n.shared {
 		pace = tagged
 	}
-	return storeKeys{pace: pace, fleet: tagged, pause: tagged + ":pause", rate: tagged + ":rate", budget: tagged + ":budget", ban: tagged + ":ban", count: tagged + ":count"}
+	return storeKeys{pace: pace, fleet: tagged, pause: tagged + ":pause", rate: tagged + ":rate", budget: tagged + ":budget", ban: tagged + ":ban", count: tagged + ":count", calls: tagged + ":calls"}
 }
 
 // braces escapes a key's braces, so that the hash tag is always the whole

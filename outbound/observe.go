@@ -82,6 +82,12 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 	if o.ask != 0 {
 		c.readFleetCount(ctx, ks, o.ask, now)
 	}
+	if o.callsTell != 0 {
+		c.tellCalls(ctx, ks, o.callsTell, o.callsN)
+	}
+	if o.callsAsk != 0 {
+		c.readFleetCalls(ctx, ks, o.callsAsk, o.callsOwn, now)
+	}
 	if c.metrics != nil {
 		c.metrics.observe(ks.label, s.Outcome, o.rate)
 	}
