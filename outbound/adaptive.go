@@ -75,7 +75,11 @@ const (
 	shareEvery     = 5
 	shareReadAfter = 2
 	// minShareCalls is the fewest calls of its own in a second that a
-	// process reads its share from: a share of 1 or 2 calls is noise.
+	// process tells and reads its share from: a share of 1 or 2 calls is
+	// noise, and a key that slow would pay two store calls every
+	// shareEvery seconds for a queue it hardly adds to (the fleet's count
+	// then leaves its calls out, and the others' shares read a little
+	// high: their queue is counted a little short, as before any share).
 	minShareCalls = 4
 )
 
@@ -306,7 +310,7 @@ const minAskAfter = int64(200 * time.Millisecond / time.Microsecond)
 func (a *adaptive) countCalls(now int64) (tell int64, n int, ask int64, own int) {
 	k := now / 1_000_000
 	if k != a.callsSec {
-		if a.callsSec > 0 && a.callsSec%shareEvery == 0 && a.calls > 0 && k > a.callsSec {
+		if a.callsSec > 0 && a.callsSec%shareEvery == 0 && a.calls >= minShareCalls && k > a.callsSec {
 			tell, n = a.callsSec, a.calls
 			a.sharedSec, a.sharedN = a.callsSec, a.calls
 			a.sharedAt = max((a.callsSec+shareReadAfter)*1_000_000, now+minAskAfter)
