@@ -19,6 +19,11 @@ const RingSize = 32
 // belong to the same run of decreases, which keeps its Peak.
 const chainWindow = 2_000_000
 
+// statedSpan (µs) is how long after a refusal at or under the rate the
+// provider states, taken as no news of the limit (recovery to the stated
+// rate), another such refusal is news: a limit under the stated one.
+const statedSpan = 60_000_000
+
 // A probe above a proven plateau (State.good) that fails doubles the hold
 // before the next one, up to 1<<maxHoldShift times Config.Hold.
 const maxHoldShift = 3
@@ -684,6 +689,9 @@ type State struct {
 	stated  bool
 	hintAt  int64
 	hintLow float64
+	// statedExcused is when a refusal at or under an unchanged stated
+	// rate last counted as stated (statedSpan; Unix µs, 0 never).
+	statedExcused int64
 	// lastIncrease is the instant the increase was last accounted to.
 	lastIncrease int64
 	// pausedUntil is when the last Retry-After ends (Unix µs).
@@ -1103,6 +1111,24 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				s.pause = 0
 			}
 			s.stated = s.hintAt != 0 && now-s.hintAt <= chainWindow
+			if !s.stated && s.hint > 0 && from <= s.hint && in.RetryAfter > 0 && !in.Banned &&
+				reason != ReasonLatency && reason != ReasonQueue &&
+				(s.statedExcused == 0 || now-s.statedExcused > statedSpan) {
+				// Refused with a Retry-After at or under the rate
+				// the provider states, which it has not lowered: its
+				// own figure says the rate was not too much (sends
+				// bunched by a starved machine, a window's edge), and
+				// the pause shed the bunch, so recovery goes back to
+				// it after the pause, as for a newly stated rate,
+				// not to a plateau under it for 30 pauses' worth
+				// (issue 18: on a loaded machine one refusal under an
+				// IETF quota held the fleet at 0.77-0.89 of it for
+				// the rest of the run's half). Once a statedSpan: a
+				// second refusal there is a limit under the stated
+				// one, and levels as any; so does one with no pause,
+				// which sheds nothing.
+				s.stated, s.statedExcused = true, now
+			}
 			s.queued = queued
 			if reason == ReasonQueue {
 				// A queue shows soon after the rate passes the

@@ -532,7 +532,9 @@ func TestRecoveryReturnsToAStatedRate(t *testing.T) {
 	// A throttle that comes with the provider's rate (50/s, new) cuts to
 	// 40. The rate it stated explains the throttle: recovery goes back to
 	// 50, not to a plateau under it. A later throttle at that same stated
-	// rate is not explained by it: the plateau applies.
+	// rate is not explained by it: with no pause to shed the load, the
+	// plateau applies (with a Retry-After, see
+	// TestARefusalUnderAnUnchangedStatedRateGoesBackToIt).
 	c := mustNew(t, Config{Start: 60, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9})
 	s := c.Init()
 	at := t0
@@ -1000,4 +1002,55 @@ func TestOneSlotOfWaitIsNoQueueForTheFleetEither(t *testing.T) {
 	require.True(t, increased)
 	require.Equal(t, 0.5, s.Share())
 	require.Greater(t, s.rate, 19.0, "grew to the ceiling")
+}
+
+// Issue 18, a loaded machine: a provider that states its quota (IETF
+// RateLimit-Policy, paced at 98 % of it) refused once, with a second's
+// Retry-After, calls a starved process had sent bunched. The stated rate
+// had not changed and the key was under it, so the refusal is no news of
+// the limit: after the pause the key is back at the stated rate, where a
+// refusal of an unstated limit levels at the plateau under it and holds
+// for 30 pauses' worth. A second such refusal within statedSpan is news
+// (a limit under the stated one) and levels as any.
+func TestARefusalUnderAnUnchangedStatedRateGoesBackToIt(t *testing.T) {
+	t.Parallel()
+	cfg := Config{SlowStart: 2, Decrease: 0.8, Cooldown: 500 * time.Millisecond, LatencyFactor: 3,
+		Plateau: 0.91, Hold: 10 * time.Second, Queue: 2.5}
+	run := func(hint float64, pause int64) (afterFirst, afterSecond float64) {
+		cfg := cfg
+		if hint == 0 {
+			cfg.Ceiling = 98 // the same rate, not stated
+		}
+		c := mustNew(t, cfg)
+		s := c.Init()
+		at := t0
+		serve := func(d int64) {
+			for end := at + d; at < end; {
+				at += 10 * ms
+				c.Observe(&s, at, Sample{Outcome: Success, Latency: 20 * ms, Hint: hint})
+			}
+		}
+		serve(20 * s1)
+		require.InDelta(t, 98, c.Rate(&s), 1e-9)
+		refuse := func() {
+			at += 10 * ms
+			d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 20 * ms, Hint: hint, RetryAfter: pause})
+			require.Equal(t, Decreased, d.Change)
+			at += pause
+		}
+		refuse()
+		serve(3 * s1)
+		afterFirst = c.Rate(&s)
+		serve(15 * s1)
+		refuse()
+		serve(10 * s1)
+		return afterFirst, c.Rate(&s)
+	}
+	first, second := run(98, s1)
+	require.InDelta(t, 98, first, 1e-9, "back at the stated rate")
+	require.Less(t, second, 0.92*98, "a second refusal there levels under it")
+	first, _ = run(0, s1)
+	require.Less(t, first, 0.92*98, "no rate stated: the plateau under the rate refused")
+	first, _ = run(98, 0)
+	require.Less(t, first, 0.92*98, "a refusal with no pause shed nothing: the plateau")
 }
