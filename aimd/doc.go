@@ -155,7 +155,12 @@
 // (Sample.Hint); a first or raised Hint that no trouble contradicts sets
 // the rate to it at once, since a rate the provider states needs no slow
 // start; so does the first success after a throttle that came with a new,
-// lower Hint (the provider stated its new rate as it refused). A
+// lower Hint (the provider stated its new rate as it refused). After a
+// refusal with a Retry-After at or under an unchanged Hint, recovery goes
+// back to the Hint too, about a second after the pause, once a minute
+// (the pause shed what the provider's own figure says was no excess:
+// sends bunched on a starved machine; a second such refusal within the
+// minute is a limit under the stated one, and levels as any). A
 // Retry-After pauses the key until then: Paused reports
 // it, and the caller sends nothing until it is over.
 //

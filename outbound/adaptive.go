@@ -455,12 +455,33 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 	if d.PausedUntil > now && d.PausedUntil > a.syncedUntil {
 		o.pause = d.PausedUntil - now
 		a.syncedUntil = d.PausedUntil
-	} else if rep.Known&signal.FieldRemaining != 0 && rep.Remaining == 0 &&
-		rep.Known&signal.FieldResetAfter != 0 && now+rep.ResetAfter > a.syncedUntil {
-		o.pause = rep.ResetAfter
-		a.syncedUntil = now + rep.ResetAfter
+	} else if rep.Known&signal.FieldRemaining != 0 && rep.Remaining == 0 && rep.Known&signal.FieldResetAfter != 0 {
+		if p := spentFor(rep.ResetAfter, now, s.Latency); p > 0 && now+p > a.syncedUntil {
+			o.pause = p
+			a.syncedUntil = now + p
+		}
 	}
 	return o
+}
+
+// spentFor returns how long (µs) a key stops at now for a window spent:
+// until its reset, reset µs after the provider answered a call of latency
+// µs. A reset in whole seconds (IETF RateLimit's t, a delta in seconds) is
+// rounded up, so the window may reset up to a second sooner; windows of
+// whole seconds are aligned to the clock, so the stop lasts until the
+// first whole second after the earliest the reset can be (the provider
+// answered after the call was sent). Issue 18, on a loaded machine: a
+// window of a second spent by the call sent last in it, answered 13 ms
+// into the next with t=1, stopped the fleet for the whole next window,
+// and each such stop cost a second's calls (0.84-0.90 of an IETF quota
+// where a fixed client had 0.93).
+func spentFor(reset, now, latency int64) int64 {
+	const second = int64(time.Second / time.Microsecond)
+	if reset <= 0 || reset%second != 0 {
+		return max(reset, 0)
+	}
+	earliest := now - max(latency, 0) + reset - second
+	return max((earliest/second+1)*second-now, 0)
 }
 
 // hint returns the sustainable rate the provider reported, in calls per

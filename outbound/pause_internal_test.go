@@ -70,17 +70,60 @@ func TestStatedRateIsNotCutForAHeardPause(t *testing.T) {
 	require.True(t, a.paused(now+sec-1))
 
 	// This process's own exhausted quota: r=0 pauses the fleet until the
-	// reset; read back from the store, it cuts nothing either.
+	// reset (t=1 is rounded up: the window of a second aligned to the
+	// clock ends at the next whole second, half a second away); read
+	// back from the store, it cuts nothing either.
 	b := newAdaptive(ctl)
 	b.observe(aimd.Sample{Outcome: aimd.Success, Latency: 10_000}, &rep, now, 0)
 	h.Set("RateLimit", `"default";r=0;t=1`)
 	rep = signal.Parse(now+sec/2, signal.Response{Status: 200, Header: h})
 	o := b.observe(aimd.Sample{Outcome: aimd.Success, Latency: 10_000}, &rep, now+sec/2, 0)
-	require.Equal(t, sec, o.pause)
-	news, _ = b.notePause(now+sec/2+1000, sec-1000, 0, false)
+	require.Equal(t, sec/2, o.pause)
+	news, _ = b.notePause(now+sec/2+1000, sec/2-1000, 0, false)
 	require.False(t, news)
 	require.Equal(t, rate, b.rate())
-	require.True(t, b.paused(now+sec))
+	require.True(t, b.paused(now+sec-1))
+	require.False(t, b.paused(now+sec))
+}
+
+// Issue 18, a loaded machine: a window of a second (IETF RateLimit, t in
+// whole seconds, rounded up) spent by the last call sent in it, answered
+// 13 ms into the next second, said r=0;t=1, and the fleet stopped for the
+// whole next window. The window may reset up to a second before t, and a
+// window of whole seconds is aligned to the clock: the stop lasts until
+// the first whole second after the earliest the reset can be, none here,
+// and the rest of the second when the window was spent half way through
+// it. A reset given to the microsecond is kept as it is.
+func TestASpentWindowStopsUntilItsReset(t *testing.T) {
+	t.Parallel()
+	const sec = int64(time.Second / time.Microsecond)
+	const ms = sec / 1000
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	for _, tc := range []struct {
+		name                  string
+		sent, answered, reset int64
+		want                  int64
+	}{
+		{"spent by the second's last call, answered in the next", t0 + 993*ms, t0 + sec + 13*ms, sec, 0},
+		{"spent half way through the second", t0 + 480*ms, t0 + 500*ms, sec, 500 * ms},
+		{"a window of two seconds, spent in its first", t0 + 480*ms, t0 + 500*ms, 2 * sec, 1500 * ms},
+		{"a reset to the microsecond", t0 + 480*ms, t0 + 500*ms, 700*ms + 1, 700*ms + 1},
+		{"no reset", t0, t0 + 10*ms, 0, 0},
+	} {
+		require.Equal(t, tc.want, spentFor(tc.reset, tc.answered, tc.answered-tc.sent), tc.name)
+	}
+	// Through observe: a pause only when there is one to wait.
+	ctl, err := aimd.New(aimd.Config{SlowStart: -1, IgnoreLatency: true})
+	require.NoError(t, err)
+	a := newAdaptive(ctl)
+	h := http.Header{}
+	h.Set("RateLimit-Policy", `"default";q=100;w=1`)
+	h.Set("RateLimit", `"default";r=0;t=1`)
+	at := t0 + sec + 13*ms
+	rep := signal.Parse(at, signal.Response{Status: 200, Header: h})
+	o := a.observe(aimd.Sample{Outcome: aimd.Success, Latency: 20 * ms}, &rep, at, 0)
+	require.Zero(t, o.pause, "the window spent was the last second's")
+	require.False(t, a.paused(at))
 }
 
 // A refusal is excused as a bunch (aimd.Sample.Bunched) only when the
