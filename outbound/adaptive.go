@@ -68,9 +68,10 @@ type adaptive struct {
 // FleetShare) in every clock second divisible by shareEvery: after it, each
 // process adds its calls answered in it to a count in the store, and reads
 // the fleet's sum shareReadAfter seconds into the second (when every
-// process sending has answered a call since and told its own). Each costs
-// two store writes per process every shareEvery seconds; aimd.ShareTTL
-// lets a share lapse after five of them missed.
+// process sending has answered a call since and told its own). That is
+// two store calls per process and key every shareEvery seconds (an add
+// and a read); a share not renewed for aimd.ShareTTL (six of them missed)
+// lapses.
 const (
 	shareEvery     = 5
 	shareReadAfter = 2
