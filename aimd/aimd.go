@@ -762,6 +762,9 @@ func (c *Controller) start0(s *State) {
 	s.proven, s.provenNext = sane(s.proven), sane(s.provenNext)
 	s.sus, s.susLow = sane(s.sus), sane(s.susLow)
 	s.pause = min(max(s.pause, 0), maxPauseCost)
+	if !(s.share > 0 && s.share <= 1) {
+		s.share, s.shareAt = 0, 0
+	}
 	if c.plateau == 0 {
 		s.good = 0 // a proven plateau means nothing without one
 	} else if s.good > 0 {

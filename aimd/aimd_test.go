@@ -226,6 +226,9 @@ func TestDamagedStateIsRepaired(t *testing.T) {
 		{"nan fields", State{started: true, rate: 5, peak: nan, cutTo: nan, hint: nan, target: nan, useRate: nan, useKnown: true, good: nan}},
 		{"hold backoff out of range", State{started: true, rate: 5, level: 1, good: 5, backoff: 70}},
 		{"negative hold backoff", State{started: true, rate: 5, level: 1, good: 5, backoff: -1}},
+		{"nan fleet share", State{started: true, rate: 5, share: nan, shareAt: t0}},
+		{"fleet share over 1", State{started: true, rate: 5, share: 7, shareAt: t0}},
+		{"negative fleet share", State{started: true, rate: 5, share: -0.5, shareAt: t0}},
 	} {
 		for _, c := range []*Controller{c, cp} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -249,6 +252,7 @@ func TestDamagedStateIsRepaired(t *testing.T) {
 				require.True(t, s.target > 0 && !math.IsInf(s.target, 0), "latency target %v", s.target)
 				require.True(t, s.good >= 0 && s.good <= 100, "proven plateau %v", s.good)
 				require.True(t, s.backoff >= 0 && s.backoff <= maxHoldShift, "hold backoff %d", s.backoff)
+				require.True(t, s.share >= 0 && s.share <= 1, "fleet share %v", s.share)
 			})
 		}
 	}
