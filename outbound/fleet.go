@@ -104,43 +104,52 @@ func countKey(ks *keyState, sec int64) string {
 	return ks.names.count + ":" + strconv.FormatInt(sec, 10)
 }
 
-// tellShare adds this process's share, calls served in clock second sec,
-// to the fleet's count of that second. With SharedRate the fleet paces at
-// one rate, not each process at its share: nothing to tell (nor read).
-func (c *Client) tellShare(ctx context.Context, ks *keyState, sec int64, share int) {
+func callsKey(ks *keyState, sec int64) string {
+	return ks.names.calls + ":" + strconv.FormatInt(sec, 10)
+}
+
+// addCount adds n to the fleet's count under key (fleetCountLimit). With
+// SharedRate the fleet paces at one rate, not each process at its share:
+// no count is kept (nor read).
+func (c *Client) addCount(ctx context.Context, key string, n int) {
 	if c.shared {
 		return
 	}
-	_, _ = c.store.Take(ctx, store.TakeParams{Key: countKey(ks, sec), Limit: fleetCountLimit, Cost: int64(share)})
+	_, _ = c.store.Take(ctx, store.TakeParams{Key: key, Limit: fleetCountLimit, Cost: int64(n)})
+}
+
+// readCount reads the fleet's count under key; false when there is none to
+// read (SharedRate, or a store that does not answer).
+func (c *Client) readCount(ctx context.Context, key string) (int, bool) {
+	if c.shared {
+		return 0, false
+	}
+	r, err := c.store.Take(ctx, store.TakeParams{Key: key, Limit: fleetCountLimit, Cost: 0})
+	if err != nil || r.Remaining >= fleetCountLimit.Rate || r.Remaining < 0 {
+		return 0, false
+	}
+	return int(fleetCountLimit.Rate - r.Remaining), true
+}
+
+// tellShare adds this process's share, calls served in clock second sec,
+// to the fleet's count of that second.
+func (c *Client) tellShare(ctx context.Context, ks *keyState, sec int64, share int) {
+	c.addCount(ctx, countKey(ks, sec), share)
 }
 
 // readFleetCount reads the fleet's count of clock second sec and gives it
 // to the key's controller. A store that does not answer tells nothing.
 func (c *Client) readFleetCount(ctx context.Context, ks *keyState, sec, now int64) {
-	if c.shared {
-		return
+	if n, ok := c.readCount(ctx, countKey(ks, sec)); ok {
+		ks.adapt.fleetCount(now, sec, n)
 	}
-	r, err := c.store.Take(ctx, store.TakeParams{Key: countKey(ks, sec), Limit: fleetCountLimit, Cost: 0})
-	if err != nil || r.Remaining >= fleetCountLimit.Rate || r.Remaining < 0 {
-		return
-	}
-	ks.adapt.fleetCount(now, sec, int(fleetCountLimit.Rate-r.Remaining))
-}
-
-func callsKey(ks *keyState, sec int64) string {
-	return ks.names.calls + ":" + strconv.FormatInt(sec, 10)
 }
 
 // tellCalls adds this process's calls answered in clock second sec to the
-// fleet's count of that second, kept as fleetCountLimit's are, under keys
-// of their own (a second may also be a refusal's, whose count is of calls
-// served). With SharedRate the key's rate is the fleet's already: nothing
-// to tell (nor read).
+// fleet's count of them, under keys of their own (a second may also be a
+// refusal's, whose count is of calls served).
 func (c *Client) tellCalls(ctx context.Context, ks *keyState, sec int64, n int) {
-	if c.shared {
-		return
-	}
-	_, _ = c.store.Take(ctx, store.TakeParams{Key: callsKey(ks, sec), Limit: fleetCountLimit, Cost: int64(n)})
+	c.addCount(ctx, callsKey(ks, sec), n)
 }
 
 // readFleetCalls reads the fleet's count of calls answered in clock second
@@ -148,12 +157,7 @@ func (c *Client) tellCalls(ctx context.Context, ks *keyState, sec int64, n int) 
 // share of them (aimd.Controller.FleetShare). A store that does not answer
 // tells nothing: the share told last lapses in time.
 func (c *Client) readFleetCalls(ctx context.Context, ks *keyState, sec int64, own int, now int64) {
-	if c.shared {
-		return
+	if n, ok := c.readCount(ctx, callsKey(ks, sec)); ok {
+		ks.adapt.fleetCalls(now, own, n)
 	}
-	r, err := c.store.Take(ctx, store.TakeParams{Key: callsKey(ks, sec), Limit: fleetCountLimit, Cost: 0})
-	if err != nil || r.Remaining >= fleetCountLimit.Rate || r.Remaining < 0 {
-		return
-	}
-	ks.adapt.fleetCalls(now, own, int(fleetCountLimit.Rate-r.Remaining))
 }
