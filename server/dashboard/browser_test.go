@@ -342,12 +342,40 @@ func (b *browser) open(t *testing.T, url string) {
 	b.do(t, chromedp.Navigate(url), chromedp.WaitVisible("#live"))
 }
 
+// click clicks the element sel names. The live tables are drawn anew on
+// each refresh, so the node a query found can be gone by the time the
+// click reaches it (CDP's "Could not find node with given id"); a user's
+// click lands on whatever is drawn there, so the click is tried again on
+// the node drawn in its place, a bounded number of times.
+func (b *browser) click(t *testing.T, sel string) {
+	t.Helper()
+	var err error
+	for range 5 {
+		ctx, cancel := context.WithTimeout(b.ctx, bound)
+		err = chromedp.Do(ctx, chromedp.Click(sel))
+		cancel()
+		if err == nil || !nodeReplaced(err) {
+			break
+		}
+	}
+	require.NoError(t, err, "clicking %s", sel)
+}
+
+// nodeReplaced tells CDP's errors for a node removed from the document
+// between the query that found it and the action on it.
+func nodeReplaced(err error) bool {
+	m := err.Error()
+	return strings.Contains(m, "Could not find node with given id") ||
+		strings.Contains(m, "No node with given id") ||
+		strings.Contains(m, "Node is detached from document")
+}
+
 // confirm answers the page's confirmation dialog.
 func (b *browser) confirm(t *testing.T, clickSel string) {
 	t.Helper()
-	b.do(t, chromedp.Click(clickSel))
+	b.click(t, clickSel)
 	b.waitFor(t, "the confirmation dialog", `document.getElementById("confirm").open`)
-	b.do(t, chromedp.Click("#confirm-ok"))
+	b.click(t, "#confirm-ok")
 	b.waitFor(t, "the action's answer", `/^(Done|Failed|Cancelled)/.test(document.getElementById("status").textContent)`)
 	require.True(t, strings.HasPrefix(b.text(t, "#status"), "Done:"), "the action's answer: %s", b.text(t, "#status"))
 }

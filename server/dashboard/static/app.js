@@ -7,6 +7,7 @@
   var updated = document.getElementById("updated"); // when the live part was refreshed
   var dialog = document.getElementById("confirm");
   var busy = false;
+  var drawn = null; // the live part's fragment as last drawn
 
   function say(text) {
     if (!status) return;
@@ -33,10 +34,15 @@
         return r.text();
       })
       .then(function (html) {
-        var focused = document.activeElement && document.activeElement.closest && document.activeElement.closest("#live") ? document.activeElement : null;
-        var focusKey = focused ? (focused.id || focused.getAttribute("action") || focused.textContent) : null;
-        live.innerHTML = html;
-        if (focusKey) restoreFocus(focusKey);
+        // Redraw only what changed: an unchanged fragment keeps its nodes,
+        // so a click, a hover or a selection on them is not lost.
+        if (html !== drawn) {
+          drawn = html;
+          var focused = document.activeElement && document.activeElement.closest && document.activeElement.closest("#live") ? document.activeElement : null;
+          var focusKey = focused ? (focused.id || focused.getAttribute("action") || focused.textContent) : null;
+          live.innerHTML = html;
+          if (focusKey) restoreFocus(focusKey);
+        }
         var now = new Date();
         stamp("Updated " + now.toISOString().replace("T", " ").slice(0, 19) + "Z; refreshes every " + live.dataset.refresh + " ms.");
         countdown();
