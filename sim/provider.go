@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -183,6 +184,11 @@ type ProviderConfig struct {
 	// Latency is every response's base service time. Zero means none;
 	// Slowdown adds its queueing delay on top.
 	Latency time.Duration `json:"latency,omitempty" yaml:"latency"`
+	// Jitter adds to every response's service time a random extra,
+	// uniform in [0, Jitter), drawn afresh for each: real providers'
+	// answers vary with their own work and the network, and a client
+	// must not read that variance as a queue. Zero means none.
+	Jitter time.Duration `json:"jitter,omitempty" yaml:"jitter"`
 	// BanAfter is how many violations (requests refused before the latest
 	// Retry-After passed) within BanWindow earn a ban (Ban and
 	// WeightWindow). Zero means 5.
@@ -252,6 +258,9 @@ func (c *ProviderConfig) defaults() error {
 	if c.Latency < 0 {
 		return fmt.Errorf("%w: latency must be >= 0, got %v", ErrInvalidConfig, c.Latency)
 	}
+	if c.Jitter < 0 {
+		return fmt.Errorf("%w: jitter must be >= 0, got %v", ErrInvalidConfig, c.Jitter)
+	}
 	for _, f := range []struct {
 		name string
 		p    *int
@@ -317,6 +326,9 @@ type Provider struct {
 	bannedTill  time.Time
 	banFor      time.Duration
 
+	// Jitter's draws (seeded, so that a run's draws repeat)
+	rng *rand.Rand
+
 	requests, admitted, throttled, banned, bans atomic.Int64
 }
 
@@ -327,7 +339,8 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	}
 	cfg.Changes = slices.Clone(cfg.Changes)
 	now := cfg.Clock.Now()
-	p := &Provider{cfg: cfg, start: now, last: now, nextFree: now, winStart: now, banFor: cfg.BanFor}
+	p := &Provider{cfg: cfg, start: now, last: now, nextFree: now, winStart: now, banFor: cfg.BanFor,
+		rng: rand.New(rand.NewPCG(1, uint64(cfg.Dialect)))}
 	p.tokens = p.burst(cfg.Limit)
 	p.points = p.maxPoints(cfg.Limit)
 	return p, nil
@@ -599,7 +612,7 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		p.admitted.Add(1)
 	}
-	if d := o.delay + p.cfg.Latency; d > 0 {
+	if d := o.delay + p.cfg.Latency + p.jitter(); d > 0 {
 		t := p.cfg.Clock.NewTimer(d)
 		select {
 		case <-t.C():
@@ -684,6 +697,16 @@ func costBody(c *costReport) map[string]any {
 // retryAfter is the wait a refusal's Retry-After states: whole seconds
 // rounded up, or with RetryAfterMillis milliseconds rounded up (at least
 // one), so that a client honouring it never comes back early.
+// jitter draws one response's extra service time, uniform in [0, Jitter).
+func (p *Provider) jitter() time.Duration {
+	if p.cfg.Jitter <= 0 {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return time.Duration(p.rng.Int64N(int64(p.cfg.Jitter)))
+}
+
 func (p *Provider) retryAfter(wait time.Duration) time.Duration {
 	if p.cfg.RetryAfterMillis {
 		return max(time.Duration(math.Ceil(float64(wait)/float64(time.Millisecond)))*time.Millisecond, time.Millisecond)

@@ -209,6 +209,32 @@ func TestSlowdownQueues(t *testing.T) {
 	}
 }
 
+// Jitter varies each answer's service time over [0, Jitter): the draws
+// spread over the whole span and never leave it.
+func TestJitterSpreadsTheServiceTime(t *testing.T) {
+	t.Parallel()
+	p, err := NewProvider(ProviderConfig{Limit: 100, Jitter: 20 * time.Millisecond, Clock: clocktest.New(t0)})
+	require.NoError(t, err)
+	var low, high int
+	for range 1000 {
+		d := p.jitter()
+		require.GreaterOrEqual(t, d, time.Duration(0))
+		require.Less(t, d, 20*time.Millisecond)
+		if d < 2*time.Millisecond {
+			low++
+		}
+		if d >= 18*time.Millisecond {
+			high++
+		}
+	}
+	// A tenth of the span at each end holds about a tenth of the draws.
+	require.Greater(t, low, 50)
+	require.Greater(t, high, 50)
+	plain, err := NewProvider(ProviderConfig{Limit: 100, Clock: clocktest.New(t0)})
+	require.NoError(t, err)
+	require.Zero(t, plain.jitter())
+}
+
 func TestProviderConfigErrors(t *testing.T) {
 	t.Parallel()
 	for _, c := range []ProviderConfig{
@@ -218,6 +244,7 @@ func TestProviderConfigErrors(t *testing.T) {
 		{Changes: []Change{{At: 2 * time.Second, Limit: 1}, {At: time.Second, Limit: 1}}},
 		{Burst: -time.Second},
 		{Latency: -1},
+		{Jitter: -time.Millisecond},
 		{RequestedCost: 1, ActualCost: 2},
 		{Weight: -1},
 		{Dialect: ShopifyREST, BucketSize: -1},

@@ -28,8 +28,8 @@ type Scenario struct {
 	// Duration: zero means 30 s.
 	Duration time.Duration `json:"duration" yaml:"duration"`
 	// SlowAfter: see Config.SlowAfter. Zero means, for Slowdown, three
-	// times the provider's Latency plus two service intervals at the
-	// starting limit; for the other dialects, never.
+	// times the provider's Latency plus its Jitter and two service
+	// intervals at the starting limit; for the other dialects, never.
 	SlowAfter time.Duration `json:"slow_after" yaml:"slow_after"`
 }
 
@@ -58,7 +58,7 @@ func (s *Scenario) Fill() error {
 		return fmt.Errorf("%w: scenario %q: slow_after must be >= 0, got %v", ErrInvalidConfig, s.Name, s.SlowAfter)
 	}
 	if s.SlowAfter == 0 && s.Provider.Dialect == Slowdown {
-		s.SlowAfter = 3*p.Latency + time.Duration(2*float64(time.Second)/p.Limit)
+		s.SlowAfter = 3*p.Latency + p.Jitter + time.Duration(2*float64(time.Second)/p.Limit)
 	}
 	if s.Name == "" {
 		s.Name = s.Provider.Dialect.String()

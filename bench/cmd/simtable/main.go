@@ -101,6 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	millis := fs.Bool("millis", false, "with -issue18: retry-after-seconds and ban send Retry-After to the millisecond, the exact wait for the next token (sim's retry_after_millis), instead of whole seconds")
 	window := fs.Bool("window", false, "with -issue18: the token-bucket dialects (retry-after-seconds and -date, bare-429, 503, ban) count requests in windows of a second aligned to the clock instead (sim's fixed_window), as many providers do")
 	latency := fs.Duration("latency", 0, "with -issue18: every provider's base latency (0: the scenarios' 20ms); issue 18's external providers answered in about 5ms, faster than a call is in flight at their limits")
+	jitter := fs.Duration("jitter", 0, "with -issue18: every provider's answers take a random extra time, uniform in [0, jitter), on top of the base latency (sim's jitter), as real providers' answers vary")
 	procs := fs.String("procs", "", "with -issue18: run the clients as real OS processes of this sluice binary (sluice sim --serve and --target), as issue 18 did")
 	state := fs.String("state", "redis://127.0.0.1:6379", "with -procs: the store the sluice processes share")
 	if err := fs.Parse(args); err != nil {
@@ -129,6 +130,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *latency > 0 && !*issue18 {
 		return fmt.Errorf("-latency needs -issue18")
+	}
+	if *jitter < 0 {
+		return fmt.Errorf("-jitter must be >= 0, got %v", *jitter)
+	}
+	if *jitter > 0 && !*issue18 {
+		return fmt.Errorf("-jitter needs -issue18")
 	}
 	if *window && !*issue18 {
 		return fmt.Errorf("-window needs -issue18")
@@ -165,6 +172,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		withBurst(all, *burst)
 		withLatency(all, *latency)
+		withJitter(all, *jitter)
 		if *window {
 			withWindow(all)
 		}
@@ -298,6 +306,13 @@ func withLatency(scenarios []sim.Scenario, d time.Duration) {
 	}
 	for i := range scenarios {
 		scenarios[i].Provider.Latency = d
+	}
+}
+
+// withJitter sets every provider's jitter (sim's ProviderConfig.Jitter).
+func withJitter(scenarios []sim.Scenario, d time.Duration) {
+	for i := range scenarios {
+		scenarios[i].Provider.Jitter = d
 	}
 }
 

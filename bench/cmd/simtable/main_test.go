@@ -30,7 +30,7 @@ func TestRunShort(t *testing.T) {
 
 func TestRunFlagErrors(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"-duration", "1s"}, {"-only", "("}, {"-only", "nothing-matches"}, {"extra"}, {"-repeat", "0"}, {"-repeat", "101"}, {"-virtual"}, {"-issue18", "-virtual", "-parallel", "0"}, {"-rise"}, {"-burst", "1s"}, {"-issue18", "-burst", "-1s"}, {"-latency", "5ms"}, {"-issue18", "-latency", "-1ms"}, {"-window"}, {"-millis"}} {
+	for _, args := range [][]string{{"-duration", "1s"}, {"-only", "("}, {"-only", "nothing-matches"}, {"extra"}, {"-repeat", "0"}, {"-repeat", "101"}, {"-virtual"}, {"-issue18", "-virtual", "-parallel", "0"}, {"-rise"}, {"-burst", "1s"}, {"-issue18", "-burst", "-1s"}, {"-latency", "5ms"}, {"-issue18", "-latency", "-1ms"}, {"-jitter", "5ms"}, {"-issue18", "-jitter", "-1ms"}, {"-window"}, {"-millis"}} {
 		var out, errb bytes.Buffer
 		if err := run(t.Context(), args, &out, &errb); err == nil {
 			t.Errorf("%v: no error", args)
@@ -297,7 +297,8 @@ func TestRunProcsFlagErrors(t *testing.T) {
 	}
 }
 
-// -latency sets every issue 18 provider's base latency, in virtual time
+// -latency sets every issue 18 provider's base latency (and -jitter its
+// jitter), in virtual time
 // and in the scenario file sluice sim --serve reads for -procs.
 func TestLatencyReachesTheProviders(t *testing.T) {
 	t.Parallel()
@@ -310,6 +311,16 @@ func TestLatencyReachesTheProviders(t *testing.T) {
 		}
 		if sc.Provider.Latency != 5*time.Millisecond || back.Provider.Latency != 5*time.Millisecond {
 			t.Fatalf("%s: latency %v, served %v", sc.Name, sc.Provider.Latency, back.Provider.Latency)
+		}
+	}
+	withJitter(scs, 7*time.Millisecond)
+	for _, sc := range scs {
+		back, err := sim.ParseScenario([]byte(serveYAML(sc)))
+		if err != nil {
+			t.Fatalf("%s: %v", sc.Name, err)
+		}
+		if back.Provider.Jitter != 7*time.Millisecond {
+			t.Fatalf("%s: jitter served %v", sc.Name, back.Provider.Jitter)
 		}
 	}
 	plain := fleet.Issue18Scenarios(4 * time.Second)

@@ -187,6 +187,9 @@ func serveYAML(sc sim.Scenario) string {
 	if p.Burst > 0 {
 		fmt.Fprintf(&b, "  burst: %s\n", p.Burst)
 	}
+	if p.Jitter > 0 {
+		fmt.Fprintf(&b, "  jitter: %s\n", p.Jitter)
+	}
 	if p.FixedWindow {
 		b.WriteString("  fixed_window: true\n")
 	}
