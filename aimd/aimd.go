@@ -673,6 +673,12 @@ type State struct {
 	// sent in that second before it were served.
 	winAt, winSeen int64
 	winN           int
+	// winSec is the clock second (Unix s) the window's count of winCap
+	// was read in, and winFleet the fleet's count of calls served in it
+	// (FleetCount; 0: not known), which a later second's count of the
+	// fleet's calls can refute (FleetCalls).
+	winSec   int64
+	winFleet int
 	// late is the last refusal with a Retry-After (the key's own, or
 	// another process's pause heard of) late in a clock second that no
 	// other such refusal confirmed as a window's yet, and prevLate the one
@@ -877,7 +883,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		} else if in.Outcome == Throttled && !in.Banned && s.winCap == 0 {
 			// The fleet shares the rate as after any change
 			// (outbound's Config.SharedRate).
-			if d.Change = c.capWindow(s); d.Change == Decreased {
+			if d.Change = c.capWindow(s, s.winAt/int64(sec), 0); d.Change == Decreased {
 				d.Reason = ReasonThrottled
 			}
 		}
@@ -1193,6 +1199,7 @@ func (c *Controller) restart(s *State, now, d int64) {
 	s.sus, s.susFrom, s.refusedAt = 0, 0, now
 	s.epOK, s.epRef, s.pause = 0, 0, 0
 	s.winCap, s.winAt, s.late, s.prevLate = 0, 0, lateRec{}, lateRec{}
+	s.winSec, s.winFleet = 0, 0
 	s.lastDecrease, s.lastIncrease = now, now
 	s.n = 0
 }
@@ -1298,6 +1305,7 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 	s.cutTo = s.rate
 	s.probing, s.ramp, s.excused, s.exitLevel, s.banRate = false, false, 0, false, 0
 	s.epOK, s.epRef, s.winCap, s.winAt = 0, 0, 0, 0
+	s.winSec, s.winFleet = 0, 0
 	s.lastDecrease = now
 	s.n = 0 // the p95 needs fresh evidence before it may cut again
 }
@@ -1780,14 +1788,17 @@ const windowLevel = 0.97
 
 // capWindow sets the rate, and bounds the recovery until a probe, to the
 // count of a window aligned to the clock (windowLate): windowLevel of the
-// key's calls served in the second of the refusal that showed it (winN).
+// key's calls served in the second of the refusal that showed it (winN),
+// clock second k (Unix s), in which the fleet's calls served were fleet
+// (0: not known yet; FleetCount learns it).
 // The count is measured, so the level is the count's, down or up: a
 // plateau under the rate the episode's cut left held a fleet at 0.91 of
 // the count, and recovering to it from that cut took 4-5 s (issue 18,
 // real processes against a clock window answering in 5 ms). It reports
 // how the rate changed.
-func (c *Controller) capWindow(s *State) Change {
+func (c *Controller) capWindow(s *State, k int64, fleet int) Change {
 	s.winCap = windowLevel * float64(s.winN)
+	s.winSec, s.winFleet = k, fleet
 	// The level is the window's, not a guess from a slow start's
 	// overshoot: it holds as any level does before a probe.
 	s.exitLevel = false
@@ -1846,7 +1857,7 @@ func (c *Controller) lateRefusal(s *State, now, sent int64, rate0 float64, in Sa
 	if s.winKnown && !low {
 		// The provider's windows are known: this one's count was
 		// spent, at a limit that changed (see windowSpan).
-		return c.windowRead(s, n) == Decreased
+		return c.windowRead(s, sent/int64(sec), n, 0) == Decreased
 	}
 	if !heard && !low {
 		s.winAt, s.winSeen, s.winN = sent, now, n
@@ -1863,15 +1874,16 @@ func (c *Controller) lateRefusal(s *State, now, sent int64, rate0 float64, in Sa
 	}
 	// The same count served in two seconds at rates well apart: the
 	// key's share of a window's.
-	return c.windowRead(s, n) == Decreased
+	return c.windowRead(s, r.sec, n, 0) == Decreased
 }
 
 // windowRead levels the key at windowLevel of n, its share of a window's
-// count read from two episodes (or one, once windows are known), and
-// reports how the rate changed.
-func (c *Controller) windowRead(s *State, n int) Change {
+// count read from two episodes (or one, once windows are known) in clock
+// second k, where the fleet's count was fleet (0: not known), and reports
+// how the rate changed.
+func (c *Controller) windowRead(s *State, k int64, n, fleet int) Change {
 	s.winN, s.late, s.prevLate, s.winKnown = n, lateRec{}, lateRec{}, true
-	return c.capWindow(s)
+	return c.capWindow(s, k, fleet)
 }
 
 // lateRec is a refusal with a Retry-After late in its clock second, after
@@ -1905,8 +1917,14 @@ func (r lateRec) shows(e lateRec, a, b int) bool {
 // none), and how many of the key's calls sent in that second were served
 // before it: the key's share, which a process tells the rest of its fleet
 // through a store (outbound), so that each can learn the fleet's count of
-// that second (FleetCount).
+// that second (FleetCount). Once a window's count caps the key, and the
+// fleet's count of the second it was read in is not known yet, it returns
+// that second and the key's count in it instead: the fleet's count is what
+// a later second's can refute (FleetCalls).
 func (s *State) LateSecond() (sec int64, served int) {
+	if s.winCap > 0 && s.winFleet == 0 && s.winSec > 0 {
+		return s.winSec, s.winN
+	}
 	return s.late.sec, s.late.n
 }
 
@@ -1926,7 +1944,13 @@ func (s *State) LateSecond() (sec int64, served int) {
 func (c *Controller) FleetCount(s *State, now, sec int64, count int) Decision {
 	c.start0(s)
 	d := Decision{Rate: s.rate, PausedUntil: s.pausedUntil}
-	if sec <= 0 || c.plateau == 0 || s.winCap != 0 {
+	if sec <= 0 || c.plateau == 0 {
+		return d
+	}
+	if s.winCap != 0 {
+		if sec == s.winSec && s.winFleet == 0 && s.wholeFleet(count) {
+			s.winFleet = count
+		}
 		return d
 	}
 	switch sec {
@@ -1944,11 +1968,68 @@ func (c *Controller) FleetCount(s *State, now, sec int64, count int) Decision {
 	if s.late.fleet == 0 || !s.late.shows(s.prevLate, s.late.fleet, s.prevLate.fleet) {
 		return d
 	}
-	if d.Change = c.windowRead(s, s.late.n); d.Change == Decreased {
+	if d.Change = c.windowRead(s, s.late.sec, s.late.n, s.late.fleet); d.Change == Decreased {
 		d.Reason = ReasonThrottled
 	}
 	d.Rate = s.rate
 	return d
+}
+
+// wholeFleet reports whether count, the fleet's count of calls served in
+// the second a window's count was read in (winSec), holds every process's
+// share, not only those told so far: more than the key's own (winN), and,
+// with a share of the fleet's calls known (FleetShare), about the key's
+// count over its share. A count short of the fleet's would read a true
+// window as refuted.
+func (s *State) wholeFleet(count int) bool {
+	if count < s.winN || count <= 0 {
+		return false
+	}
+	if s.share > 0 {
+		return float64(count) >= fleetWhole*float64(s.winN)/s.share
+	}
+	return count > s.winN
+}
+
+// fleetWhole is how much of the key's count over its share the fleet's
+// count of a second must be to hold every process's share (wholeFleet).
+const fleetWhole = 0.9
+
+// winRefuted is how far over a window's count (State.winFleet) the
+// fleet's calls answered in a later second must be to refute it
+// (FleetCalls): a window counts calls as they arrive, the fleet's count as
+// they are answered, so a few calls in flight at the second's turn may
+// fall either side.
+const winRefuted = 1.1
+
+// FleetCalls tells the controller the fleet's calls answered in clock
+// second k (Unix s), own of them this process's, as FleetShare does (the
+// share is own over fleet). It also tests the key's window read against
+// it: a window aligned to the clock serves at most its count a second,
+// so a later second with no pause or decrease of the key in it, in which
+// the fleet was answered more than winRefuted times the count read
+// (State.winFleet), refutes the read, and the key recovers as from any
+// cut. Issue 18: a token bucket answering with a jitter of 20 ms, read as
+// a window from two refusals that came after the same count at rates apart
+// (windowSame), held one process at 0.97 of its count while the other went
+// on at its own level, the fleet at 0.76-0.78 of the limit with no
+// refusal, for the 30 s a whole-second pause prices.
+func (c *Controller) FleetCalls(s *State, now, k int64, own, fleet int) {
+	c.start0(s)
+	if own <= 0 || fleet < own {
+		return
+	}
+	c.FleetShare(s, now, float64(own)/float64(fleet))
+	if s.winCap == 0 || s.winFleet == 0 || k <= s.winSec {
+		return
+	}
+	from := k * int64(sec)
+	if s.pausedUntil > from || s.lastDecrease > from {
+		return // a pause or a cut reached into it: no measure of a window
+	}
+	if float64(fleet) > winRefuted*float64(s.winFleet) {
+		s.winCap, s.winSec, s.winFleet, s.winKnown = 0, 0, 0, false
+	}
 }
 
 // heardLag returns how long (µs) after a clock second turned a pause

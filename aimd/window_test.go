@@ -486,3 +486,124 @@ func TestAKnownWindowsNewCountIsReadAtOnce(t *testing.T) {
 		require.InDelta(t, 0.97*50, s.rate, 1e-9, "start +%d ms: levelled at the new count", off/ms)
 	}
 }
+
+// Issue 18: against a token bucket whose answers vary by 20 ms, two
+// refusals after the same count at rates apart (the first at a slow
+// start's end, the second another process's, heard of) read as a window:
+// one process held 0.97 of its count, the other went on at its own level,
+// and the fleet served 0.76-0.78 of the limit, with no refusal, for the
+// 30 s a whole-second pause prices, and again after the halving. A window
+// serves at most its count a second: once the fleet's count of the read's
+// second is known, a later second in which the fleet was answered more
+// than winRefuted times it, with no pause or cut of the key in it,
+// refutes the read, and the key recovers as from any cut. A count at the
+// window's, a second the pause reached into, and the read's own second
+// refute nothing.
+func TestAFleetServedPastAWindowsCountRefutesIt(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 2, SlowStart: 2, Decrease: 0.8, Cooldown: 500 * time.Millisecond,
+		IgnoreLatency: true, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
+	for _, tc := range []struct {
+		name    string
+		fleet   int
+		second  func(read, last int64) int64 // the second the fleet's count is of
+		refuted bool
+	}{
+		{"the window's count", 100, func(_, last int64) int64 { return last }, false},
+		{"within the margin", 109, func(_, last int64) int64 { return last }, false},
+		{"well past it", 130, func(_, last int64) int64 { return last }, true},
+		{"the read's own second", 130, func(read, _ int64) int64 { return read }, false},
+		{"a second the pause reached into", 130, func(read, _ int64) int64 { return read + 1 }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := c.Init()
+			at := t0
+			var secs []int64
+			for _, e := range []struct {
+				r    float64
+				n    int
+				part int64
+			}{{92, 46, 830 * ms}, {64, 53, 860 * ms}} {
+				secs = append(secs, lateSecond(c, &s, &at, e.r, e.n, e.part, true))
+				at += s1
+			}
+			c.SetRate(&s, 0.64*64)
+			at += 200 * ms
+			c.FleetCount(&s, at, secs[0], 100)
+			c.FleetCount(&s, at, secs[1], 100)
+			require.InDelta(t, 0.97*53, s.winCap, 1e-9, "the fleet's counts show a window")
+			busyFor(c, &s, &at, 5*s1)
+			require.InDelta(t, 0.97*53, s.rate, 1e-9, "held at the window's level")
+			c.FleetCalls(&s, at, tc.second(secs[1], at/s1-1), 45, tc.fleet)
+			busyFor(c, &s, &at, 5*s1)
+			if !tc.refuted {
+				require.InDelta(t, 0.97*53, s.winCap, 1e-9, "the window stands")
+				require.InDelta(t, 0.97*53, s.rate, 1e-9, "still held at its level")
+				return
+			}
+			require.Zero(t, s.winCap, "refuted")
+			require.Greater(t, s.rate, 0.97*53+5, "recovering past the window's level")
+			require.InDelta(t, 45.0/float64(tc.fleet), s.Share(), 1e-9, "the share is told as by FleetShare")
+		})
+	}
+}
+
+// A window read from the key's own counts does not know the fleet's count
+// of its second: the key tells its own (LateSecond) and takes the fleet's
+// back only when it holds every process's share (wholeFleet): more than
+// the key's own, and about the key's over its share of the fleet's calls
+// when that is known. A count short of it would refute a true window as
+// soon as the fleet's calls were next counted.
+func TestAWindowReadFromTheKeysCountsLearnsTheFleets(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, Decrease: 0.8, Cooldown: 500 * time.Millisecond, Plateau: 0.9, LatencyFactor: 2, Hold: time.Minute, UsageMultiple: -1})
+	for _, tc := range []struct {
+		name  string
+		share float64 // told before the read (0: none)
+		count int     // the fleet's count of the read's second
+		known bool
+	}{
+		{"the key's own count alone", 0, 80, false},
+		{"more than the key's", 0, 160, true},
+		{"short of the key's over its share", 0.5, 120, false},
+		{"the key's over its share", 0.5, 158, true},
+		{"the key alone", 1, 80, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, at := levelledAt90(t, c)
+			refused := Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1}
+			base := (at/s1 + 1) * s1
+			for sent := base; sent < base+800*ms; sent += 10 * ms {
+				c.Observe(&s, sent+5*ms, Sample{Outcome: Success, Latency: 5 * ms})
+			}
+			c.Observe(&s, base+805*ms, refused)
+			c.SetRate(&s, 120)
+			base += 3 * s1
+			if tc.share > 0 {
+				c.FleetShare(&s, base, tc.share)
+			}
+			for i := range 80 {
+				c.Observe(&s, base+int64(i)*10*ms+5*ms, Sample{Outcome: Success, Latency: 5 * ms})
+			}
+			c.Observe(&s, base+805*ms, refused)
+			require.InDelta(t, 0.97*80, s.winCap, 1e-9, "read as a window of 80")
+			k, n := s.LateSecond()
+			require.Equal(t, base/s1, k, "the read's second, for the fleet's count")
+			require.Equal(t, 80, n, "the key's count in it")
+			at = base + 2*s1
+			c.FleetCount(&s, at, k, tc.count)
+			busyFor(c, &s, &at, 2*s1)
+			// A second with the fleet well past any count told.
+			c.FleetCalls(&s, at, at/s1-1, 80, 400)
+			if !tc.known {
+				require.InDelta(t, 0.97*80, s.winCap, 1e-9, "no fleet count to refute it by")
+				k2, _ := s.LateSecond()
+				require.Equal(t, k, k2, "still asking for the fleet's count")
+				return
+			}
+			require.Zero(t, s.winCap, "refuted by the fleet's calls")
+		})
+	}
+}

@@ -326,17 +326,18 @@ func (a *adaptive) countCalls(now int64) (tell int64, n int, ask int64, own int)
 	return tell, n, ask, own
 }
 
-// fleetCalls gives the key's controller its share of the fleet's calls:
-// own of the fleet's count of them. A count under minShareCalls of its
-// own is no measure, and a fleet count under its own means the store lost
-// a share.
-func (a *adaptive) fleetCalls(now int64, own, fleet int) {
+// fleetCalls gives the key's controller the fleet's count of calls
+// answered in clock second sec, own of them this process's: its share of
+// them, and a test of a window read (aimd.Controller.FleetCalls). A count
+// under minShareCalls of its own is no measure, and a fleet count under
+// its own means the store lost a share.
+func (a *adaptive) fleetCalls(now, sec int64, own, fleet int) {
 	if own < minShareCalls || fleet < own {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.ctl.FleetShare(&a.state, now, float64(own)/float64(fleet))
+	a.ctl.FleetCalls(&a.state, now, sec, own, fleet)
 }
 
 // fleetCount gives the key's controller the fleet's count of calls served

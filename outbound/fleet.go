@@ -154,10 +154,11 @@ func (c *Client) tellCalls(ctx context.Context, ks *keyState, sec int64, n int) 
 
 // readFleetCalls reads the fleet's count of calls answered in clock second
 // sec, of which own were this process's, and gives the key's controller its
-// share of them (aimd.Controller.FleetShare). A store that does not answer
-// tells nothing: the share told last lapses in time.
+// share of them and a test of its window read (aimd.Controller.FleetCalls).
+// A store that does not answer tells nothing: the share told last lapses in
+// time.
 func (c *Client) readFleetCalls(ctx context.Context, ks *keyState, sec int64, own int, now int64) {
 	if n, ok := c.readCount(ctx, callsKey(ks, sec)); ok {
-		ks.adapt.fleetCalls(now, own, n)
+		ks.adapt.fleetCalls(now, sec, own, n)
 	}
 }
