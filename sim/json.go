@@ -27,10 +27,11 @@ func (c ProviderConfig) MarshalJSON() ([]byte, error) {
 		plain
 		Burst     string `json:"burst,omitempty"`
 		Latency   string `json:"latency,omitempty"`
+		Jitter    string `json:"jitter,omitempty"`
 		BanWindow string `json:"ban_window,omitempty"`
 		BanFor    string `json:"ban_for,omitempty"`
 		Window    string `json:"window,omitempty"`
-	}{plain(c), durationOrEmpty(c.Burst), durationOrEmpty(c.Latency), durationOrEmpty(c.BanWindow),
+	}{plain(c), durationOrEmpty(c.Burst), durationOrEmpty(c.Latency), durationOrEmpty(c.Jitter), durationOrEmpty(c.BanWindow),
 		durationOrEmpty(c.BanFor), durationOrEmpty(c.Window)})
 }
 

@@ -17,7 +17,7 @@ func TestScenarioJSON(t *testing.T) {
 	sc := sim.Scenario{
 		Name: "shop",
 		Provider: sim.ProviderConfig{
-			Dialect: sim.Ban, Limit: 20, Latency: 5 * time.Millisecond, Burst: 1500 * time.Millisecond,
+			Dialect: sim.Ban, Limit: 20, Latency: 5 * time.Millisecond, Jitter: 3 * time.Millisecond, Burst: 1500 * time.Millisecond,
 			BanWindow: 10 * time.Second, BanFor: 2 * time.Second, Window: time.Second,
 			Changes: []sim.Change{{At: 15 * time.Second, Limit: 10}},
 		},
@@ -31,6 +31,7 @@ func TestScenarioJSON(t *testing.T) {
 	require.Equal(t, "250ms", m["slow_after"])
 	p := m["provider"].(map[string]any)
 	require.Equal(t, "5ms", p["latency"])
+	require.Equal(t, "3ms", p["jitter"])
 	require.Equal(t, "1.5s", p["burst"])
 	require.Equal(t, "10s", p["ban_window"])
 	require.Equal(t, "2s", p["ban_for"])

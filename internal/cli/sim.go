@@ -32,6 +32,7 @@ type simFlags struct {
 	workers    int
 	processes  int
 	latency    time.Duration
+	jitter     time.Duration
 	burst      time.Duration
 	window     bool
 	millis     bool
@@ -67,7 +68,7 @@ limit after convergence, throttle share, time to converge, settle time
 after a limit change.
 
 The provider comes from flags (--dialect, --limit, --change, --latency,
---burst, --fixed-window, --retry-after-millis) or from a YAML scenario
+--jitter, --burst, --fixed-window, --retry-after-millis) or from a YAML scenario
 file (--scenario; flags given explicitly override it).
 Dialects: ` + strings.Join(dialectNames(), ", ") + `.
 
@@ -111,6 +112,7 @@ its rows.`,
 	fs.IntVar(&f.workers, "workers", 8, "workers in total")
 	fs.IntVar(&f.processes, "processes", 2, "processes the workers are split over, each with its own client")
 	fs.DurationVar(&f.latency, "latency", 20*time.Millisecond, "simulated provider's base latency")
+	fs.DurationVar(&f.jitter, "jitter", 0, "simulated provider's answers take a random extra time, uniform in [0, jitter), on top of --latency")
 	fs.DurationVar(&f.burst, "burst", 0, "simulated provider's bucket, as a duration of its limit (0: 100ms)")
 	fs.BoolVar(&f.millis, "retry-after-millis", false, "the simulated provider sends Retry-After to the millisecond, the exact wait for its next token, instead of whole seconds (retry-after-seconds, ban)")
 	fs.BoolVar(&f.window, "fixed-window", false, "the simulated provider counts requests in windows of a second aligned to the clock instead of a token bucket (retry-after-seconds, retry-after-date, bare-429, 503, ban)")
@@ -224,6 +226,9 @@ func (f *simFlags) scenarioFrom(cmd *cobra.Command) (sim.Scenario, error) {
 	}
 	if set("latency") {
 		sc.Provider.Latency = f.latency
+	}
+	if set("jitter") {
+		sc.Provider.Jitter = f.jitter
 	}
 	if set("burst") {
 		sc.Provider.Burst = f.burst

@@ -52,12 +52,12 @@ func TestSimRunWritesChartAndSummary(t *testing.T) {
 	require.Positive(t, sum.Summary.Offered)
 }
 
-// --burst, --fixed-window and --retry-after-millis reach the simulated
-// provider: the run's JSON names the scenario it ran.
+// --burst, --jitter, --fixed-window and --retry-after-millis reach the
+// simulated provider: the run's JSON names the scenario it ran.
 func TestSimProviderShapeFlags(t *testing.T) {
 	t.Parallel()
 	out := filepath.Join(t.TempDir(), "run.svg")
-	r := run(t, nil, "sim", "--dialect", "ban", "--fixed-window", "--burst", "2s", "--retry-after-millis", "--limit", "20",
+	r := run(t, nil, "sim", "--dialect", "ban", "--fixed-window", "--burst", "2s", "--jitter", "4ms", "--retry-after-millis", "--limit", "20",
 		"--duration", "1s", "--workers", "2", "--processes", "1", "--out", out)
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	b, err := os.ReadFile(strings.TrimSuffix(out, ".svg") + ".json")
@@ -68,6 +68,7 @@ func TestSimProviderShapeFlags(t *testing.T) {
 				FixedWindow      bool   `json:"fixed_window"`
 				RetryAfterMillis bool   `json:"retry_after_millis"`
 				Burst            string `json:"burst"`
+				Jitter           string `json:"jitter"`
 			} `json:"provider"`
 		} `json:"scenario"`
 	}
@@ -75,6 +76,7 @@ func TestSimProviderShapeFlags(t *testing.T) {
 	require.True(t, sum.Scenario.Provider.FixedWindow, string(b))
 	require.True(t, sum.Scenario.Provider.RetryAfterMillis, string(b))
 	require.Equal(t, "2s", sum.Scenario.Provider.Burst, string(b))
+	require.Equal(t, "4ms", sum.Scenario.Provider.Jitter, string(b))
 }
 
 func TestSimScenarioFilePNG(t *testing.T) {
@@ -152,6 +154,7 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"--processes", "-1"}, "--processes must be positive, got -1"},
 		{[]string{"--duration", "0s"}, "--duration must be positive"},
 		{[]string{"--latency", "-1ms"}, "latency must be >= 0"},
+		{[]string{"--jitter", "-1ms"}, "jitter must be >= 0"},
 		{[]string{"--burst", "-1s"}, "burst must be >= 0"},
 		{[]string{"--dialect", "ietf", "--fixed-window"}, "fixed_window applies to retry-after-seconds"},
 		{[]string{"--dialect", "bare-429", "--retry-after-millis"}, "retry_after_millis applies to retry-after-seconds and ban, not bare-429"},
