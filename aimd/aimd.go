@@ -719,6 +719,13 @@ type State struct {
 	// queue draining) are not news, nor, for chainWindow, any call that
 	// waited less (tail).
 	queued int64
+	// queueMed is the median latency (µs) and queueFrom the rate at the
+	// last latency decrease; spread is how much of the provider's latency
+	// is its own scatter (µs, 0: none known), which the queue rule takes
+	// off before it judges (see scatter).
+	queueMed  int64
+	queueFrom float64
+	spread    int64
 	// base keeps the fastest success latency (µs) of this BaseWindow and
 	// the last.
 	base Fastest
@@ -771,6 +778,13 @@ func (c *Controller) start0(s *State) {
 	if !(s.share > 0 && s.share <= 1) {
 		s.share, s.shareAt = 0, 0
 	}
+	if s.spread < 0 || s.spread > maxSpread {
+		s.spread = 0
+	}
+	if s.queueMed < 0 {
+		s.queueMed = 0
+	}
+	s.queueFrom = sane(s.queueFrom)
 	if c.plateau == 0 {
 		s.good = 0 // a proven plateau means nothing without one
 	} else if s.good > 0 {
@@ -1047,6 +1061,9 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			// served still says how far over the rate is.
 			f = min(f, shareCut)
 			from, resumed, levelAt, sus := s.rate, s.cutTo, s.level, s.sus
+			if queued > 0 {
+				s.queueMed, s.queueFrom = recentMedian(s), from
+			}
 			c.cut(s, now, f)
 			if heldCut {
 				s.excused = max(from, sus)
@@ -1342,7 +1359,10 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 		// A queue builds up: the median call waits behind others.
 		// A queue that drains after a decrease (a falling median) is
 		// the decrease working, not news.
-		if m := recentMedian(s); m > 0 && float64(m) > c.queue*float64(s.base.Value()) && latency >= m && !draining(s) && !s.tail(now, latency) && queuedCalls(s, m) >= QueueCalls {
+		if m := recentMedian(s); m > 0 && float64(m-s.spread) > c.queue*float64(s.base.Value()) && latency >= m && !draining(s) && !s.tail(now, latency) && queuedCalls(s, m-s.spread) >= QueueCalls {
+			if c.scatter(s, now, m) {
+				return ReasonNone
+			}
 			return ReasonQueue
 		}
 	}
@@ -1473,6 +1493,81 @@ func recentMedian(s *State) int64 {
 	return v[(n-1)/2]
 }
 
+// scatterSpan (µs) is how soon after a latency decrease a queue that did
+// not shorten shows the provider's scatter (see scatter).
+const scatterSpan = 5_000_000
+
+// scatter reports whether a queue read from the recent median m (µs) at
+// now is the provider's own scatter, not a queue of the fleet's calls, and
+// then learns it (State.spread): the last decrease was the queue's, soon
+// before, and the rate is still under the one it cut, yet the median is
+// no higher than it was then, while the fastest of the recent calls
+// answers near the base (a queue delays every call behind it, the fastest
+// too). A queue shortens when the rate falls under the provider's; a
+// provider whose answers vary at random answers as slowly at any rate
+// (issue 18: answers in 5 ms plus up to 20 ms at random read as a queue
+// every second or two, and each cut the fleet again, to 0.45-0.77 of the
+// limit with no refusal). From then on the queue rule takes the scatter
+// off the latencies it judges.
+func (c *Controller) scatter(s *State, now, m int64) bool {
+	if s.queued == 0 || s.queueMed == 0 || now-s.lastDecrease > scatterSpan || s.rate >= s.queueFrom ||
+		float64(m) > scatterSame*float64(s.queueMed) {
+		return false
+	}
+	base := s.base.Value()
+	low := int64(math.MaxInt64)
+	for i := range min(s.n, minP95Samples) {
+		low = min(low, s.ring[(s.next-1-i+2*RingSize)%RingSize])
+	}
+	if base <= 0 || low == math.MaxInt64 || 2*(low-base) > m-base || trended(s) {
+		return false
+	}
+	s.spread = max(s.spread, m-base)
+	return true
+}
+
+// trended reports whether the last scatterSamples latencies move one way
+// (Kendall's tau of latency against order beyond scatterTrend, or too few
+// samples to tell): a queue builds or drains, calls in order, while a
+// provider's scatter comes in any order.
+func trended(s *State) bool {
+	if s.n < scatterSamples {
+		return true
+	}
+	var v [scatterSamples]int64
+	for i := range scatterSamples {
+		v[scatterSamples-1-i] = s.ring[(s.next-1-i+2*RingSize)%RingSize]
+	}
+	up, down := 0, 0
+	for i := range scatterSamples {
+		for j := i + 1; j < scatterSamples; j++ {
+			switch {
+			case v[j] > v[i]:
+				up++
+			case v[j] < v[i]:
+				down++
+			}
+		}
+	}
+	pairs := scatterSamples * (scatterSamples - 1) / 2
+	return math.Abs(float64(up-down)) > scatterTrend*float64(pairs)
+}
+
+// scatterSamples and scatterTrend: see trended. Of 16 answers in random
+// order, |tau| exceeds 0.3 about one time in ten.
+const (
+	scatterSamples = 16
+	scatterTrend   = 0.3
+)
+
+// maxSpread (µs) bounds a scatter a State from elsewhere may carry: more
+// is damage, and would blind the queue rule.
+const maxSpread = 10_000_000
+
+// scatterSame is how much higher than at the last latency decrease the
+// median may be and still be the same (see scatter).
+const scatterSame = 1.1
+
 // draining reports whether the latencies are falling: the median of the
 // newest half of the last minP95Samples is below that of the older half
 // (false with fewer samples).
@@ -1519,6 +1614,7 @@ func percentile(s *State, p int) int64 {
 // under the latency ratios, or it waited behind less than QueueCalls of the
 // key's calls (a wait for one service slot is no queue).
 func (c *Controller) fast(s *State, latency int64) bool {
+	latency -= s.spread // the provider's own scatter is no queue
 	if c.ignoreLatency || queuedCalls(s, latency) < QueueCalls {
 		return true
 	}

@@ -229,6 +229,8 @@ func TestDamagedStateIsRepaired(t *testing.T) {
 		{"nan fleet share", State{started: true, rate: 5, share: nan, shareAt: t0}},
 		{"fleet share over 1", State{started: true, rate: 5, share: 7, shareAt: t0}},
 		{"negative fleet share", State{started: true, rate: 5, share: -0.5, shareAt: t0}},
+		{"negative scatter", State{started: true, rate: 5, spread: -5 * ms, queueMed: -1, queueFrom: nan}},
+		{"scatter of an hour", State{started: true, rate: 5, spread: 3600 * s1}},
 	} {
 		for _, c := range []*Controller{c, cp} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -253,6 +255,8 @@ func TestDamagedStateIsRepaired(t *testing.T) {
 				require.True(t, s.good >= 0 && s.good <= 100, "proven plateau %v", s.good)
 				require.True(t, s.backoff >= 0 && s.backoff <= maxHoldShift, "hold backoff %d", s.backoff)
 				require.True(t, s.share >= 0 && s.share <= 1, "fleet share %v", s.share)
+				require.True(t, s.spread >= 0 && s.spread <= maxSpread, "scatter %d", s.spread)
+				require.True(t, s.queueMed >= 0 && !math.IsNaN(s.queueFrom), "last latency decrease %d %v", s.queueMed, s.queueFrom)
 			})
 		}
 	}
@@ -1057,4 +1061,76 @@ func TestARefusalUnderAnUnchangedStatedRateGoesBackToIt(t *testing.T) {
 	require.Less(t, first, 0.92*98, "no rate stated: the plateau under the rate refused")
 	first, _ = run(98, 0)
 	require.Less(t, first, 0.92*98, "a refusal with no pause shed nothing: the plateau")
+}
+
+// Issue 18: a provider whose answers vary at random (5 ms plus up to 20 ms,
+// uniform) is no queue, however its median compares with its fastest
+// answer: read as one, every second or two a latency decrease cut the
+// fleet again, to 0.45-0.77 of the limit with no refusal. A queue read
+// soon after a latency decrease, at a median no higher than that
+// decrease's though the rate fell, with the fastest recent answers near
+// the base and no trend in their order, is the provider's scatter: it is
+// learned (State.spread) and taken off the latencies the queue rule
+// judges, and the rate recovers.
+func TestAProvidersScatterIsNoQueue(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 100, Ceiling: 100, SlowStart: -1, Increase: 1, Decrease: 0.8,
+		Cooldown: 500 * time.Millisecond, LatencyFactor: 3, Plateau: 0.91, Hold: 10 * time.Second,
+		Queue: 2.5, UsageMultiple: -1})
+	s := c.Init()
+	rng := rand.New(rand.NewPCG(18, 29))
+	at := t0
+	cuts := 0
+	for range 3000 { // 30 s at 100/s
+		at += 10 * ms
+		s.CapTarget(2 * 5 * ms) // outbound: the fastest success times 2
+		if d := c.Observe(&s, at, ok(5*ms+rng.Int64N(20*ms))); d.Change == Decreased {
+			cuts++
+		}
+	}
+	require.Positive(t, s.spread, "the scatter learned")
+	require.LessOrEqual(t, cuts, 2, "cut once or twice before the scatter was known, not every second")
+	require.Greater(t, s.rate, 90.0, "recovered")
+}
+
+// A queue that drains after its decrease and builds again teaches no
+// scatter: its latencies move in order (trended), and the next queue is
+// cut as the first was.
+func TestAQueueThatDrainsIsNoScatter(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 100, Ceiling: 100, SlowStart: -1, Increase: 1, Decrease: 0.8,
+		Cooldown: 500 * time.Millisecond, LatencyFactor: 3, Plateau: 0.91, Hold: 10 * time.Second,
+		Queue: 2.5, UsageMultiple: -1})
+	s := c.Init()
+	at := t0
+	step := func(lat int64) Decision {
+		at += 10 * ms
+		s.CapTarget(2 * 5 * ms)
+		return c.Observe(&s, at, ok(lat))
+	}
+	for range 200 {
+		step(5 * ms)
+	}
+	build := func() int64 {
+		lat := 5 * ms
+		for {
+			lat += ms
+			require.Less(t, lat, 200*ms, "no decrease for a queue of 20 calls")
+			if d := step(lat); d.Change == Decreased {
+				require.Contains(t, []Reason{ReasonQueue, ReasonLatency}, d.Reason)
+				return lat
+			}
+		}
+	}
+	first := build()
+	// It drains, one call's worth at a time, then holds at the base.
+	for lat := first; lat > 5*ms; lat -= 2 * ms {
+		step(lat)
+	}
+	for range 100 {
+		step(5 * ms)
+	}
+	second := build()
+	require.Zero(t, s.spread, "no scatter learned from a queue")
+	require.LessOrEqual(t, second, first+2*ms, "the second queue cut about where the first was (%d and %d ms)", first/ms, second/ms)
 }
