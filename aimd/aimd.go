@@ -1476,6 +1476,12 @@ func median(s *State) int64 {
 	return percentile(s, 50)
 }
 
+// ago returns the latency i successes before the latest (0: the latest),
+// i < RingSize.
+func (s *State) ago(i int) int64 {
+	return s.ring[((s.next-1-i)%RingSize+RingSize)%RingSize]
+}
+
 // recentMedian returns the median of the last minP95Samples latencies (or
 // of fewer, if fewer were added since the last decrease): the queue signal
 // follows a queue as it builds, not a ring's worth of history.
@@ -1483,7 +1489,7 @@ func recentMedian(s *State) int64 {
 	var buf [minP95Samples]int64
 	n := min(s.n, minP95Samples)
 	for i := range n {
-		buf[i] = s.ring[(s.next-1-i+2*RingSize)%RingSize]
+		buf[i] = s.ago(i)
 	}
 	if n == 0 {
 		return 0
@@ -1517,7 +1523,7 @@ func (c *Controller) scatter(s *State, now, m int64) bool {
 	base := s.base.Value()
 	low := int64(math.MaxInt64)
 	for i := range min(s.n, minP95Samples) {
-		low = min(low, s.ring[(s.next-1-i+2*RingSize)%RingSize])
+		low = min(low, s.ago(i))
 	}
 	if base <= 0 || low == math.MaxInt64 || 2*(low-base) > m-base || trended(s) {
 		return false
@@ -1536,7 +1542,7 @@ func trended(s *State) bool {
 	}
 	var v [scatterSamples]int64
 	for i := range scatterSamples {
-		v[scatterSamples-1-i] = s.ring[(s.next-1-i+2*RingSize)%RingSize]
+		v[scatterSamples-1-i] = s.ago(i)
 	}
 	up, down := 0, 0
 	for i := range scatterSamples {
@@ -1578,8 +1584,8 @@ func draining(s *State) bool {
 	}
 	var newer, older [h]int64
 	for i := range h {
-		newer[i] = s.ring[(s.next-1-i+2*RingSize)%RingSize]
-		older[i] = s.ring[(s.next-1-h-i+2*RingSize)%RingSize]
+		newer[i] = s.ago(i)
+		older[i] = s.ago(h + i)
 	}
 	slices.Sort(newer[:])
 	slices.Sort(older[:])
@@ -1602,7 +1608,7 @@ func percentile(s *State, p int) int64 {
 		return 0
 	}
 	for i := range n {
-		buf[i] = s.ring[((s.next-1-i)%RingSize+RingSize)%RingSize]
+		buf[i] = s.ago(i)
 	}
 	v := buf[:n]
 	slices.Sort(v)

@@ -9,6 +9,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// slowStartCfg is a key that slow-starts from 2/s against a window, with
+// the latency signal off; levelledCfg one that starts at 100/s with no
+// slow start and holds its levels for a minute.
+var (
+	slowStartCfg = Config{Start: 2, SlowStart: 2, Decrease: 0.8, Cooldown: 500 * time.Millisecond,
+		IgnoreLatency: true, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1}
+	levelledCfg = Config{Start: 100, SlowStart: -1, Decrease: 0.8, Cooldown: 500 * time.Millisecond,
+		Plateau: 0.9, LatencyFactor: 2, Hold: time.Minute, UsageMultiple: -1}
+)
+
 // clockWindow is a provider that counts calls in windows of a second
 // aligned to the clock: the first limit calls sent in a second are served,
 // the rest refused with a Retry-After of the time to the window's end,
@@ -187,7 +197,7 @@ func TestOnlyAWindowSpentCapsTheLevel(t *testing.T) {
 func TestOnlyACallInFlightShowsTheWindow(t *testing.T) {
 	t.Parallel()
 	// A refusal within the cooldown is the same episode's, not news.
-	c := mustNew(t, Config{Start: 100, SlowStart: -1, Decrease: 0.8, Cooldown: 500 * time.Millisecond, Plateau: 0.9, LatencyFactor: 2, Hold: time.Minute, UsageMultiple: -1})
+	c := mustNew(t, levelledCfg)
 	for _, tc := range []struct {
 		next int64 // when the next call was sent, after the refused one (answered in 20 ms)
 		read bool
@@ -217,7 +227,7 @@ func TestOnlyACallInFlightShowsTheWindow(t *testing.T) {
 // and the fleet was refused again 2 s later and banned).
 func TestAWindowReadAfterTheFleetsPause(t *testing.T) {
 	t.Parallel()
-	c := mustNew(t, Config{Start: 100, SlowStart: -1, Decrease: 0.8, Cooldown: 500 * time.Millisecond, Plateau: 0.9, LatencyFactor: 2, Hold: time.Minute, UsageMultiple: -1})
+	c := mustNew(t, levelledCfg)
 	s, at := levelledAt90(t, c)
 	base := (at/s1 + 1) * s1
 	for sent := base; sent < base+800*ms; sent += 10 * ms {
@@ -266,7 +276,7 @@ func TestAWindowShownByTwoEpisodes(t *testing.T) {
 // a window answering in 5 ms, usually only one is refused in an episode.
 func TestTwoEpisodesShowAWindowOnlyAtRatesApart(t *testing.T) {
 	t.Parallel()
-	c := mustNew(t, Config{Start: 100, SlowStart: -1, Decrease: 0.8, Cooldown: 500 * time.Millisecond, Plateau: 0.9, LatencyFactor: 2, Hold: time.Minute, UsageMultiple: -1})
+	c := mustNew(t, levelledCfg)
 	for _, tc := range []struct {
 		name   string
 		step2  int64 // between the calls of the second episode's second
@@ -339,8 +349,7 @@ func TestTwoEpisodesShowAWindowOnlyAtRatesApart(t *testing.T) {
 // for the rest of the run.
 func TestAWindowsCountIsTheLevel(t *testing.T) {
 	t.Parallel()
-	c := mustNew(t, Config{Start: 2, SlowStart: 2, Decrease: 0.8, Cooldown: 500 * time.Millisecond,
-		IgnoreLatency: true, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
+	c := mustNew(t, slowStartCfg)
 	s := c.Init()
 	at := t0
 	// The slow start refused early in a second (no window read), then
@@ -371,8 +380,7 @@ func TestAWindowsCountIsTheLevel(t *testing.T) {
 // second rule, fell from 0.966 of its limit to 0.780).
 func TestASlowStartsEndCountsTowardsTheWindowRead(t *testing.T) {
 	t.Parallel()
-	c := mustNew(t, Config{Start: 2, SlowStart: 2, Decrease: 0.8, Cooldown: 500 * time.Millisecond,
-		IgnoreLatency: true, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
+	c := mustNew(t, slowStartCfg)
 	for _, tc := range []struct {
 		name   string
 		part2  int64 // when the second episode's refusal comes in its second
@@ -406,8 +414,7 @@ func TestASlowStartsEndCountsTowardsTheWindowRead(t *testing.T) {
 // level is the key's share of the later one, resumed at once.
 func TestTheFleetsCountShowsTheWindow(t *testing.T) {
 	t.Parallel()
-	c := mustNew(t, Config{Start: 2, SlowStart: 2, Decrease: 0.8, Cooldown: 500 * time.Millisecond,
-		IgnoreLatency: true, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
+	c := mustNew(t, slowStartCfg)
 	for _, tc := range []struct {
 		name        string
 		fleet1      int
@@ -501,8 +508,7 @@ func TestAKnownWindowsNewCountIsReadAtOnce(t *testing.T) {
 // refute nothing.
 func TestAFleetServedPastAWindowsCountRefutesIt(t *testing.T) {
 	t.Parallel()
-	c := mustNew(t, Config{Start: 2, SlowStart: 2, Decrease: 0.8, Cooldown: 500 * time.Millisecond,
-		IgnoreLatency: true, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
+	c := mustNew(t, slowStartCfg)
 	for _, tc := range []struct {
 		name    string
 		fleet   int
@@ -557,7 +563,7 @@ func TestAFleetServedPastAWindowsCountRefutesIt(t *testing.T) {
 // soon as the fleet's calls were next counted.
 func TestAWindowReadFromTheKeysCountsLearnsTheFleets(t *testing.T) {
 	t.Parallel()
-	c := mustNew(t, Config{Start: 100, SlowStart: -1, Decrease: 0.8, Cooldown: 500 * time.Millisecond, Plateau: 0.9, LatencyFactor: 2, Hold: time.Minute, UsageMultiple: -1})
+	c := mustNew(t, levelledCfg)
 	for _, tc := range []struct {
 		name  string
 		share float64 // told before the read (0: none)
