@@ -720,12 +720,18 @@ type State struct {
 	// waited less (tail).
 	queued int64
 	// queueMed is the median latency (µs) and queueFrom the rate at the
-	// last latency decrease; spread is how much of the provider's latency
-	// is its own scatter (µs, 0: none known), which the queue rule takes
-	// off before it judges (see scatter).
-	queueMed  int64
-	queueFrom float64
-	spread    int64
+	// last latency decrease. spread and spreadTail are the provider's own
+	// scatter (µs, 0: none known): how far over its fastest answer its
+	// median and its slow answers come (the 90th percentile at rest, the
+	// 95th in a queue read), which the latency rules allow for (see
+	// idleSpread, scatter and latencyBound). restReads counts
+	// idleSpread's reads, up to idleSpreadSamples: a scatter measured at
+	// rest is not raised by a queue read.
+	queueMed   int64
+	queueFrom  float64
+	spread     int64
+	spreadTail int64
+	restReads  int
 	// base keeps the fastest success latency (µs) of this BaseWindow and
 	// the last.
 	base Fastest
@@ -781,6 +787,10 @@ func (c *Controller) start0(s *State) {
 	if s.spread < 0 || s.spread > maxSpread {
 		s.spread = 0
 	}
+	if s.spreadTail < s.spread || s.spreadTail > maxSpread {
+		s.spreadTail = s.spread
+	}
+	s.restReads = min(max(s.restReads, 0), idleSpreadSamples)
 	if s.queueMed < 0 {
 		s.queueMed = 0
 	}
@@ -996,7 +1006,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			if reason == ReasonLatency {
 				// Far over the target, cut deeper (down to half at
 				// once), so that a queue built up drains quickly.
-				f = min(f, max(0.5, c.factor*s.target/float64(s.P95())))
+				f = min(f, max(0.5, c.latencyBound(s)/float64(max(s.P95(), 1))))
 			}
 			shareCut := 1.0
 			if ok := c.servedShare(s, reason, in); ok < f {
@@ -1355,11 +1365,14 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 			return ReasonNone
 		}
 	}
+	if c.queue > 0 && s.n >= minP95Samples && s.base.Value() > 0 {
+		c.idleSpread(s)
+	}
 	if c.queue > 0 && s.n >= minP95Samples && s.base.Value() > 0 && s.rate > c.floor {
 		// A queue builds up: the median call waits behind others.
 		// A queue that drains after a decrease (a falling median) is
 		// the decrease working, not news.
-		if m := recentMedian(s); m > 0 && float64(m-s.spread) > c.queue*float64(s.base.Value()) && latency >= m && !draining(s) && !s.tail(now, latency) && queuedCalls(s, m-s.spread) >= QueueCalls {
+		if m := recentMedian(s); m > 0 && float64(m-s.queueSpread()) > c.queue*float64(s.base.Value()) && latency >= m && !draining(s) && !s.tail(now, latency) && queuedCalls(s, m-s.queueSpread()) >= QueueCalls {
 			if c.scatter(s, now, m) {
 				return ReasonNone
 			}
@@ -1375,7 +1388,7 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 		// calls are its tail, not news.
 		return ReasonNone
 	}
-	if p95 := s.P95(); s.n >= minP95Samples && float64(p95) > c.factor*s.target && latency >= median(s) {
+	if p95 := s.P95(); s.n >= minP95Samples && float64(p95) > c.latencyBound(s) && latency >= median(s) {
 		if s.rate <= c.floor {
 			// Nothing left to shed: a provider slow at the floor is
 			// slow, and this is its new normal.
@@ -1513,8 +1526,11 @@ const scatterSpan = 5_000_000
 // provider whose answers vary at random answers as slowly at any rate
 // (issue 18: answers in 5 ms plus up to 20 ms at random read as a queue
 // every second or two, and each cut the fleet again, to 0.45-0.77 of the
-// limit with no refusal). From then on the queue rule takes the scatter
-// off the latencies it judges.
+// limit with no refusal). How far the median and the 95th percentile of
+// the answers since the decrease come over the fastest is learned, and
+// from then on the latency rules allow for it. It is the way to learn a
+// scatter for a key that never was at rest (a stated limit paced to at
+// once); one measured at rest (idleSpread) stands.
 func (c *Controller) scatter(s *State, now, m int64) bool {
 	if s.queued == 0 || s.queueMed == 0 || now-s.lastDecrease > scatterSpan || s.rate >= s.queueFrom ||
 		float64(m) > scatterSame*float64(s.queueMed) {
@@ -1525,12 +1541,73 @@ func (c *Controller) scatter(s *State, now, m int64) bool {
 	for i := range min(s.n, minP95Samples) {
 		low = min(low, s.ago(i))
 	}
-	if base <= 0 || low == math.MaxInt64 || 2*(low-base) > m-base || trended(s) {
+	if s.restReads >= idleSpreadSamples || base <= 0 || low == math.MaxInt64 || 2*(low-base) > m-base || trended(s) || correlated(s) {
 		return false
 	}
-	s.spread = max(s.spread, m-base)
+	s.spread = max(s.spread, median(s)-base)
+	s.spreadTail = max(s.spreadTail, s.P95()-base)
 	return true
 }
+
+// idleSpread learns the provider's scatter (State.spread) at rest: in the
+// slow start, before any decrease, while the fleet's rate (the key's over
+// its share) times the fastest answer is under idleBusy, so that the
+// key's calls seldom wait for each other, and the last scatterSamples
+// answers come in no order (trended) and each is drawn afresh
+// (correlated). How far those answers' median and 90th percentile come
+// over the fastest is then the provider's own, and the scatter follows
+// them as a moving average over about idleSpreadSamples reads. The reads
+// are chosen by the rate alone: a bound on the latencies themselves would
+// keep only the lucky ones.
+//
+// A provider answering in 5 ms plus up to 20 ms at random answers a
+// median 10 ms over its fastest, at any rate: at 100/s, one call queued
+// by the queue rule's measure. Learned while the slow start passed 50/s,
+// the queue rule does not read it as a queue (issue 18: without it, the
+// first such read after each refusal cut the fleet, and Retry-After
+// providers sat at 0.63-0.84 of their limit). A provider that answers
+// alike at rest teaches no scatter. One whose server takes longer a call
+// than its fastest answer (sim's slowdown answering in 5 ms, serving 100
+// calls a second one at a time) makes the fleet's calls wait for each
+// other now and then even there: those waits are learned, a few
+// milliseconds that its queue must pass before the rules read it. Only a
+// slow start is taken for rest: later, at any rate, a queue's answers can
+// pass for scatter (two processes' paced calls through one server answer
+// in a sawtooth).
+func (c *Controller) idleSpread(s *State) {
+	if s.n < scatterSamples || s.lastDecrease != 0 {
+		return
+	}
+	base := s.base.Value()
+	r := s.rate
+	if s.share > 0 {
+		r /= s.share
+	}
+	if r*float64(base)/sec >= idleBusy || trended(s) || correlated(s) {
+		return
+	}
+	// Of the answers trended judged (older ones may be a cold start's),
+	// and not the 95th: of 16, that is the slowest, one outlier.
+	med := max(lastPercentile(s, 50, scatterSamples)-base, 0)
+	p90 := max(lastPercentile(s, 90, scatterSamples)-base, 0)
+	if s.restReads == 0 {
+		// It replaces whatever a queue read learned.
+		s.spread, s.spreadTail = med, p90
+	}
+	s.spread += (med - s.spread) / idleSpreadSamples
+	s.spreadTail += (p90 - s.spreadTail) / idleSpreadSamples
+	s.restReads = min(s.restReads+1, idleSpreadSamples)
+}
+
+// idleBusy is the fleet's calls in flight, at the fastest answer's
+// latency, under which its calls seldom wait for each other (see
+// idleSpread): a single server that takes that long a call and is that
+// busy delays a call by a sixth of it on average. idleSpreadSamples: see
+// idleSpread.
+const (
+	idleBusy          = 0.25
+	idleSpreadSamples = 4
+)
 
 // trended reports whether the last scatterSamples latencies move one way
 // (Kendall's tau of latency against order beyond scatterTrend, or too few
@@ -1559,11 +1636,55 @@ func trended(s *State) bool {
 	return math.Abs(float64(up-down)) > scatterTrend*float64(pairs)
 }
 
-// scatterSamples and scatterTrend: see trended. Of 16 answers in random
-// order, |tau| exceeds 0.3 about one time in ten.
+// correlated reports whether each of the last scatterSamples latencies
+// follows from the one before: their lag-1 autocorrelation is over
+// scatterCorr. A queue remembers: each call waits about as long as the
+// one before it, less what was served meanwhile, and two streams of paced
+// calls through one server answer in a sawtooth; a provider's scatter is
+// drawn afresh for each call.
+func correlated(s *State) bool {
+	if s.n < scatterSamples {
+		return true
+	}
+	var mean float64
+	for i := range scatterSamples {
+		mean += float64(s.ago(i))
+	}
+	mean /= scatterSamples
+	var num, den float64
+	for i := range scatterSamples {
+		d := float64(s.ago(i)) - mean
+		den += d * d
+		if i > 0 {
+			num += d * (float64(s.ago(i-1)) - mean)
+		}
+	}
+	if den > 0 && num/den > scatterCorr { // den 0: all alike, nothing remembered
+		return true
+	}
+	// A sawtooth whose teeth are a few calls wide shows little
+	// correlation from one call to the next: most steps go one way.
+	up, down := 0, 0
+	for i := 1; i < scatterSamples; i++ {
+		switch d := s.ago(i-1) - s.ago(i); {
+		case d > 0:
+			up++
+		case d < 0:
+			down++
+		}
+	}
+	return max(up, down) >= scatterSteps
+}
+
+// scatterSamples and scatterTrend: see trended; scatterCorr and
+// scatterSteps: see correlated. Of 16 answers drawn afresh, |tau| exceeds
+// 0.3 about one time in ten, the autocorrelation 0.3 one in sixteen, and
+// 12 of 15 steps go one way one in three thousand.
 const (
 	scatterSamples = 16
 	scatterTrend   = 0.3
+	scatterCorr    = 0.3
+	scatterSteps   = 12
 )
 
 // maxSpread (µs) bounds a scatter a State from elsewhere may carry: more
@@ -1599,11 +1720,40 @@ func (s *State) P95() int64 {
 	return percentile(s, 95)
 }
 
+// queueSpread is what the queue rule takes off the recent median for the
+// provider's own scatter (State.spread): half way from the scatter's
+// median to its tail. The median of eight answers drawn from a scatter
+// varies by about a quarter of its width, and its highs are no queue.
+func (s *State) queueSpread() int64 {
+	return s.spread + max(s.spreadTail-s.spread, 0)/2
+}
+
+// latencyBound is the p95 latency (µs) past which the latency rule reads
+// a slowdown: LatencyFactor times the target, or, for a provider whose
+// own scatter reaches near that, the scatter's tail plus Queue times the
+// fastest answer over the fastest answer (issue 18: answers in 5 ms plus
+// up to 20 ms at random have a p95 of 24 ms against a bound of 30 ms,
+// and the least queue crossed it).
+func (c *Controller) latencyBound(s *State) float64 {
+	if s.spreadTail == 0 {
+		return c.factor * s.target
+	}
+	base := float64(s.base.Value())
+	return max(c.factor*s.target, base+float64(s.spreadTail)+c.queue*base)
+}
+
 // percentile returns the p-th percentile (nearest rank) of the last s.n
 // latencies.
 func percentile(s *State, p int) int64 {
+	return lastPercentile(s, p, RingSize)
+}
+
+// lastPercentile returns the p-th percentile (nearest rank) of the last k
+// latencies (fewer if fewer were added since the last decrease), k <=
+// RingSize.
+func lastPercentile(s *State, p, k int) int64 {
 	var buf [RingSize]int64
-	n := min(max(s.n, 0), RingSize)
+	n := min(max(s.n, 0), k, RingSize)
 	if n == 0 {
 		return 0
 	}
@@ -1620,7 +1770,7 @@ func percentile(s *State, p int) int64 {
 // under the latency ratios, or it waited behind less than QueueCalls of the
 // key's calls (a wait for one service slot is no queue).
 func (c *Controller) fast(s *State, latency int64) bool {
-	latency -= s.spread // the provider's own scatter is no queue
+	latency -= s.spreadTail // the provider's own scatter is no queue
 	if c.ignoreLatency || queuedCalls(s, latency) < QueueCalls {
 		return true
 	}

@@ -144,6 +144,20 @@
 // waited in such a queue earns no increase. Both need the queue of
 // QueueCalls above as well as the ratio.
 //
+// Both allow for the provider's own scatter: how far over its fastest
+// answer its median and its slow answers come when no queue of the key's
+// calls can explain it. It is measured in the slow start, while the
+// fleet's rate times the fastest answer is under a quarter of a call and
+// the answers come in no order and each is drawn afresh, or, for a key
+// that never was at rest, learned from a queue read soon after a latency
+// decrease that did not shorten the queue though the rate fell. The queue
+// rule then takes half way from the scatter's median to its tail off the
+// median it judges, the latency rule's bound rises, where the scatter's
+// tail comes near it, to the tail plus Queue times the base over the
+// base, and a success within the scatter earns the increase (issue 18: answers in 5 ms plus up to 20 ms
+// at random read as a queue every second or two, and held a fleet far
+// under its limit with no refusal).
+//
 // The rate grows only while it is below Config.UsageMultiple times the
 // calls the key completes per second: a lightly used key does not bank a
 // rate it never tried and spend it in one burst later (the rate-based
