@@ -1528,9 +1528,12 @@ const scatterSpan = 5_000_000
 // every second or two, and each cut the fleet again, to 0.45-0.77 of the
 // limit with no refusal). How far the median and the 95th percentile of
 // the answers since the decrease come over the fastest is learned, and
-// from then on the latency rules allow for it. It is the way to learn a
-// scatter for a key that never was at rest (a stated limit paced to at
-// once); one measured at rest (idleSpread) stands.
+// from then on the latency rules allow for it, and the rate goes back to
+// the one that decrease cut from (issue 18: a cost bucket paced to its
+// stated limit at once, with answers in 5-25 ms, held 0.55-0.65 of it for
+// 25 s after its first queue cuts). It is the way to learn a scatter for
+// a key that never was at rest (a stated limit paced to at once); one
+// measured at rest (idleSpread) stands.
 func (c *Controller) scatter(s *State, now, m int64) bool {
 	if s.queued == 0 || s.queueMed == 0 || now-s.lastDecrease > scatterSpan || s.rate >= s.queueFrom ||
 		float64(m) > scatterSame*float64(s.queueMed) {
@@ -1546,6 +1549,9 @@ func (c *Controller) scatter(s *State, now, m int64) bool {
 	}
 	s.spread = max(s.spread, median(s)-base)
 	s.spreadTail = max(s.spreadTail, s.P95()-base)
+	// The decrease shed no queue: back to the rate it cut from.
+	s.rate = max(s.rate, min(s.queueFrom, c.ceilingFor(s)))
+	s.peak = max(s.peak, s.rate)
 	return true
 }
 

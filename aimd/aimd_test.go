@@ -1273,3 +1273,33 @@ func TestAQueueOnTopOfAScatterIsRead(t *testing.T) {
 		}
 	}
 }
+
+// A queue read that teaches the scatter shows the decrease before it shed
+// no queue: the rate goes back to the one that decrease cut from, not up
+// from the cut by the slow additive steps (issue 18: a cost bucket paced
+// to its stated limit at once, with answers in 5-25 ms, held 0.55-0.65 of
+// it for 25 s after its first queue cuts).
+func TestALearnedScatterUndoesItsCut(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, scatterCfg)
+	s := c.Init()
+	rng := rand.New(rand.NewPCG(18, 29))
+	at := t0
+	from := 0.0
+	for range 3000 {
+		at += 10 * ms
+		s.CapTarget(2 * 5 * ms)
+		before := s.rate
+		d := c.Observe(&s, at, ok(5*ms+rng.Int64N(20*ms)))
+		if d.Change == Decreased {
+			require.Equal(t, ReasonQueue, d.Reason)
+			from = before
+		}
+		if s.spread > 0 {
+			require.Positive(t, from, "learned after a queue cut")
+			require.InDelta(t, from, s.rate, 1e-9, "back to the rate the cut came from")
+			return
+		}
+	}
+	t.Fatal("no scatter learned")
+}
