@@ -1643,11 +1643,12 @@ func trended(s *State) bool {
 }
 
 // correlated reports whether each of the last scatterSamples latencies
-// follows from the one before: their lag-1 autocorrelation is over
-// scatterCorr. A queue remembers: each call waits about as long as the
-// one before it, less what was served meanwhile, and two streams of paced
-// calls through one server answer in a sawtooth; a provider's scatter is
-// drawn afresh for each call.
+// follows from the one before (or too few came to tell): their lag-1
+// autocorrelation is over scatterCorr, or scatterSteps or more of their
+// steps go the same way. A queue remembers: each call waits about as long
+// as the one before it, less what was served meanwhile, and two streams
+// of paced calls through one server answer in a sawtooth; a provider's
+// scatter is drawn afresh for each call.
 func correlated(s *State) bool {
 	if s.n < scatterSamples {
 		return true
@@ -1735,11 +1736,11 @@ func (s *State) queueSpread() int64 {
 }
 
 // latencyBound is the p95 latency (µs) past which the latency rule reads
-// a slowdown: LatencyFactor times the target, or, for a provider whose
-// own scatter reaches near that, the scatter's tail plus Queue times the
-// fastest answer over the fastest answer (issue 18: answers in 5 ms plus
-// up to 20 ms at random have a p95 of 24 ms against a bound of 30 ms,
-// and the least queue crossed it).
+// a slowdown: LatencyFactor times the target or, when higher, the fastest
+// answer plus the scatter's tail (State.spreadTail) plus Queue times the
+// fastest answer (issue 18: answers in 5 ms plus up to 20 ms at random
+// have a p95 of 24 ms against a bound of 30 ms, and the least queue
+// crossed it).
 func (c *Controller) latencyBound(s *State) float64 {
 	if s.spreadTail == 0 {
 		return c.factor * s.target

@@ -1187,10 +1187,9 @@ func TestAScatterAtRestIsLearnedBeforeItReadsAsAQueue(t *testing.T) {
 	}
 }
 
-// A provider that answers alike at rest (sim's slowdown) teaches no
-// scatter, and the queue it builds past its capacity is read as before;
-// so are slow answers at the start (cold connections), which come in
-// order.
+// A provider that answers alike at rest teaches no scatter, and the queue
+// it builds past its capacity is read as before; so are slow answers at
+// the start (cold connections), which come in order.
 func TestAnEvenProviderTeachesNoScatter(t *testing.T) {
 	t.Parallel()
 	cfg := slowStartScatterCfg
