@@ -1189,6 +1189,9 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		} else if c.grow(s, now) {
 			d.Change = Increased
 		}
+		if d.Change == Unchanged && s.rate > rate0 {
+			d.Change = Increased // a cut taken back (scatter)
+		}
 	} else if in.Outcome == Failed {
 		// Nor does time spent failing: a success after a run of errors
 		// earns only the time since the last of them (one-way ratchet).
