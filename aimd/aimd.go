@@ -719,19 +719,23 @@ type State struct {
 	// queue draining) are not news, nor, for chainWindow, any call that
 	// waited less (tail).
 	queued int64
-	// queueMed is the median latency (µs) and queueFrom the rate at the
-	// last latency decrease. spread and spreadTail are the provider's own
+	// queueMed is the median latency (µs), queueFrom the rate, queuePeak
+	// the peak (the level recovery aims at) and queueProbing and
+	// queueRamp the slow start's state before the last latency decrease. spread and spreadTail are the provider's own
 	// scatter (µs, 0: none known): how far over its fastest answer its
 	// median and its slow answers come (the 90th percentile at rest, the
 	// 95th in a queue read), which the latency rules allow for (see
 	// idleSpread, scatter and latencyBound). restReads counts
 	// idleSpread's reads, up to idleSpreadSamples: a scatter measured at
 	// rest is not raised by a queue read.
-	queueMed   int64
-	queueFrom  float64
-	spread     int64
-	spreadTail int64
-	restReads  int
+	queueMed     int64
+	queueFrom    float64
+	queuePeak    float64
+	queueProbing bool
+	queueRamp    bool
+	spread       int64
+	spreadTail   int64
+	restReads    int
 	// base keeps the fastest success latency (µs) of this BaseWindow and
 	// the last.
 	base Fastest
@@ -795,6 +799,7 @@ func (c *Controller) start0(s *State) {
 		s.queueMed = 0
 	}
 	s.queueFrom = sane(s.queueFrom)
+	s.queuePeak = sane(s.queuePeak)
 	if c.plateau == 0 {
 		s.good = 0 // a proven plateau means nothing without one
 	} else if s.good > 0 {
@@ -993,6 +998,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			if reason == ReasonQueue || reason == ReasonLatency {
 				queued = max(latency, 1)
 			}
+			peak0, probing0, ramp0 := s.peak, s.probing, s.ramp
 			if reason == ReasonQueue {
 				// Cut by as much as the queue is deep (down to half
 				// at once), so that it drains quickly; a rate the
@@ -1072,7 +1078,8 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			f = min(f, shareCut)
 			from, resumed, levelAt, sus := s.rate, s.cutTo, s.level, s.sus
 			if queued > 0 {
-				s.queueMed, s.queueFrom = recentMedian(s), from
+				s.queueMed, s.queueFrom, s.queuePeak = recentMedian(s), from, peak0
+				s.queueProbing, s.queueRamp = probing0, ramp0
 			}
 			c.cut(s, now, f)
 			if heldCut {
@@ -1552,9 +1559,21 @@ func (c *Controller) scatter(s *State, now, m int64) bool {
 	}
 	s.spread = max(s.spread, median(s)-base)
 	s.spreadTail = max(s.spreadTail, s.P95()-base)
-	// The decrease shed no queue: back to the rate it cut from.
-	s.rate = max(s.rate, min(s.queueFrom, c.ceilingFor(s)))
-	s.peak = max(s.peak, s.rate)
+	// The decrease shed no queue: back to the rate it cut from, and
+	// recovery aims at the level it aimed at before (issue 18: at 20-70
+	// ms, a queue read soon after the slow start's refusals lowered the
+	// peak from the fleet's 101/s to 78/s, and the fleet held 0.80 of
+	// the limit for 10 s after the read was undone).
+	ceil := c.ceilingFor(s)
+	s.rate = max(s.rate, min(s.queueFrom, ceil))
+	s.peak = max(s.peak, s.rate, min(s.queuePeak, ceil))
+	if s.queueProbing && s.rate < ceil {
+		// The read ended a slow start, which found no limit: it goes
+		// on (issue 18: at 20-70 ms, both processes' slow starts
+		// ended at 60-70/s of a limit of 100/s, and the fleet held
+		// there for 10 s before its first probe).
+		s.probing, s.ramp = true, s.queueRamp
+	}
 	return true
 }
 

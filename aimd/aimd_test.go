@@ -1199,6 +1199,78 @@ func TestAScatterAtRestIsLearnedBeforeItReadsAsAQueue(t *testing.T) {
 	}
 }
 
+// Issue 18: a provider answering in 20 ms plus up to 50 ms at random
+// answers a median 25 ms over its fastest, more than a quarter of a call's
+// worth at any rate the slow start has once it holds enough answers to
+// judge (idleSpread): nothing is measured at rest, and the first queue
+// read cuts. The read that later shows the scatter undoes the whole cut:
+// the rate, the level recovery aims at (a refusal's), and a slow start the
+// cut ended, which goes on. Without that, both processes' slow starts
+// ended at 60-70/s of a limit of 100/s and held there for 10 s, and a cut
+// soon after the slow start's refusals left the fleet at 0.80 of the limit.
+func TestAScatterLearnedLaterUndoesTheWholeCut(t *testing.T) {
+	t.Parallel()
+	cfg := slowStartScatterCfg
+	cfg.Ceiling = 400
+	c := mustNew(t, cfg)
+	rng := rand.New(rand.NewPCG(18, 32))
+	answer := func() int64 { return 20*ms + rng.Int64N(50*ms) }
+	// run sends for d µs and checks every undo; it returns whether one
+	// came.
+	run := func(s *State, at *int64, d int64) (undone bool) {
+		var peak float64
+		var probing bool
+		for end := *at + d; *at < end; {
+			*at += int64(float64(sec) / c.Rate(s))
+			s.CapTarget(2 * 20 * ms)
+			before, peak0, probing0 := s.spread > 0, s.peak, s.probing
+			dec := c.Observe(s, *at, ok(answer()))
+			if dec.Change == Decreased {
+				require.Contains(t, []Reason{ReasonQueue, ReasonLatency}, dec.Reason)
+				peak, probing = peak0, probing0
+			}
+			if !before && s.spread > 0 {
+				require.Zero(t, s.restReads, "learned from a queue read, not at rest")
+				require.GreaterOrEqual(t, s.peak, peak, "the level recovery aimed at before the cut")
+				require.Equal(t, probing, s.probing, "the slow start as before the cut")
+				undone = true
+			}
+		}
+		return undone
+	}
+
+	// A slow start.
+	s := c.Init()
+	at := t0
+	require.True(t, run(&s, &at, 10*int64(sec)), "a queue read cut the slow start and was undone")
+	require.Equal(t, 400.0, s.rate, "the slow start went on to the ceiling")
+
+	// A refusal at the end of a slow start that read no queue, the
+	// recovery, and a queue read in it.
+	for seed := range uint64(100) {
+		rng = rand.New(rand.NewPCG(18, 100+seed))
+		s = c.Init()
+		at = t0
+		for s.rate < 150 && s.lastDecrease == 0 {
+			at += int64(float64(sec) / c.Rate(&s))
+			s.CapTarget(2 * 20 * ms)
+			c.Observe(&s, at, ok(answer()))
+		}
+		if s.lastDecrease != 0 {
+			continue
+		}
+		at += 20 * ms
+		require.Equal(t, Decreased, c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 20 * ms}).Change)
+		require.False(t, s.probing, "the slow start ended")
+		peak := s.peak
+		if run(&s, &at, 5*int64(sec)) {
+			require.GreaterOrEqual(t, s.rate, c.plateauOf(peak), "recovered to the level under the refusal")
+			return
+		}
+	}
+	t.Fatal("no queue read undone in 100 recoveries")
+}
+
 // A provider that answers alike at rest teaches no scatter, and the queue
 // it builds past its capacity is read as before; so are slow answers at
 // the start (cold connections), which come in order.
