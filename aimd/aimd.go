@@ -983,14 +983,15 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		// A served share that says the rate is well over the limit is
 		// news as soon as it is known, cooldown or not: it comes from
 		// calls sent after the last decrease.
-		news := c.newEpisode(s, now, sent) || (sent >= s.lastDecrease && c.servedShare(s, reason, in) < c.decrease)
+		news := c.newEpisode(s, now, sent) || (sent >= s.lastDecrease && c.servedShare(s, reason, in) < c.decrease) ||
+			c.refusedAfterLatency(s, reason)
 		held := news && c.heldRefusal(s, now, sent, prevPause, reason, in)
 		if held && in.Bunched {
 			// A refusal at a rate the key sustained: wait out the
 			// pause, keep the rate. The episode begins here, so the
 			// refusals of calls in flight with it are not news.
 			s.refusedAt, s.lastDecrease, s.cutTo = now, now, s.rate
-			s.susFrom, s.n = 0, 0
+			s.susFrom, s.n, s.queued = 0, 0, 0
 			s.excused = max(s.rate, s.sus)
 		} else if news {
 			f := c.decrease
@@ -1288,6 +1289,19 @@ func (s *State) sustain(now int64) {
 		}
 		s.susFrom, s.susLow, s.susN = now, s.rate, 0
 	}
+}
+
+// refusedAfterLatency reports whether a throttle signal (reason) follows a
+// decrease the latency alone asked for (State.queued): it is news, within
+// the cooldown or for a call sent before that decrease. A latency cut says
+// a queue formed, not that the rate is over the limit, and it cuts less
+// than a refusal asks (issue 18, OS processes against answers in 20-70
+// ms: a queue read cut one process 0.39 s before the other was refused
+// with a Retry-After; the pause it heard of came within the cooldown, its
+// rate stayed, and the fleet resumed at 1.25 times the limit, and was
+// refused again).
+func (c *Controller) refusedAfterLatency(s *State, reason Reason) bool {
+	return s.queued > 0 && reason != ReasonLatency && reason != ReasonQueue
 }
 
 // addSat returns now + d for d > 0, saturating at math.MaxInt64 so that a

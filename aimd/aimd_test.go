@@ -1271,6 +1271,54 @@ func TestAScatterLearnedLaterUndoesTheWholeCut(t *testing.T) {
 	t.Fatal("no queue read undone in 100 recoveries")
 }
 
+// Issue 18, OS processes against answers in 20-70 ms: a queue read cut
+// one process 0.39 s before the other was refused with a Retry-After. The
+// pause it heard of came within the cooldown of its latency cut and was
+// taken as that episode's; its rate stayed, and the fleet resumed at 1.25
+// times the limit and was refused again. A throttle signal after a cut the
+// latency alone asked for is news: a queue is no refusal.
+func TestARefusalSoonAfterALatencyCutIsNews(t *testing.T) {
+	t.Parallel()
+	cfg := scatterCfg
+	cfg.Start, cfg.Ceiling, cfg.LatencyTarget = 100, 200, 10*time.Millisecond
+	for _, tc := range []struct {
+		name string
+		in   Sample
+	}{
+		{"its own refusal", Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: int64(sec)}},
+		{"a pause heard of", Sample{Outcome: Failed, RetryAfter: int64(sec)}},
+		{"a refusal with no pause", Sample{Outcome: Throttled, Latency: 5 * ms}},
+	} {
+		c := mustNew(t, cfg)
+		s := c.Init()
+		at := t0
+		step := func(lat int64) Decision {
+			at += 10 * ms
+			return c.Observe(&s, at, ok(lat))
+		}
+		for range 200 {
+			step(5 * ms)
+		}
+		// A queue builds a millisecond a call: cut by the queue rule.
+		var d Decision
+		for lat := 6 * ms; d.Change != Decreased; lat += ms {
+			require.Less(t, lat, 40*ms, "%s: no decrease for a queue building", tc.name)
+			d = step(lat)
+		}
+		require.Contains(t, []Reason{ReasonQueue, ReasonLatency}, d.Reason, tc.name)
+		rate := s.rate
+		at += 100 * ms // within the cooldown
+		d = c.Observe(&s, at, tc.in)
+		require.Equal(t, Decreased, d.Change, "%s: news", tc.name)
+		require.Less(t, s.rate, rate, tc.name)
+		// The calls in flight with it are its episode's.
+		rate = s.rate
+		at += 5 * ms
+		require.Equal(t, Unchanged, c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 20 * ms, RetryAfter: tc.in.RetryAfter}).Change, tc.name)
+		require.Equal(t, rate, s.rate, tc.name)
+	}
+}
+
 // A provider that answers alike at rest teaches no scatter, and the queue
 // it builds past its capacity is read as before; so are slow answers at
 // the start (cold connections), which come in order.
