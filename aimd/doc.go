@@ -150,7 +150,10 @@
 // fleet's rate times the fastest answer is under a quarter of a call and
 // the answers come in no order and each is drawn afresh, or, for a key
 // that never was at rest, learned from a queue read soon after a latency
-// decrease that did not shorten the queue though the rate fell. The queue
+// decrease that did not shorten the queue though the rate fell; that read
+// undoes the decrease (its rate, the level recovery aims at, and a slow
+// start it ended). A throttle signal soon after a latency decrease is a
+// new episode, cooldown or not: a queue is no refusal. The queue
 // rule then takes half way from the scatter's median to its tail off the
 // median it judges, the latency rule's bound rises, where the scatter's
 // tail comes near it, to the tail plus Queue times the base over the
