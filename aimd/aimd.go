@@ -1568,13 +1568,7 @@ func (c *Controller) scatter(s *State, now, m int64) bool {
 	for i := range min(s.n, minP95Samples) {
 		low = min(low, s.ago(i))
 	}
-	// The trend over all the answers since the decrease, not the last
-	// scatterSamples: a queue read comes when the latest answer and the
-	// median of the last few are high, which tilts the last 16 of a
-	// scatter upward (|tau| over 0.3 for 23 % of the reads that a
-	// scatter of 20-70 ms sets off, against 4 % over 32; issue 18: at
-	// 20-70 ms, three reads of four after a cut were taken for a trend).
-	if s.restReads >= idleSpreadSamples || base <= 0 || low == math.MaxInt64 || 2*(low-base) > m-base || trendedOver(s, RingSize) || correlated(s) {
+	if s.restReads >= idleSpreadSamples || base <= 0 || low == math.MaxInt64 || 2*(low-base) > m-base || trended(s) || correlated(s) {
 		return false
 	}
 	s.spread = max(s.spread, median(s)-base)
@@ -1662,23 +1656,16 @@ const (
 // samples to tell): a queue builds or drains, calls in order, while a
 // provider's scatter comes in any order.
 func trended(s *State) bool {
-	return trendedOver(s, scatterSamples)
-}
-
-// trendedOver is trended over the last k latencies (as many as were added
-// since the last decrease, at least scatterSamples), k <= RingSize.
-func trendedOver(s *State, k int) bool {
 	if s.n < scatterSamples {
 		return true
 	}
-	k = min(k, s.n, RingSize)
-	var v [RingSize]int64
-	for i := range k {
-		v[k-1-i] = s.ago(i)
+	var v [scatterSamples]int64
+	for i := range scatterSamples {
+		v[scatterSamples-1-i] = s.ago(i)
 	}
 	up, down := 0, 0
-	for i := range k {
-		for j := i + 1; j < k; j++ {
+	for i := range scatterSamples {
+		for j := i + 1; j < scatterSamples; j++ {
 			switch {
 			case v[j] > v[i]:
 				up++
@@ -1687,7 +1674,7 @@ func trendedOver(s *State, k int) bool {
 			}
 		}
 	}
-	pairs := k * (k - 1) / 2
+	pairs := scatterSamples * (scatterSamples - 1) / 2
 	return math.Abs(float64(up-down)) > scatterTrend*float64(pairs)
 }
 

@@ -1319,40 +1319,6 @@ func TestARefusalSoonAfterALatencyCutIsNews(t *testing.T) {
 	}
 }
 
-// A queue read comes when the latest answer and the median of the last
-// few are high, which tilts the last 16 answers of a scatter upward: of
-// the reads a scatter of 20-70 ms sets off, 23 % show a trend over 16
-// answers (|tau| over 0.3), 4 % over 32. The read after a latency cut
-// judges the trend over every answer since the cut, so that it takes
-// such a tilt for the scatter it is (issue 18: at 20-70 ms, three reads
-// of four after a cut were taken for a trend, and the cut stood).
-func TestAQueueReadsTiltIsNoTrend(t *testing.T) {
-	t.Parallel()
-	c := mustNew(t, scatterCfg)
-	s := c.Init()
-	at := t0
-	// Answers of 20 ms plus up to 50 ms at random, drawn afresh; the
-	// last 16 tilt upward (tau 0.39), all 32 do not (0.07).
-	lats := []int64{47, 36, 48, 65, 47, 34, 42, 41, 69, 23, 44, 39, 69, 65, 62, 33,
-		32, 20, 31, 63, 37, 69, 29, 41, 49, 24, 66, 65, 40, 61, 68, 66}
-	for _, l := range lats {
-		s.ring[s.next] = l * ms
-		s.next = (s.next + 1) % RingSize
-		s.base.Add(at, l*ms)
-	}
-	s.n = len(lats)
-	require.True(t, trended(&s), "the last 16 tilt")
-	require.False(t, trendedOver(&s, RingSize), "all 32 do not")
-	require.False(t, correlated(&s))
-	// A queue read a second after a queue cut from 80/s to 64/s, at the
-	// median the cut came at.
-	m := recentMedian(&s)
-	s.rate, s.queued, s.queueFrom, s.queueMed, s.lastDecrease = 64, 70*ms, 80, m, at-int64(sec)
-	require.True(t, c.scatter(&s, at, m), "the scatter learned")
-	require.Equal(t, 80.0, s.rate, "the cut undone")
-	require.Positive(t, s.spread)
-}
-
 // A provider that answers alike at rest teaches no scatter, and the queue
 // it builds past its capacity is read as before; so are slow answers at
 // the start (cold connections), which come in order.
