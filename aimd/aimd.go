@@ -721,13 +721,15 @@ type State struct {
 	queued int64
 	// queueMed is the median latency (µs), queueFrom the rate, queuePeak
 	// the peak (the level recovery aims at) and queueProbing and
-	// queueRamp the slow start's state before the last latency decrease. spread and spreadTail are the provider's own
-	// scatter (µs, 0: none known): how far over its fastest answer its
-	// median and its slow answers come (the 90th percentile at rest, the
-	// 95th in a queue read), which the latency rules allow for (see
-	// idleSpread, scatter and latencyBound). restReads counts
-	// idleSpread's reads, up to idleSpreadSamples: a scatter measured at
-	// rest is not raised by a queue read.
+	// queueRamp the slow start's state before the last latency decrease:
+	// what a queue read that shows the scatter undoes (scatter). spread
+	// and spreadTail are the provider's own scatter (µs, 0: none known):
+	// how far over its fastest answer its median and its slow answers
+	// come (the 90th percentile at rest, the 95th in a queue read), which
+	// the latency rules allow for (see idleSpread, scatter and
+	// latencyBound). restReads counts idleSpread's reads, up to
+	// idleSpreadSamples: a scatter measured at rest is not raised by a
+	// queue read.
 	queueMed     int64
 	queueFrom    float64
 	queuePeak    float64
