@@ -1391,18 +1391,19 @@ func (c *Controller) success(s *State, now, latency int64) Reason {
 			return ReasonNone
 		}
 	}
-	if c.queue > 0 && s.n >= minP95Samples && s.base.Value() > 0 {
+	if base := s.base.Value(); c.queue > 0 && s.n >= minP95Samples && base > 0 {
 		c.idleSpread(s)
-	}
-	if c.queue > 0 && s.n >= minP95Samples && s.base.Value() > 0 && s.rate > c.floor {
 		// A queue builds up: the median call waits behind others.
 		// A queue that drains after a decrease (a falling median) is
 		// the decrease working, not news.
-		if m := recentMedian(s); m > 0 && float64(m-s.queueSpread()) > c.queue*float64(s.base.Value()) && latency >= m && !draining(s) && !s.tail(now, latency) && queuedCalls(s, m-s.queueSpread()) >= QueueCalls {
-			if c.scatter(s, now, m) {
-				return ReasonNone
+		if m := recentMedian(s); s.rate > c.floor && m > 0 && latency >= m {
+			// The wait: the median less the provider's own scatter.
+			if wait := m - s.queueSpread(); float64(wait) > c.queue*float64(base) && !draining(s) && !s.tail(now, latency) && queuedCalls(s, wait) >= QueueCalls {
+				if c.scatter(s, now, m) {
+					return ReasonNone
+				}
+				return ReasonQueue
 			}
-			return ReasonQueue
 		}
 	}
 	if float64(latency) <= c.factor*s.target {

@@ -230,7 +230,7 @@ func TestDamagedStateIsRepaired(t *testing.T) {
 		{"nan fleet share", State{started: true, rate: 5, share: nan, shareAt: t0}},
 		{"fleet share over 1", State{started: true, rate: 5, share: 7, shareAt: t0}},
 		{"negative fleet share", State{started: true, rate: 5, share: -0.5, shareAt: t0}},
-		{"negative scatter", State{started: true, rate: 5, spread: -5 * ms, spreadTail: -1, restReads: -1, queueMed: -1, queueFrom: nan}},
+		{"negative scatter", State{started: true, rate: 5, spread: -5 * ms, spreadTail: -1, restReads: -1, queueMed: -1, queueFrom: nan, queuePeak: nan}},
 		{"scatter of an hour", State{started: true, rate: 5, spread: 3600 * s1, spreadTail: 3600 * s1, restReads: 1 << 40}},
 	} {
 		for _, c := range []*Controller{c, cp} {
@@ -251,6 +251,10 @@ func TestDamagedStateIsRepaired(t *testing.T) {
 					}
 					require.NotPanics(t, func() { c.Observe(&s, at, in) })
 					require.True(t, s.rate >= 0.5 && s.rate <= 100, "rate %v after sample %d", s.rate, i)
+					if i == 0 {
+						// Before a latency decrease sets them anew.
+						require.False(t, math.IsNaN(s.queueFrom) || math.IsNaN(s.queuePeak), "last latency decrease's rate %v, peak %v", s.queueFrom, s.queuePeak)
+					}
 				}
 				require.True(t, s.target > 0 && !math.IsInf(s.target, 0), "latency target %v", s.target)
 				require.True(t, s.good >= 0 && s.good <= 100, "proven plateau %v", s.good)
