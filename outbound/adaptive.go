@@ -62,6 +62,15 @@ type adaptive struct {
 	// process's calls in it.
 	callsSec, sharedSec, sharedAt int64
 	calls, sharedN                int
+	// spacedAt is when (Unix µs) the key was found paused again just
+	// after a pause (0: never): the provider's bucket holds fewer calls
+	// than the fleet sends at once, and the fleet spaces its calls
+	// (turn.space) for spacedFor after it.
+	spacedAt int64
+	// pauseFrom and pauseUntil (Unix µs) are when this process first
+	// found the key paused, and until when, in the latest pause it
+	// found: its own refusal's, or another process's.
+	pauseFrom, pauseUntil int64
 }
 
 // A process measures its share of the fleet's calls (aimd.Controller.
@@ -145,13 +154,57 @@ type turn struct {
 	until  int64 // µs: the pause's end
 	paused bool
 	stated bool // the provider stated its rate: it is the fleet's
+	// space is the fleet's spacing rate (0: none): every call of the
+	// fleet also takes a turn of one GCRA shared by the fleet, at the
+	// fleet's rate (this process's over its share) times spaceMargin.
+	space float64
 }
+
+// Each process paces its own share of a key's rate on a GCRA of its own,
+// so two processes' calls fall at any distance from each other, and after a
+// pause every process resumes at the same instant. A provider whose bucket
+// holds a token or two refuses the second of two calls that close: issue
+// 18's limit of 50/s with a burst of 20 ms (one token) held the fleet at 1
+// call a second for the 30 s after the halving, every pause's end costing
+// the next pause. So every call of a fleet of processes (a share under
+// maxSpaceShare known) also takes a turn of a GCRA shared by the fleet, at
+// spaceMargin times the fleet's rate: the fleet's calls leave at least
+// 1/spaceMargin of its interval apart, the first after a pause included.
+// Each process takes turns at its own estimate of the fleet's rate (its
+// rate over its share), so the turns it books add up to its share over
+// spaceMargin of every second whatever its rate: the shared GCRA is busy
+// 1/spaceMargin of the time, and paces nothing the processes' own pacing
+// would not.
+const (
+	spaceMargin   = 1.05
+	maxSpaceShare = 0.99
+	minResumeSpan = 10_000      // µs
+	maxResumeSpan = 250_000     // µs
+	spacedFor     = 300_000_000 // µs
+	minSpacePause = 100_000     // µs
+)
 
 func (a *adaptive) turn(now int64) turn {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	until, paused := a.state.Paused(now)
 	r := a.ctl.Rate(&a.state)
+	if paused && until > a.pauseUntil {
+		if a.pauseUntil < now {
+			// A new pause. One that came as soon as the fleet
+			// resumed from a pause long enough to fill the
+			// provider's bucket says that the bucket holds fewer
+			// calls than the fleet's processes send at once: every
+			// pause's end would cost the next (noticed within
+			// this process's own interval and a call's latency).
+			span := min(max(int64(1e6/max(r, 1e-3)), minResumeSpan), maxResumeSpan)
+			if a.pauseUntil-a.pauseFrom >= minSpacePause && now-a.pauseUntil <= 2*span+int64(a.latency) {
+				a.spacedAt = now
+			}
+			a.pauseFrom = now
+		}
+		a.pauseUntil = until
+	}
 	if p, stop := a.weight.pace(now, int64(a.latency)); p > 0 {
 		// A learned window budget: the window's own pace, and a wait
 		// for its reset once its calls are spent (usedWeight).
@@ -170,7 +223,11 @@ func (a *adaptive) turn(now int64) turn {
 			until, paused = stop, true
 		}
 	}
-	return turn{rate: r, until: until, paused: paused, stated: stated}
+	t := turn{rate: r, until: until, paused: paused, stated: stated}
+	if sh := a.state.Share(); !stated && sh > 0 && sh < maxSpaceShare && a.spacedAt > 0 && now-a.spacedAt < spacedFor {
+		t.space = spaceMargin * r / sh
+	}
+	return t
 }
 
 // booked notes that a turn was booked d µs ahead at now.

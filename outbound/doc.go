@@ -14,7 +14,12 @@
 //     key's adapted rate and passes the key's fleet-wide pause, both in
 //     one all-or-nothing call to a store.RateStore. Each process paces its
 //     own share by default; with Config.SharedRate the processes sharing
-//     the store pace on one GCRA at one adapted rate;
+//     the store pace on one GCRA at one adapted rate. A key found paused
+//     again as soon as the fleet resumed from a pause (a provider whose
+//     bucket holds fewer calls than the processes send at once) also
+//     spaces the fleet's calls, for five minutes: each takes a turn of a
+//     GCRA the fleet shares, at 1.05 times the fleet's rate (the
+//     process's own over its share);
 //  4. circuit breaker: an open breaker fails the call at once, without
 //     consulting the retry budget (breaker.ErrOpen);
 //  5. retry: full-jitter backoff with Retry-After as its floor, bounded by

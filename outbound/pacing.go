@@ -16,6 +16,14 @@ func (c *Client) pacing(r float64) store.Limit {
 	return store.Limit{Name: "outbound", Rate: 1, Period: time.Duration(float64(time.Second) / r), Burst: c.burst}
 }
 
+// spacing returns the limit of the fleet's spacing GCRA at rate r (see
+// turn.space): a burst of one, so that no two of the fleet's calls leave
+// closer than its interval.
+func spacing(r float64) store.Limit {
+	r = min(max(r, 1e-3), 1e6)
+	return store.Limit{Name: "outbound-space", Rate: 1, Period: time.Duration(float64(time.Second) / r), Burst: 1}
+}
+
 // pauseLimit is the fleet-wide pause of a key: so fast (a million a
 // second, a millisecond's burst) that it never holds anything back, until a
 // Sync with nothing remaining pushes it into the future until a
@@ -139,6 +147,30 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 			}
 			if jitter := c.storeJitter(rtt); delay > 0 || jitter > 0 {
 				ewma(&c.sendLag, late+jitter)
+			}
+			if tn.space > 0 {
+				// The fleet's spacing, taken at this call's own turn,
+				// not when it was booked: a turn booked ahead leaves
+				// later, and the fleet's next turn counts from when it
+				// does. Best effort: a turn further off than the call
+				// may wait is not taken, and the call leaves on its own
+				// pace.
+				asked := c.clk.Now()
+				sp, err := c.store.Take(ctx, store.TakeParams{Key: ks.names.space, Limit: spacing(tn.space), Cost: 1, MaxDelay: maxDelay})
+				rtt += c.clk.Now().Sub(asked)
+				if err != nil {
+					giveBack()
+					return fmt.Errorf("outbound: key %q: rate store: %w", ks.key, err)
+				}
+				if sp.Allowed && sp.Delay > 0 {
+					if err := sleep(ctx, c.clk, sp.Delay); err != nil {
+						giveBack()
+						return err
+					}
+					if ks.adapt.paused(c.now()) {
+						continue
+					}
+				}
 			}
 			if d := c.spread(ks, lim, limit); d > 0 {
 				if err := sleep(ctx, c.clk, d); err != nil {
