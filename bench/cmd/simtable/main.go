@@ -102,6 +102,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	window := fs.Bool("window", false, "with -issue18: the token-bucket dialects (retry-after-seconds and -date, bare-429, 503, ban) count requests in windows of a second aligned to the clock instead (sim's fixed_window), as many providers do")
 	latency := fs.Duration("latency", 0, "with -issue18: every provider's base latency (0: the scenarios' 20ms); issue 18's external providers answered in about 5ms, faster than a call is in flight at their limits")
 	jitter := fs.Duration("jitter", 0, "with -issue18: every provider's answers take a random extra time, uniform in [0, jitter), on top of the base latency (sim's jitter), as real providers' answers vary")
+	scale := fs.Float64("scale", 1, "with -issue18: multiply every provider's limit, at the start and after the change, by this (2: 200/s halving to 100/s), as providers' limits differ")
 	procs := fs.String("procs", "", "with -issue18: run the clients as real OS processes of this sluice binary (sluice sim --serve and --target), as issue 18 did")
 	state := fs.String("state", "redis://127.0.0.1:6379", "with -procs: the store the sluice processes share")
 	if err := fs.Parse(args); err != nil {
@@ -137,6 +138,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *jitter > 0 && !*issue18 {
 		return fmt.Errorf("-jitter needs -issue18")
 	}
+	if !(*scale > 0) || math.IsInf(*scale, 0) {
+		return fmt.Errorf("-scale must be a positive number, got %v", *scale)
+	}
+	if *scale != 1 && !*issue18 {
+		return fmt.Errorf("-scale needs -issue18")
+	}
 	if *window && !*issue18 {
 		return fmt.Errorf("-window needs -issue18")
 	}
@@ -170,6 +177,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *rise {
 			all = fleet.Issue18RiseScenarios(*duration)
 		}
+		withScale(all, *scale)
 		withBurst(all, *burst)
 		withLatency(all, *latency)
 		withJitter(all, *jitter)
@@ -284,6 +292,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// withScale multiplies every provider's limit, at the start and at each
+// change, by f.
+func withScale(scenarios []sim.Scenario, f float64) {
+	for i := range scenarios {
+		p := &scenarios[i].Provider
+		p.Limit *= f
+		ch := make([]sim.Change, len(p.Changes))
+		for j, c := range p.Changes {
+			c.Limit *= f
+			ch[j] = c
+		}
+		p.Changes = ch
+	}
 }
 
 // withBurst sets every scenario's provider burst to d (0: leave sim's
