@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,7 +31,7 @@ func TestRunShort(t *testing.T) {
 
 func TestRunFlagErrors(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"-duration", "1s"}, {"-only", "("}, {"-only", "nothing-matches"}, {"extra"}, {"-repeat", "0"}, {"-repeat", "101"}, {"-virtual"}, {"-issue18", "-virtual", "-parallel", "0"}, {"-rise"}, {"-burst", "1s"}, {"-issue18", "-burst", "-1s"}, {"-latency", "5ms"}, {"-issue18", "-latency", "-1ms"}, {"-jitter", "5ms"}, {"-issue18", "-jitter", "-1ms"}, {"-window"}, {"-millis"}} {
+	for _, args := range [][]string{{"-duration", "1s"}, {"-only", "("}, {"-only", "nothing-matches"}, {"extra"}, {"-repeat", "0"}, {"-repeat", "101"}, {"-virtual"}, {"-issue18", "-virtual", "-parallel", "0"}, {"-rise"}, {"-burst", "1s"}, {"-issue18", "-burst", "-1s"}, {"-latency", "5ms"}, {"-issue18", "-latency", "-1ms"}, {"-jitter", "5ms"}, {"-issue18", "-jitter", "-1ms"}, {"-window"}, {"-millis"}, {"-scale", "2"}, {"-issue18", "-scale", "0"}, {"-issue18", "-scale", "-1"}, {"-issue18", "-scale", "NaN"}, {"-issue18", "-scale", "Inf"}} {
 		var out, errb bytes.Buffer
 		if err := run(t.Context(), args, &out, &errb); err == nil {
 			t.Errorf("%v: no error", args)
@@ -60,6 +61,41 @@ func TestBurstReachesTheProviders(t *testing.T) {
 	withBurst(plain, 0)
 	if plain[0].Provider.Burst != 0 || strings.Contains(serveYAML(plain[0]), "burst") {
 		t.Fatalf("-burst 0 changed the providers: %v", plain[0].Provider.Burst)
+	}
+}
+
+// -scale multiplies every issue 18 provider's limit and the limit it
+// changes to, in virtual time and in the scenario file for -procs, and
+// leaves the scenarios it was given alone.
+func TestScaleReachesTheProviders(t *testing.T) {
+	t.Parallel()
+	plain := fleet.Issue18Scenarios(4 * time.Second)
+	scs := fleet.Issue18Scenarios(4 * time.Second)
+	withScale(scs, 0.3)
+	for i, sc := range scs {
+		want := plain[i].Provider
+		back, err := sim.ParseScenario([]byte(serveYAML(sc)))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", sc.Name, err, serveYAML(sc))
+		}
+		for _, p := range []sim.ProviderConfig{sc.Provider, back.Provider} {
+			if math.Abs(p.Limit-0.3*want.Limit) > 1e-9 || len(p.Changes) != len(want.Changes) {
+				t.Fatalf("%s: limit %v, changes %v; want 0.3 x %v, %v", sc.Name, p.Limit, p.Changes, want.Limit, want.Changes)
+			}
+			for j, c := range p.Changes {
+				// (The served file's changes come later, by the
+				// processes' start.)
+				if math.Abs(c.Limit-0.3*want.Changes[j].Limit) > 1e-9 {
+					t.Fatalf("%s: change %d is %+v, want 0.3 x %+v", sc.Name, j, c, want.Changes[j])
+				}
+			}
+		}
+	}
+	again := fleet.Issue18Scenarios(4 * time.Second)
+	for i := range plain {
+		if plain[i].Provider.Limit != again[i].Provider.Limit || plain[i].Provider.Changes[0] != again[i].Provider.Changes[0] {
+			t.Fatalf("%s: -scale changed the scenarios it was not given", plain[i].Name)
+		}
 	}
 }
 
