@@ -156,7 +156,8 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 				// may wait is not taken, and the call leaves on its own
 				// pace.
 				asked := c.clk.Now()
-				sp, err := c.store.Take(ctx, store.TakeParams{Key: ks.names.space, Limit: spacing(tn.space), Cost: 1, MaxDelay: maxDelay})
+				spaceLim := spacing(tn.space)
+				sp, err := c.store.Take(ctx, store.TakeParams{Key: ks.names.space, Limit: spaceLim, Cost: 1, MaxDelay: maxDelay})
 				rtt += c.clk.Now().Sub(asked)
 				if err != nil {
 					giveBack()
@@ -165,6 +166,9 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 				if sp.Allowed && sp.Delay > 0 {
 					if err := sleep(ctx, c.clk, sp.Delay); err != nil {
 						giveBack()
+						_, _ = c.store.Settle(context.WithoutCancel(ctx), store.SettleParams{
+							Key: ks.names.space, Limit: spaceLim, Reserved: 1, Actual: 0, ReservedAt: sp.At,
+						})
 						return err
 					}
 					if ks.adapt.paused(c.now()) {

@@ -148,3 +148,60 @@ func TestSpacedProcessesLeaveApart(t *testing.T) {
 		})
 	}
 }
+
+// A call that gives up while it waits for the fleet's spacing turn gives
+// the turn back: a third process resuming with the other two takes it, one
+// interval after the first, not two.
+func TestASpacingTurnGivenUpIsGivenBack(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	clk := clocktest.New(t0)
+	st := memstore.New(memstore.Config{Clock: clk})
+	newKey := func(instance string) (*Client, *keyState) {
+		c, err := New(Config{Clock: clk, Store: st, Instance: instance})
+		require.NoError(t, err)
+		ks := c.keys.acquire("api.space.test", "api.space.test")
+		t.Cleanup(func() { c.keys.release(ks) })
+		ks.adapt.mu.Lock()
+		// A third of a fleet of 60/s each.
+		ks.adapt.ctl.SetRate(&ks.adapt.state, 20)
+		ks.adapt.ctl.FleetShare(&ks.adapt.state, t0.UnixMicro(), 1.0/3)
+		ks.adapt.spacedAt = t0.UnixMicro()
+		ks.adapt.mu.Unlock()
+		return c, ks
+	}
+	ca, ka := newKey("a")
+	cb, kb := newKey("b")
+	cc, kc := newKey("c")
+	require.NoError(t, ca.wait(context.Background(), ka), "A's turn")
+	waiting := func(ctx context.Context, c *Client, ks *keyState) chan error {
+		n0 := clk.Timers()
+		done := make(chan error, 1)
+		go func() { done <- c.wait(ctx, ks) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for clk.Timers() <= n0 {
+			select {
+			case err := <-done:
+				t.Fatalf("left at once (%v), not spaced", err)
+			default:
+			}
+			require.True(t, time.Now().Before(deadline), "neither left nor waited")
+			time.Sleep(time.Millisecond)
+		}
+		return done
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	doneB := waiting(ctx, cb, kb)
+	cancel()
+	require.ErrorIs(t, <-doneB, context.Canceled, "B gave up")
+	doneC := waiting(context.Background(), cc, kc)
+	fleet := 60.0
+	interval := time.Duration(float64(time.Second) / (spaceMargin * fleet))
+	clk.Advance(interval)
+	select {
+	case err := <-doneC:
+		require.NoError(t, err, "C's turn")
+	case <-time.After(30 * time.Second):
+		t.Fatal("C still waits one interval after A's turn: B's turn was not given back")
+	}
+}
