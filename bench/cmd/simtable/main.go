@@ -42,6 +42,13 @@
 //
 //	go run ./cmd/simtable -issue18 -duration 60s -repeat 3 -virtual -burst 1s
 //
+// -scale F multiplies every provider's limit, before and after the change,
+// by F, as providers' limits differ (issue 18's figures were all at 100/s;
+// at 30/s halving to 15/s, a bucket of 1.5 calls, the retry-after rows
+// held 1 call a second after the halving until the fleet spaced its calls):
+//
+//	go run ./cmd/simtable -issue18 -duration 60s -virtual -scale 0.3
+//
 // With -procs BIN it runs issue 18's scenarios as the issue ran them, with
 // real OS processes of the sluice binary BIN, one dialect at a time (or
 // -parallel): a simulator per client (sluice sim --serve), two sluice sim
