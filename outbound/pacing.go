@@ -84,13 +84,7 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 			}
 			continue
 		}
-		maxDelay := c.maxReserve
-		if dl, ok := ctx.Deadline(); ok {
-			maxDelay = min(maxDelay, max(dl.Sub(c.clk.Now()), 0))
-		}
-		if limit > 0 {
-			maxDelay = min(maxDelay, max(time.Duration(limit-now)*time.Microsecond, 0))
-		}
+		maxDelay := c.reserveFor(ctx, limit)
 		lim := c.pacing(tn.rate)
 		items := [2]store.Item{
 			{Key: paceKey, Limit: lim, Cost: 1},
@@ -155,10 +149,8 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 				// does. Best effort: a turn further off than the call
 				// may wait is not taken, and the call leaves on its own
 				// pace.
-				asked := c.clk.Now()
 				spaceLim := spacing(tn.space)
-				sp, err := c.store.Take(ctx, store.TakeParams{Key: ks.names.space, Limit: spaceLim, Cost: 1, MaxDelay: maxDelay})
-				rtt += c.clk.Now().Sub(asked)
+				sp, err := c.store.Take(ctx, store.TakeParams{Key: ks.names.space, Limit: spaceLim, Cost: 1, MaxDelay: c.reserveFor(ctx, limit)})
 				if err != nil {
 					giveBack()
 					return fmt.Errorf("outbound: key %q: rate store: %w", ks.key, err)
@@ -207,6 +199,20 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 			return err
 		}
 	}
+}
+
+// reserveFor returns how far ahead a turn may be booked for a call that
+// gives up at ctx's deadline or at limit (Unix µs; 0: none): at most
+// Config.MaxReserve.
+func (c *Client) reserveFor(ctx context.Context, limit int64) time.Duration {
+	d := c.maxReserve
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, max(dl.Sub(c.clk.Now()), 0))
+	}
+	if limit > 0 {
+		d = min(d, max(time.Duration(limit-c.now())*time.Microsecond, 0))
+	}
+	return d
 }
 
 // spread returns how much longer an attempt whose turn has come waits so

@@ -205,3 +205,39 @@ func TestASpacingTurnGivenUpIsGivenBack(t *testing.T) {
 		t.Fatal("C still waits one interval after A's turn: B's turn was not given back")
 	}
 }
+
+// Spacing is best effort: a call that may wait less than its spacing turn
+// (a permit's MaxWait) leaves on its own pace, at once, rather than wait
+// past what it may.
+func TestASpacingTurnPastTheCallsWaitIsNotTaken(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	clk := clocktest.New(t0)
+	st := memstore.New(memstore.Config{Clock: clk})
+	newKey := func(instance string) (*Client, *keyState) {
+		c, err := New(Config{Clock: clk, Store: st, Instance: instance})
+		require.NoError(t, err)
+		ks := c.keys.acquire("api.space.test", "api.space.test")
+		t.Cleanup(func() { c.keys.release(ks) })
+		ks.adapt.mu.Lock()
+		ks.adapt.ctl.SetRate(&ks.adapt.state, 20)
+		ks.adapt.ctl.FleetShare(&ks.adapt.state, t0.UnixMicro(), 0.5)
+		ks.adapt.spacedAt = t0.UnixMicro()
+		ks.adapt.mu.Unlock()
+		return c, ks
+	}
+	ca, ka := newKey("a")
+	cb, kb := newKey("b")
+	ctx := context.Background()
+	require.NoError(t, ca.wait(ctx, ka), "A's turn")
+	// The fleet's interval is 1/(1.05 x 40) s, about 24 ms; B may wait 5.
+	done := make(chan error, 1)
+	go func() { done <- cb.waitUntil(ctx, kb, t0.Add(5*time.Millisecond).UnixMicro()) }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "B's turn")
+		require.Equal(t, t0, clk.Now())
+	case <-time.After(30 * time.Second):
+		t.Fatal("B waits for a spacing turn past its limit")
+	}
+}
