@@ -223,11 +223,20 @@ func (a *adaptive) turn(now int64) turn {
 			until, paused = stop, true
 		}
 	}
-	t := turn{rate: r, until: until, paused: paused, stated: stated}
-	if sh := a.state.Share(); !stated && sh > 0 && sh < maxSpaceShare && a.spacedAt > 0 && now-a.spacedAt < spacedFor {
-		t.space = spaceMargin * r / sh
+	return turn{rate: r, until: until, paused: paused, stated: stated, space: a.spaceLocked(now, r, stated)}
+}
+
+// spaceLocked returns the fleet's spacing rate at now for a key paced at r
+// (turn.space; 0: none): only for a key found paused again as the fleet
+// resumed (spacedAt) within spacedFor, in a fleet of processes (a share
+// under maxSpaceShare known), and not at a rate the provider states, which
+// the fleet paces on one GCRA already.
+func (a *adaptive) spaceLocked(now int64, r float64, stated bool) float64 {
+	sh := a.state.Share()
+	if stated || !(sh > 0 && sh < maxSpaceShare) || a.spacedAt == 0 || now-a.spacedAt >= spacedFor {
+		return 0
 	}
-	return t
+	return spaceMargin * r / sh
 }
 
 // booked notes that a turn was booked d µs ahead at now.
@@ -649,6 +658,7 @@ type view struct {
 	p95Latency time.Duration
 	stated     StatedLimit
 	pauses     retryAfterPauses
+	spacing    float64
 }
 
 func (a *adaptive) view(now int64) view {
@@ -661,6 +671,7 @@ func (a *adaptive) view(now int64) view {
 	if b := a.weight.base(); b > 0 {
 		v.hint = b
 	}
+	v.spacing = a.spaceLocked(now, a.ctl.Rate(&a.state), a.state.Hint() > 0 || a.bucket.active())
 	if until, ok := a.state.Paused(now); ok {
 		v.pausedFor = time.Duration(until-now) * time.Microsecond
 	}

@@ -20,6 +20,14 @@ type KeySnapshot struct {
 	Rate    float64 `json:"rate"`
 	Hint    float64 `json:"hint"`
 	Probing bool    `json:"probing"`
+	// Spacing is the rate (requests per second) at which the fleet
+	// spaces its calls on a GCRA its processes share, 0 when it does not:
+	// for five minutes after the key was found paused again as the fleet
+	// resumed from a pause (a provider whose bucket holds fewer calls than
+	// the processes send at once). It is 1.05 times the fleet's rate as
+	// this process estimates it (its own rate over its share of the
+	// fleet's calls).
+	Spacing float64 `json:"spacing"`
 	// PausedFor is how long the key is paused by a Retry-After (0: not
 	// paused); nextEarliest - now in seed 001's terms.
 	PausedFor time.Duration `json:"paused_for"`
@@ -109,7 +117,7 @@ func (c *Client) keySnapshot(ks *keyState, now int64) KeySnapshot {
 	v := ks.adapt.view(now)
 	k := KeySnapshot{
 		Key: ks.key, Label: ks.label, InFlight: ks.bulk.inFlight.Load(),
-		Rate: v.rate, Hint: v.hint, Probing: v.probing, PausedFor: v.pausedFor,
+		Rate: v.rate, Hint: v.hint, Probing: v.probing, Spacing: v.spacing, PausedFor: v.pausedFor,
 		AvgLatency: v.avgLatency, P50Latency: v.p50Latency, P95Latency: v.p95Latency,
 		Stated: v.stated, RetryAfterPauses: v.pauses.n, LastRetryAfter: time.Duration(v.pauses.last) * time.Microsecond,
 		Requests: ks.counts.requests.Load(), Successes: ks.counts.successes.Load(),

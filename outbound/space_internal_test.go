@@ -75,8 +75,10 @@ func TestAPauseAsTheFleetResumesSpacesItsCalls(t *testing.T) {
 			after := again.Add(time.Second)
 			if !tc.want {
 				require.Zero(t, spaceAt(ks, after), "spaced after the second pause")
+				require.Zero(t, c.keySnapshot(ks, after.UnixMicro()).Spacing, "the snapshot's spacing")
 				return
 			}
+			require.InDelta(t, spaceMargin*40, c.keySnapshot(ks, after.UnixMicro()).Spacing, 1e-9, "the snapshot's spacing")
 			// 20/s of a fleet of which this process sends half: the
 			// fleet's 40/s, times the margin.
 			require.InDelta(t, spaceMargin*40, spaceAt(ks, after), 1e-9, "spacing after the second pause")

@@ -547,7 +547,7 @@ func (s *Server) outboundSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, contentJSON, keySnapshotJSON{
-		Key: snap.Key, InFlight: snap.InFlight, Rate: snap.Rate, Hint: snap.Hint, Probing: snap.Probing,
+		Key: snap.Key, InFlight: snap.InFlight, Rate: snap.Rate, Hint: snap.Hint, Probing: snap.Probing, Spacing: snap.Spacing,
 		PausedForMs: ceilMillis(snap.PausedFor), AvgLatencyMs: ms(snap.AvgLatency), P95LatencyMs: ms(snap.P95Latency),
 		Requests: snap.Requests, Successes: snap.Successes, Throttles: snap.Throttles, Errors: snap.Errors,
 		Retries: snap.Retries, Rejected: snap.Rejected, LastActive: formatTime(snap.LastActive),
@@ -565,6 +565,7 @@ type keySnapshotJSON struct {
 	Rate         float64     `json:"rate"`
 	Hint         float64     `json:"hint"`
 	Probing      bool        `json:"probing"`
+	Spacing      float64     `json:"spacing"`
 	PausedForMs  int64       `json:"pausedForMs"`
 	AvgLatencyMs float64     `json:"avgLatencyMs"`
 	P95LatencyMs float64     `json:"p95LatencyMs"`
