@@ -110,7 +110,7 @@
 //	POST /v1/outbound/acquire  {"key":"api.example.com","waitMs":500,"idempotent":true,"profile":"..."}
 //	POST /v1/outbound/report   {"permit":"...","status":429,"headers":{"Retry-After":"2"},
 //	                            "latencyMs":12.5,"body":"<JSON excerpt>","attempt":1}
-//	GET  /v1/outbound/{key}    the key's state: rate, pause, latency, counters, breaker
+//	GET  /v1/outbound/{key}    the key's state: rate, spacing, pause, latency, counters, breaker
 //
 // acquire answers 200 {"permit","key","grantedAt","expiresAt","waitedMs"}
 // once the key's turn has come (waiting at most waitMs, 0 by default, up
