@@ -176,7 +176,11 @@ func TestSluicePacesShopifyRESTByItsLevel(t *testing.T) {
 // share served, not each cut 0.64 again as refusals soon after a pause
 // (then it held 0.84-0.90 of the new limit, and re-converged only when a
 // probe came, 11-14 s after the change, in 5 of 6 runs). Virtual time: the
-// figures depend on the clients' logic alone.
+// figures depend on the clients' logic alone, but not every run's goroutines
+// take their turns in the same order, and goodput varies from run to run
+// (0.946-0.97 for ban, where one run in ten or so fell under 0.95): the
+// goodput is the median of 3 runs, as issue 18 gives its figures; every
+// run must re-converge within 5 s, with no ban and at most 1 % refused.
 func TestSluiceReconvergesAfterPausesOfMilliseconds(t *testing.T) {
 	t.Parallel()
 	for _, name := range []string{"retry-after-seconds", "ban"} {
@@ -187,12 +191,17 @@ func TestSluiceReconvergesAfterPausesOfMilliseconds(t *testing.T) {
 			require.GreaterOrEqual(t, i, 0)
 			sc := scs[i]
 			sc.Provider.RetryAfterMillis = true
-			s := runManual(t, sc, fleet.Sluice("sluice", true, fleet.FigureOptions()), sc.Processes)
-			require.GreaterOrEqual(t, s.GoodputRatio, 0.95, "%+v", s)
-			require.LessOrEqual(t, s.ThrottleRatio, 0.01, "%+v", s)
-			require.Zero(t, s.Bans, "%+v", s)
-			require.GreaterOrEqual(t, s.ReconvergeS, 0, "%+v", s)
-			require.LessOrEqual(t, s.ReconvergeS, 5, "%+v", s)
+			var goodput []float64
+			for range 3 {
+				s := runManual(t, sc, fleet.Sluice("sluice", true, fleet.FigureOptions()), sc.Processes)
+				require.LessOrEqual(t, s.ThrottleRatio, 0.01, "%+v", s)
+				require.Zero(t, s.Bans, "%+v", s)
+				require.GreaterOrEqual(t, s.ReconvergeS, 0, "%+v", s)
+				require.LessOrEqual(t, s.ReconvergeS, 5, "%+v", s)
+				goodput = append(goodput, s.GoodputRatio)
+			}
+			slices.Sort(goodput)
+			require.GreaterOrEqual(t, goodput[1], 0.95, "the median of %v", goodput)
 		})
 	}
 }
