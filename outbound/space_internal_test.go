@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicerl/sluice/clock/clocktest"
+	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
 )
 
@@ -89,6 +90,76 @@ func TestAPauseAsTheFleetResumesSpacesItsCalls(t *testing.T) {
 	}
 }
 
+// spacedFleet is a fleet of processes (clients of one store, on one
+// manual clock from t0), each at 20/s and share of the fleet's calls, its
+// key spaced from t0 when spaced.
+type spacedFleet struct {
+	t      *testing.T
+	t0     time.Time
+	clk    *clocktest.Clock
+	st     store.RateStore
+	share  float64
+	spaced bool
+}
+
+func newSpacedFleet(t *testing.T, share float64, spaced bool) *spacedFleet {
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	clk := clocktest.New(t0)
+	return &spacedFleet{t: t, t0: t0, clk: clk, st: memstore.New(memstore.Config{Clock: clk}), share: share, spaced: spaced}
+}
+
+// process returns the client named instance and its key.
+func (f *spacedFleet) process(instance string) (*Client, *keyState) {
+	c, err := New(Config{Clock: f.clk, Store: f.st, Instance: instance})
+	require.NoError(f.t, err)
+	ks := c.keys.acquire("api.space.test", "api.space.test")
+	f.t.Cleanup(func() { c.keys.release(ks) })
+	ks.adapt.mu.Lock()
+	defer ks.adapt.mu.Unlock()
+	ks.adapt.ctl.SetRate(&ks.adapt.state, 20)
+	ks.adapt.ctl.FleetShare(&ks.adapt.state, f.t0.UnixMicro(), f.share)
+	if f.spaced {
+		ks.adapt.spacedAt = f.t0.UnixMicro()
+	}
+	return c, ks
+}
+
+// start runs wait in a goroutine and returns once it has returned (left)
+// or sleeps on a timer of its own (the clients' idle sweeps hold timers
+// already): an event either way, waited for up to 30 s of wall time.
+func (f *spacedFleet) start(wait func() error) (done <-chan error, left bool) {
+	n0 := f.clk.Timers()
+	ch := make(chan error, 1)
+	go func() { ch <- wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for f.clk.Timers() <= n0 {
+		if len(ch) > 0 {
+			return ch, true
+		}
+		require.True(f.t, time.Now().Before(deadline), "the call neither left nor waited")
+		time.Sleep(time.Millisecond)
+	}
+	return ch, false
+}
+
+// result returns what a call started returned, failing with msg if it
+// has not returned within 30 s of wall time.
+func (f *spacedFleet) result(done <-chan error, msg string) error {
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		f.t.Fatal(msg)
+		return nil
+	}
+}
+
+// interval is the fleet's spacing interval at a fleet of fleet calls a
+// second.
+func interval(fleet float64) time.Duration {
+	return time.Duration(float64(time.Second) / (spaceMargin * fleet))
+}
+
 // The spacing itself: two processes that resume at the same instant (two
 // clients of one store), each at 20/s of a fleet of 40/s, leave
 // 1/(spaceMargin x 40) s apart when spaced, and together when not.
@@ -101,52 +172,24 @@ func TestSpacedProcessesLeaveApart(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-			clk := clocktest.New(t0)
-			st := memstore.New(memstore.Config{Clock: clk})
-			newKey := func(instance string) (*Client, *keyState) {
-				c, err := New(Config{Clock: clk, Store: st, Instance: instance})
-				require.NoError(t, err)
-				ks := c.keys.acquire("api.space.test", "api.space.test")
-				t.Cleanup(func() { c.keys.release(ks) })
-				ks.adapt.mu.Lock()
-				ks.adapt.ctl.SetRate(&ks.adapt.state, 20)
-				ks.adapt.ctl.FleetShare(&ks.adapt.state, t0.UnixMicro(), 0.5)
-				if spaced {
-					ks.adapt.spacedAt = t0.UnixMicro()
-				}
-				ks.adapt.mu.Unlock()
-				return c, ks
-			}
-			ca, ka := newKey("a")
-			cb, kb := newKey("b")
+			f := newSpacedFleet(t, 0.5, spaced)
+			ca, ka := f.process("a")
+			cb, kb := f.process("b")
 			ctx := context.Background()
 			require.NoError(t, ca.wait(ctx, ka), "A's turn")
-			// B either leaves at once or sleeps on a timer of its own
-			// (the clients' idle sweeps hold timers already).
-			n0 := clk.Timers()
-			done := make(chan error, 1)
-			go func() { done <- cb.wait(ctx, kb) }()
-			deadline := time.Now().Add(30 * time.Second)
-			for clk.Timers() <= n0 {
-				select {
-				case err := <-done:
-					require.NoError(t, err, "B's turn")
-					require.False(t, spaced, "B left with A, not spaced")
-					require.Equal(t, t0, clk.Now())
-					return
-				default:
-				}
-				require.True(t, time.Now().Before(deadline), "B neither left nor waited")
-				time.Sleep(time.Millisecond)
+			done, left := f.start(func() error { return cb.wait(ctx, kb) })
+			if left {
+				require.NoError(t, <-done, "B's turn")
+				require.False(t, spaced, "B left with A, not spaced")
+				require.Equal(t, f.t0, f.clk.Now())
+				return
 			}
 			require.True(t, spaced, "B waited, not spaced")
-			fleet := 40.0
-			interval := time.Duration(float64(time.Second) / (spaceMargin * fleet))
-			clk.Advance(interval - time.Microsecond)
-			require.Greater(t, clk.Timers(), n0, "B left before the fleet's interval passed")
-			clk.Advance(time.Microsecond)
-			require.NoError(t, <-done, "B's turn")
+			n := f.clk.Timers()
+			f.clk.Advance(interval(40) - time.Microsecond)
+			require.Equal(t, n, f.clk.Timers(), "B left before the fleet's interval passed")
+			f.clk.Advance(time.Microsecond)
+			require.NoError(t, f.result(done, "B still waits after the fleet's interval"), "B's turn")
 		})
 	}
 }
@@ -156,56 +199,20 @@ func TestSpacedProcessesLeaveApart(t *testing.T) {
 // interval after the first, not two.
 func TestASpacingTurnGivenUpIsGivenBack(t *testing.T) {
 	t.Parallel()
-	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	clk := clocktest.New(t0)
-	st := memstore.New(memstore.Config{Clock: clk})
-	newKey := func(instance string) (*Client, *keyState) {
-		c, err := New(Config{Clock: clk, Store: st, Instance: instance})
-		require.NoError(t, err)
-		ks := c.keys.acquire("api.space.test", "api.space.test")
-		t.Cleanup(func() { c.keys.release(ks) })
-		ks.adapt.mu.Lock()
-		// A third of a fleet of 60/s each.
-		ks.adapt.ctl.SetRate(&ks.adapt.state, 20)
-		ks.adapt.ctl.FleetShare(&ks.adapt.state, t0.UnixMicro(), 1.0/3)
-		ks.adapt.spacedAt = t0.UnixMicro()
-		ks.adapt.mu.Unlock()
-		return c, ks
-	}
-	ca, ka := newKey("a")
-	cb, kb := newKey("b")
-	cc, kc := newKey("c")
+	f := newSpacedFleet(t, 1.0/3, true) // a third of a fleet of 60/s each
+	ca, ka := f.process("a")
+	cb, kb := f.process("b")
+	cc, kc := f.process("c")
 	require.NoError(t, ca.wait(context.Background(), ka), "A's turn")
-	waiting := func(ctx context.Context, c *Client, ks *keyState) chan error {
-		n0 := clk.Timers()
-		done := make(chan error, 1)
-		go func() { done <- c.wait(ctx, ks) }()
-		deadline := time.Now().Add(30 * time.Second)
-		for clk.Timers() <= n0 {
-			select {
-			case err := <-done:
-				t.Fatalf("left at once (%v), not spaced", err)
-			default:
-			}
-			require.True(t, time.Now().Before(deadline), "neither left nor waited")
-			time.Sleep(time.Millisecond)
-		}
-		return done
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	doneB := waiting(ctx, cb, kb)
+	doneB, left := f.start(func() error { return cb.wait(ctx, kb) })
+	require.False(t, left, "B left at once, not spaced")
 	cancel()
-	require.ErrorIs(t, <-doneB, context.Canceled, "B gave up")
-	doneC := waiting(context.Background(), cc, kc)
-	fleet := 60.0
-	interval := time.Duration(float64(time.Second) / (spaceMargin * fleet))
-	clk.Advance(interval)
-	select {
-	case err := <-doneC:
-		require.NoError(t, err, "C's turn")
-	case <-time.After(30 * time.Second):
-		t.Fatal("C still waits one interval after A's turn: B's turn was not given back")
-	}
+	require.ErrorIs(t, f.result(doneB, "B did not give up"), context.Canceled, "B gave up")
+	doneC, left := f.start(func() error { return cc.wait(context.Background(), kc) })
+	require.False(t, left, "C left at once, not spaced")
+	f.clk.Advance(interval(60))
+	require.NoError(t, f.result(doneC, "C still waits one interval after A's turn: B's turn was not given back"), "C's turn")
 }
 
 // Spacing is best effort: a call that may wait less than its spacing turn
@@ -213,33 +220,14 @@ func TestASpacingTurnGivenUpIsGivenBack(t *testing.T) {
 // past what it may.
 func TestASpacingTurnPastTheCallsWaitIsNotTaken(t *testing.T) {
 	t.Parallel()
-	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	clk := clocktest.New(t0)
-	st := memstore.New(memstore.Config{Clock: clk})
-	newKey := func(instance string) (*Client, *keyState) {
-		c, err := New(Config{Clock: clk, Store: st, Instance: instance})
-		require.NoError(t, err)
-		ks := c.keys.acquire("api.space.test", "api.space.test")
-		t.Cleanup(func() { c.keys.release(ks) })
-		ks.adapt.mu.Lock()
-		ks.adapt.ctl.SetRate(&ks.adapt.state, 20)
-		ks.adapt.ctl.FleetShare(&ks.adapt.state, t0.UnixMicro(), 0.5)
-		ks.adapt.spacedAt = t0.UnixMicro()
-		ks.adapt.mu.Unlock()
-		return c, ks
-	}
-	ca, ka := newKey("a")
-	cb, kb := newKey("b")
+	f := newSpacedFleet(t, 0.5, true)
+	ca, ka := f.process("a")
+	cb, kb := f.process("b")
 	ctx := context.Background()
 	require.NoError(t, ca.wait(ctx, ka), "A's turn")
 	// The fleet's interval is 1/(1.05 x 40) s, about 24 ms; B may wait 5.
-	done := make(chan error, 1)
-	go func() { done <- cb.waitUntil(ctx, kb, t0.Add(5*time.Millisecond).UnixMicro()) }()
-	select {
-	case err := <-done:
-		require.NoError(t, err, "B's turn")
-		require.Equal(t, t0, clk.Now())
-	case <-time.After(30 * time.Second):
-		t.Fatal("B waits for a spacing turn past its limit")
-	}
+	done, left := f.start(func() error { return cb.waitUntil(ctx, kb, f.t0.Add(5*time.Millisecond).UnixMicro()) })
+	require.True(t, left, "B waits for a spacing turn past its limit")
+	require.NoError(t, <-done, "B's turn")
+	require.Equal(t, f.t0, f.clk.Now())
 }
