@@ -128,18 +128,28 @@ func (f *spacedFleet) process(instance string) (*Client, *keyState) {
 // or sleeps on a timer of its own (the clients' idle sweeps hold timers
 // already): an event either way, waited for up to 30 s of wall time.
 func (f *spacedFleet) start(wait func() error) (done <-chan error, left bool) {
-	n0 := f.clk.Timers()
+	sleeps := f.clk.TimersAtLeast(f.clk.Timers() + 1)
 	ch := make(chan error, 1)
 	go func() { ch <- wait() }()
-	deadline := time.Now().Add(30 * time.Second)
-	for f.clk.Timers() <= n0 {
-		if len(ch) > 0 {
-			return ch, true
-		}
-		require.True(f.t, time.Now().Before(deadline), "the call neither left nor waited")
-		time.Sleep(time.Millisecond)
+	select {
+	case err := <-ch:
+		ch <- err
+		return ch, true
+	case <-sleeps:
+		return ch, false
+	case <-time.After(30 * time.Second):
+		f.t.Fatal("the call neither left nor waited")
+		return nil, false
 	}
-	return ch, false
+}
+
+// twoResumed returns process B of a fleet of two (each a share of a half
+// of 40/s) once process A took its turn, at the fleet's resume.
+func (f *spacedFleet) twoResumed() (*Client, *keyState) {
+	ca, ka := f.process("a")
+	cb, kb := f.process("b")
+	require.NoError(f.t, ca.wait(context.Background(), ka), "A's turn")
+	return cb, kb
 }
 
 // result returns what a call started returned, failing with msg if it
@@ -173,11 +183,8 @@ func TestSpacedProcessesLeaveApart(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			f := newSpacedFleet(t, 0.5, spaced)
-			ca, ka := f.process("a")
-			cb, kb := f.process("b")
-			ctx := context.Background()
-			require.NoError(t, ca.wait(ctx, ka), "A's turn")
-			done, left := f.start(func() error { return cb.wait(ctx, kb) })
+			cb, kb := f.twoResumed()
+			done, left := f.start(func() error { return cb.wait(context.Background(), kb) })
 			if left {
 				require.NoError(t, <-done, "B's turn")
 				require.False(t, spaced, "B left with A, not spaced")
@@ -221,10 +228,8 @@ func TestASpacingTurnGivenUpIsGivenBack(t *testing.T) {
 func TestASpacingTurnPastTheCallsWaitIsNotTaken(t *testing.T) {
 	t.Parallel()
 	f := newSpacedFleet(t, 0.5, true)
-	ca, ka := f.process("a")
-	cb, kb := f.process("b")
+	cb, kb := f.twoResumed()
 	ctx := context.Background()
-	require.NoError(t, ca.wait(ctx, ka), "A's turn")
 	// The fleet's interval is 1/(1.05 x 40) s, about 24 ms; B may wait 5.
 	done, left := f.start(func() error { return cb.waitUntil(ctx, kb, f.t0.Add(5*time.Millisecond).UnixMicro()) })
 	require.True(t, left, "B waits for a spacing turn past its limit")

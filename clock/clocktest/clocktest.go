@@ -80,15 +80,22 @@ func (c *Clock) Timers() int {
 // BlockUntilTimers waits until at least n timers are pending, so a test can
 // advance time only once the code under test is waiting on it.
 func (c *Clock) BlockUntilTimers(n int) {
+	<-c.TimersAtLeast(n)
+}
+
+// TimersAtLeast returns a channel closed once at least n timers are
+// pending: BlockUntilTimers as an event a test can select on beside
+// others (the call under test returned instead, or a bound on the wait).
+func (c *Clock) TimersAtLeast(n int) <-chan struct{} {
 	c.mu.Lock()
-	if len(c.timers) >= n {
-		c.mu.Unlock()
-		return
-	}
+	defer c.mu.Unlock()
 	ch := make(chan struct{})
+	if len(c.timers) >= n {
+		close(ch)
+		return ch
+	}
 	c.waiters = append(c.waiters, waiter{n: n, ch: ch})
-	c.mu.Unlock()
-	<-ch
+	return ch
 }
 
 // NewTimer returns a timer that fires when the clock reaches Now()+d. A

@@ -193,3 +193,26 @@ func TestConcurrentUse(t *testing.T) {
 		t.Fatalf("%d timers left after an hour", c.Timers())
 	}
 }
+
+func TestTimersAtLeast(t *testing.T) {
+	t.Parallel()
+	c := New(base)
+	select {
+	case <-c.TimersAtLeast(0):
+	default:
+		t.Fatal("TimersAtLeast(0) not closed at once")
+	}
+	ch := c.TimersAtLeast(1)
+	select {
+	case <-ch:
+		t.Fatal("closed with no timer pending")
+	default:
+	}
+	tm := c.NewTimer(time.Second)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("not closed once a timer was pending")
+	}
+	tm.Stop()
+}
