@@ -613,3 +613,63 @@ func TestAWindowReadFromTheKeysCountsLearnsTheFleets(t *testing.T) {
 		})
 	}
 }
+
+// Of two processes refused late in a second by a clock window answering
+// in 20 ms, usually only one sees a call of its own in flight refused after
+// its first refusal, the window read's evidence; the other heard of the
+// fleet's pause first and had one refusal of its own (issue 18, real
+// processes: it recovered towards its old level, the fleet went over the
+// window's count, and a second episode within 2 s brought a ban). Told
+// that another process read a window in that second (FleetWindow), it
+// levels at windowLevel of its own calls served in it, its share of the
+// count, and takes the fleet's count as the read's; told of a second it
+// keeps no refusal in, or once it has read a window itself, nothing moves.
+func TestAnotherProcesssWindowReadLevelsTheKey(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, levelledCfg)
+	for _, tc := range []struct {
+		name   string
+		second int64 // the read's second, from the refused one
+		own    bool  // the key read a window itself first
+		levels bool
+	}{
+		{"the second it was refused in", 0, false, true},
+		{"another second", -1, false, false},
+		{"a window read of its own", 0, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, at := levelledAt90(t, c)
+			base := (at/s1 + 1) * s1
+			for sent := base; sent < base+800*ms; sent += 10 * ms {
+				c.Observe(&s, sent+20*ms, Sample{Outcome: Success, Latency: 20 * ms})
+			}
+			require.Equal(t, Decreased, c.Observe(&s, base+805*ms, Sample{Outcome: Failed, RetryAfter: s1}).Change, "the fleet's pause cut the rate")
+			cut := s.rate
+			refused := Sample{Outcome: Throttled, Latency: 20 * ms, RetryAfter: s1}
+			c.Observe(&s, base+820*ms, refused)
+			if tc.own {
+				c.Observe(&s, base+830*ms, refused)
+				require.InDelta(t, 0.97*80, s.winCap, 1e-9, "its own read")
+				s.rate = 50
+			} else {
+				require.Zero(t, s.winCap, "one refusal of its own shows no window")
+				require.Zero(t, s.WindowSecond(), "no window to tell the fleet of")
+			}
+			r := s.rate
+			d := c.FleetWindow(&s, base+2*s1, base/s1+tc.second, 160)
+			if !tc.levels {
+				require.Equal(t, Unchanged, d.Change)
+				require.Equal(t, r, s.rate, "nothing moved")
+				return
+			}
+			require.Less(t, 0.97*80, cut, "the pause's cut left more than the key's share of the window")
+			require.Equal(t, Decreased, d.Change)
+			require.Equal(t, ReasonThrottled, d.Reason)
+			require.InDelta(t, 0.97*80, s.rate, 1e-9, "cut to windowLevel of the 80 calls it served")
+			require.InDelta(t, 0.97*80, s.winCap, 1e-9, "and held there until a probe")
+			require.Equal(t, base/s1, s.WindowSecond(), "the read's second")
+			require.Equal(t, 160, s.winFleet, "the fleet's count, for FleetCalls to test the read by")
+		})
+	}
+}
