@@ -177,6 +177,16 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 					continue
 				}
 			}
+			// A refusal this process was answered while the store
+			// answered paused the key here before its pause reached
+			// the store, which let the turn through: the call would be
+			// refused too (issue 18, real processes against a clock
+			// window: calls sent 0.3-0.5 ms after their own process's
+			// refusal came, one more refusal for a provider that bans
+			// after five).
+			if ks.adapt.paused(c.now()) {
+				continue
+			}
 			return nil
 		}
 		var wait time.Duration
