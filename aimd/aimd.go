@@ -2273,49 +2273,6 @@ func (c *Controller) FleetCount(s *State, now, sec int64, count int) Decision {
 	return d
 }
 
-// WindowSecond returns the clock second (Unix s) whose count of calls
-// served caps the key as a window's (windowLate), 0 when none does: a
-// process tells the rest of its fleet through a store (outbound), so that
-// each caps itself at its own share of that second (FleetWindow).
-func (s *State) WindowSecond() int64 {
-	if s.winCap > 0 {
-		return s.winSec
-	}
-	return 0
-}
-
-// FleetWindow tells the controller that another process sharing the key
-// read a window's count in clock second sec (Unix s; its WindowSecond),
-// in which the whole fleet had served count calls when the refusals came
-// (FleetCount; 0: not known). A window's count is the fleet's, so if the
-// key keeps a refusal late in that second (its own, or another process's
-// pause heard of), the calls it had served in that second by then are its
-// share of the count, and the key levels at windowLevel of them as if it
-// had read the window itself. Usually only one process of a fleet sees a
-// call in flight refused after its first refusal, the read's evidence
-// (issue 18, real processes against a clock window answering in 20 ms:
-// the slow start's end and the halving each left the process that read
-// nothing recovering towards its old level, the fleet over the count, and
-// a second episode within 2 s brought a provider that bans after five
-// refusals in 10 s to ban). A test of the read (FleetCalls) applies as to
-// the key's own. The returned Decision says whether the rate fell.
-func (c *Controller) FleetWindow(s *State, now, sec int64, count int) Decision {
-	c.start0(s)
-	d := Decision{Rate: s.rate, PausedUntil: s.pausedUntil}
-	if sec <= 0 || c.plateau == 0 || s.winCap != 0 || sec != s.late.sec || s.late.n <= 0 {
-		return d
-	}
-	s.winN = s.late.n
-	if d.Change = c.capWindow(s, sec, 0); d.Change == Decreased {
-		d.Reason = ReasonThrottled
-	}
-	if s.wholeFleet(count) {
-		s.winFleet = count
-	}
-	d.Rate = s.rate
-	return d
-}
-
 // wholeFleet reports whether count, the fleet's count of calls served in
 // the second a window's count was read in (winSec), holds every process's
 // share, not only those told so far: more than the key's own (winN), and,

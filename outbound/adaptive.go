@@ -55,10 +55,6 @@ type adaptive struct {
 	// whose count for the whole fleet it has yet to read (0: none), once
 	// askAt (Unix µs) passed.
 	told, ask, askAt int64
-	// winTold is the last clock second in which the controller read a
-	// window's count, or learned that another process had (fleetWindow):
-	// the fleet knows of it.
-	winTold int64
 	// calls counts this process's calls answered in clock second
 	// callsSec (Unix s), for its share of the fleet's (shareEvery).
 	// sharedSec is a second told to the fleet whose count is to be read
@@ -410,26 +406,6 @@ func (a *adaptive) fleetCalls(now, sec int64, own, fleet int) {
 	a.ctl.FleetCalls(&a.state, now, sec, own, fleet)
 }
 
-// windowRead reports whether the fleet is known to have read a window's
-// count in clock second sec (this process's read, or another's learned).
-func (a *adaptive) windowRead(sec int64) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.winTold == sec || a.state.WindowSecond() == sec
-}
-
-// fleetWindow tells the key's controller that another process read a
-// window's count in clock second sec, in which the fleet had served count
-// calls (0: not known; aimd.Controller.FleetWindow).
-func (a *adaptive) fleetWindow(now, sec int64, count int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.ctl.FleetWindow(&a.state, now, sec, count)
-	if a.state.WindowSecond() == sec {
-		a.winTold = sec
-	}
-}
-
 // fleetCount gives the key's controller the fleet's count of calls served
 // in clock second sec (aimd.Controller.FleetCount).
 func (a *adaptive) fleetCount(now, sec int64, count int) {
@@ -474,9 +450,6 @@ type outcome struct {
 	// count for the fleet it is to read now (0: none).
 	tell, ask int64
 	share     int
-	// winTell is a clock second in which the controller read a window's
-	// count, for the fleet to know (Client.tellWindow; 0: none).
-	winTell int64
 	// callsTell is a clock second whose calls answered (callsN) the
 	// process is to add to the fleet's count (countCalls; 0: none);
 	// callsAsk one whose fleet count it is to read now, with its own
@@ -523,9 +496,6 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 	}
 	o.decision = a.ctl.Observe(&a.state, now, s)
 	o.callsTell, o.callsN, o.callsAsk, o.callsOwn = a.countCalls(now)
-	if k := a.state.WindowSecond(); k != 0 && k != a.winTold {
-		o.winTell, a.winTold = k, k
-	}
 	if s.Outcome == aimd.Success && a.ask != 0 && now >= a.askAt {
 		o.ask, a.ask = a.ask, 0
 	} else if s.Outcome != aimd.Success {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/sluicerl/sluice/aimd"
 	"github.com/sluicerl/sluice/clock/clocktest"
-	"github.com/sluicerl/sluice/signal"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
 )
@@ -121,78 +120,4 @@ func (s *countBlind) Take(ctx context.Context, p store.TakeParams) (store.Result
 		return store.Result{}, errors.New("store unreachable")
 	}
 	return s.RateStore.Take(ctx, p)
-}
-
-// Issue 18: two processes against a clock window of 100 answering in
-// 20 ms. A's first refusal late in a second was followed by the refusal of
-// its next call, sent while the first was in flight: it read the window
-// and levelled at 0.97 of its 52 served. B heard of A's pause first and had
-// one refusal of its own: it read nothing, recovered over its share, and a
-// second episode came within 2 s. A marks the second of its read in the
-// store (tellWindow); B, reading the fleet's count of that second once its
-// pause is over (readFleetCount), finds the mark and levels at 0.97 of its
-// own 48. Through separate stores B reads no mark and stays where its cut
-// left it.
-func TestAWindowReadGoesThroughTheStore(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name     string
-		oneStore bool
-	}{{"one store", true}, {"separate stores", false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			const sec = int64(time.Second / time.Microsecond)
-			const ms = sec / 1000
-			t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC) // not near an hour's end
-			clk := clocktest.New(t0)
-			ctl, err := aimd.New(aimd.Config{Start: 60, SlowStart: -1, Decrease: 0.8, Cooldown: 500 * time.Millisecond,
-				IgnoreLatency: true, Plateau: 0.9, Hold: time.Minute, UsageMultiple: -1})
-			require.NoError(t, err)
-			var stA store.RateStore = memstore.New(memstore.Config{Clock: clk})
-			stB := stA
-			if !tc.oneStore {
-				stB = memstore.New(memstore.Config{Clock: clk})
-			}
-			ca, cb := &Client{store: stA, clk: clk}, &Client{store: stB, clk: clk}
-			ka := &keyState{key: "api", names: newKeyNames("t:", "a", false).of("api"), adapt: newAdaptive(ctl)}
-			kb := &keyState{key: "api", names: newKeyNames("t:", "b", false).of("api"), adapt: newAdaptive(ctl)}
-			ctx := context.Background()
-			base := t0.UnixMicro() + 4*sec
-			serve := func(ks *keyState, n int) {
-				for i := 0; i < n; i++ {
-					ks.adapt.ctl.Observe(&ks.adapt.state, base+int64(i)*800*ms/int64(n)+20*ms, aimd.Sample{Outcome: aimd.Success, Latency: 20 * ms})
-				}
-			}
-			serve(ka, 52)
-			serve(kb, 48)
-			refused := func() (aimd.Sample, *signal.Report) {
-				return aimd.Sample{Outcome: aimd.Throttled, Latency: 20 * ms, RetryAfter: sec},
-					&signal.Report{Throttled: true, HasRetryAfter: true, RetryAfter: sec}
-			}
-			s, rep := refused()
-			oa := ka.adapt.observe(s, rep, base+820*ms, 0)
-			ca.tellShare(ctx, ka, oa.tell, oa.share)
-			news, _ := kb.adapt.notePause(base+822*ms, sec-2*ms, 0, false)
-			require.True(t, news)
-			s, rep = refused()
-			ob := kb.adapt.observe(s, rep, base+830*ms, 0)
-			cb.tellShare(ctx, kb, base/sec, 48)
-			require.Zero(t, ob.winTell, "B read no window")
-			s, rep = refused()
-			oa = ka.adapt.observe(s, rep, base+835*ms, 0)
-			require.Equal(t, base/sec, oa.winTell, "A read the window of that second")
-			require.InDelta(t, 0.97*52, ka.adapt.rate(), 1e-9, "A: its share of the window")
-			ca.tellWindow(ctx, ka, oa.winTell)
-			cutB := kb.adapt.rate()
-			require.Greater(t, cutB, 0.97*48+1, "B's cut left it over its share")
-			clk.Advance(2 * time.Second)
-			cb.readFleetCount(ctx, kb, base/sec, base+2*sec)
-			if tc.oneStore {
-				require.InDelta(t, 0.97*48, kb.adapt.rate(), 1e-9, "B: its share of the window")
-				require.True(t, kb.adapt.windowRead(base/sec), "B knows the fleet read it")
-			} else {
-				require.Equal(t, cutB, kb.adapt.rate(), "B: no mark, no read")
-			}
-		})
-	}
 }

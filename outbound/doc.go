@@ -45,11 +45,7 @@
 // the clock, spent), each process adds to the store the calls it had
 // served in that second, and reads the fleet's sum back once the pause is
 // over: the window's count is the fleet's, while each process's share of
-// it moves from one episode to the next (aimd's FleetCount). A process
-// that reads a window's count from its own refusals (a call it sent while
-// the refused one was in flight, refused too) marks that second in the
-// store, and each process that finds the mark with the fleet's sum levels
-// at its own share of the count (aimd's FleetWindow). A provider's
+// it moves from one episode to the next (aimd's FleetCount). A provider's
 // queue is the fleet's too: every five clock seconds each process adds the
 // calls answered in one second to a count in the store and reads the sum
 // two seconds later, so that its controller counts a queue at the fleet's

@@ -137,33 +137,12 @@ func (c *Client) tellShare(ctx context.Context, ks *keyState, sec int64, share i
 	c.addCount(ctx, countKey(ks, sec), share)
 }
 
-func winKey(ks *keyState, sec int64) string {
-	return ks.names.win + ":" + strconv.FormatInt(sec, 10)
-}
-
 // readFleetCount reads the fleet's count of clock second sec and gives it
-// to the key's controller, and whether another process read a window's
-// count in that second (tellWindow). A store that does not answer tells
-// nothing.
+// to the key's controller. A store that does not answer tells nothing.
 func (c *Client) readFleetCount(ctx context.Context, ks *keyState, sec, now int64) {
-	n, ok := c.readCount(ctx, countKey(ks, sec))
-	if ok {
+	if n, ok := c.readCount(ctx, countKey(ks, sec)); ok {
 		ks.adapt.fleetCount(now, sec, n)
 	}
-	if ks.adapt.windowRead(sec) {
-		return
-	}
-	if m, read := c.readCount(ctx, winKey(ks, sec)); read && m > 0 {
-		ks.adapt.fleetWindow(now, sec, n)
-	}
-}
-
-// tellWindow marks clock second sec as one in which this process read a
-// window's count (aimd.State.WindowSecond), so that every process of the
-// fleet caps itself at its own share of that second's count when it reads
-// the fleet's (aimd.Controller.FleetWindow).
-func (c *Client) tellWindow(ctx context.Context, ks *keyState, sec int64) {
-	c.addCount(ctx, winKey(ks, sec), 1)
 }
 
 // tellCalls adds this process's calls answered in clock second sec to the

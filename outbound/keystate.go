@@ -55,7 +55,6 @@ type storeKeys struct {
 	ban    string // the fleet's ban: the pause of a provider's ban (see syncBan)
 	count  string // the fleet's count of calls served in a clock second (see tellShare)
 	calls  string // the fleet's count of calls answered in a clock second (see tellCalls)
-	win    string // a mark of a clock second a process read a window's count in (see tellWindow)
 	space  string // the fleet's spacing GCRA (see turn.space)
 }
 
@@ -65,7 +64,7 @@ func (n keyNames) of(key string) storeKeys {
 	if n.shared {
 		pace = tagged
 	}
-	return storeKeys{pace: pace, fleet: tagged, pause: tagged + ":pause", rate: tagged + ":rate", budget: tagged + ":budget", ban: tagged + ":ban", count: tagged + ":count", calls: tagged + ":calls", win: tagged + ":win", space: tagged + ":space"}
+	return storeKeys{pace: pace, fleet: tagged, pause: tagged + ":pause", rate: tagged + ":rate", budget: tagged + ":budget", ban: tagged + ":ban", count: tagged + ":count", calls: tagged + ":calls", space: tagged + ":space"}
 }
 
 // braces escapes a key's braces, so that the hash tag is always the whole

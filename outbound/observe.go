@@ -79,9 +79,6 @@ func (c *Client) observe(ctx context.Context, ks *keyState, rep *signal.Report, 
 	if o.tell != 0 {
 		c.tellShare(ctx, ks, o.tell, o.share)
 	}
-	if o.winTell != 0 {
-		c.tellWindow(ctx, ks, o.winTell)
-	}
 	if o.ask != 0 {
 		c.readFleetCount(ctx, ks, o.ask, now)
 	}
