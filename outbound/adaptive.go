@@ -268,6 +268,16 @@ func (a *adaptive) paused(now int64) bool {
 	return a.weight.spent(now, int64(a.latency))
 }
 
+// refused reports whether the key's controller holds a pause at now (a
+// Retry-After, a ban, or one heard of from the store), which the next
+// turn waits out (turn.paused).
+func (a *adaptive) refused(now int64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, p := a.state.Paused(now)
+	return p
+}
+
 // knows reports whether the key is paused already until a pause of d µs
 // heard of at now ends, within a millisecond: one this process was told
 // of, or heard of before.

@@ -183,8 +183,8 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 			// refused too (issue 18, real processes against a clock
 			// window: calls sent 0.3-0.5 ms after their own process's
 			// refusal came, one more refusal for a provider that bans
-			// after five).
-			if ks.adapt.paused(c.now()) {
+			// after five). The turn's loop sleeps until the pause ends.
+			if ks.adapt.refused(c.now()) {
 				continue
 			}
 			return nil
