@@ -177,13 +177,14 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 					continue
 				}
 			}
-			// A refusal this process was answered while the store
-			// answered paused the key here before its pause reached
-			// the store, which let the turn through: the call would be
-			// refused too (issue 18, real processes against a clock
-			// window: calls sent 0.3-0.5 ms after their own process's
-			// refusal came, one more refusal for a provider that bans
-			// after five). The turn's loop sleeps until the pause ends.
+			// Another call of this process may have been refused while
+			// the store was answering: its pause holds here already
+			// but had not reached the store, so the store let this
+			// turn through, and the call would be refused too (issue
+			// 18, real processes against a clock window: calls sent
+			// 0.3-0.5 ms after their own process's refusal came, one
+			// more refusal for a provider that bans after five). The
+			// loop's next turn sleeps until the pause ends.
 			if ks.adapt.refused(c.now()) {
 				continue
 			}
