@@ -149,10 +149,22 @@ func TestBunchedAt(t *testing.T) {
 	}
 }
 
-// pauseWatch is a store that calls after once each Sync has been applied.
+// pauseWatch is a store that calls after once each Sync has been applied,
+// and duringTake, once, after the first TakeAll has been applied and
+// before its answer reaches the caller.
 type pauseWatch struct {
 	store.RateStore
-	after func(key string)
+	after      func(key string)
+	duringTake func()
+}
+
+func (s *pauseWatch) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllResult, error) {
+	r, err := s.RateStore.TakeAll(ctx, p)
+	if f := s.duringTake; f != nil {
+		s.duringTake = nil
+		f()
+	}
+	return r, err
 }
 
 func (s *pauseWatch) Sync(ctx context.Context, p store.SyncParams) (store.Result, error) {
@@ -194,22 +206,6 @@ func TestABansMarkIsThereWhenItsPauseIs(t *testing.T) {
 	require.True(t, banned, "the ban's mark was there when its pause was")
 }
 
-// pauseDuringTake is a store that runs during once, after the first
-// TakeAll has been applied and before its answer reaches the caller.
-type pauseDuringTake struct {
-	store.RateStore
-	during func()
-}
-
-func (s *pauseDuringTake) TakeAll(ctx context.Context, p store.TakeAllParams) (store.AllResult, error) {
-	r, err := s.RateStore.TakeAll(ctx, p)
-	if f := s.during; f != nil {
-		s.during = nil
-		f()
-	}
-	return r, err
-}
-
 // Issue 18, real processes against a clock window: a call left 0.3-0.5 ms
 // after its own process had been refused, and was refused too, one more
 // refusal for a provider that bans after five in 10 s. The refusal came
@@ -219,31 +215,22 @@ func (s *pauseDuringTake) TakeAll(ctx context.Context, p store.TakeAllParams) (s
 func TestAPauseThatBeganWhileTheStoreAnsweredHoldsTheCall(t *testing.T) {
 	t.Parallel()
 	clk := clocktest.New(time.UnixMicro(t0))
-	st := &pauseDuringTake{RateStore: memstore.New(memstore.Config{Clock: clk})}
+	st := &pauseWatch{RateStore: memstore.New(memstore.Config{Clock: clk})}
 	c, err := New(Config{Clock: clk, Store: st})
 	require.NoError(t, err)
 	ks := c.keys.acquire("api.window.test", "api.window.test")
 	defer c.keys.release(ks)
 	h := http.Header{}
 	h.Set("Retry-After", "1")
-	st.during = func() {
+	st.duringTake = func() {
 		// Another worker of this process is answered a 429 now; its
 		// pause is kept here and not yet in the store.
 		now := clk.Now().UnixMicro()
 		rep := signal.Parse(now, signal.Response{Status: http.StatusTooManyRequests, Header: h})
 		ks.adapt.observe(sample(&rep, 20*time.Millisecond), &rep, now, 0)
 	}
-	timers := clk.Timers()
-	done := make(chan error, 1)
-	go func() { done <- c.wait(context.Background(), ks) }()
-	select {
-	case err := <-done:
-		t.Fatalf("the call left during the pause (err %v)", err)
-	case <-clk.TimersAtLeast(timers + 1):
-		// It waits on a timer: the pause's end.
-	case <-time.After(30 * time.Second):
-		t.Fatal("the call neither left nor waited")
-	}
+	done, left := startWait(t, clk, func() error { return c.wait(context.Background(), ks) })
+	require.False(t, left, "the call left during the pause")
 	clk.Advance(time.Second)
 	select {
 	case err := <-done:

@@ -124,11 +124,18 @@ func (f *spacedFleet) process(instance string) (*Client, *keyState) {
 	return c, ks
 }
 
-// start runs wait in a goroutine and returns once it has returned (left)
-// or sleeps on a timer of its own (the clients' idle sweeps hold timers
-// already): an event either way, waited for up to 30 s of wall time.
+// start runs wait in a goroutine (startWait).
 func (f *spacedFleet) start(wait func() error) (done <-chan error, left bool) {
-	sleeps := f.clk.TimersAtLeast(f.clk.Timers() + 1)
+	return startWait(f.t, f.clk, wait)
+}
+
+// startWait runs wait in a goroutine and returns once it has returned
+// (left) or sleeps on a timer of its own on clk (timers already pending,
+// such as the clients' idle sweeps, do not count): an event either way,
+// waited for up to 30 s of wall time.
+func startWait(t *testing.T, clk *clocktest.Clock, wait func() error) (done <-chan error, left bool) {
+	t.Helper()
+	sleeps := clk.TimersAtLeast(clk.Timers() + 1)
 	ch := make(chan error, 1)
 	go func() { ch <- wait() }()
 	select {
@@ -138,7 +145,7 @@ func (f *spacedFleet) start(wait func() error) (done <-chan error, left bool) {
 	case <-sleeps:
 		return ch, false
 	case <-time.After(30 * time.Second):
-		f.t.Fatal("the call neither left nor waited")
+		t.Fatal("the call neither left nor waited")
 		return nil, false
 	}
 }
