@@ -660,6 +660,13 @@ type State struct {
 	clockSec int64
 	clockOK  int
 	winCap   float64
+	// prevOK is how many calls sent in the clock second before clockSec
+	// were served (0: none, or that second was not the one before).
+	prevOK int
+	// winRead says a window's count was read in this key's life
+	// (capWindow) and no fleet's count refuted it since (FleetCalls): the
+	// provider is thought to count in clock windows (windowStep).
+	winRead bool
 	// winKnown says a read from two episodes (lateRefusal, FleetCount)
 	// showed that the provider counts in clock windows: a later refusal
 	// late in a second, after at least confirmedCut of the rate was
@@ -1023,7 +1030,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				f = max(ok*shareMargin, minShareCut)
 				shareCut = f
 			}
-			slowExit, chained, confirmed, heldCut := false, false, false, false
+			slowExit, chained, confirmed, heldCut, stepped := false, false, false, false, false
 			if in.RetryAfter > 0 && c.plateau > 0 && (reason == ReasonThrottled || reason == ReasonRetryAfter) {
 				if prevPause > 0 && sent-prevPause <= chainWindow && in.RetryAfter > sharePause {
 					// Refused again soon after the last pause ended:
@@ -1061,6 +1068,16 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// recover under the rate one decrease leaves.
 					f = c.decrease * c.decrease
 					slowExit = true
+				} else if n := s.windowStep(sent); held && n > 0 {
+					// Refused at a rate the key held, by a clock
+					// window whose count ran out well before the
+					// second before's had: the limit fell under
+					// the rate held, by a step the count only
+					// bounds (windowStep). Halve the rate held now,
+					// as a refusal after the pause would confirm,
+					// or to the count if that is lower.
+					to := min(confirmedCut*max(s.rate, s.sus), windowLevel*float64(n))
+					f, confirmed, stepped = min(to/s.rate, c.plateau), true, true
 				} else if held {
 					// Refused at a rate the key held for seconds, by
 					// a process whose calls are not bunched
@@ -1087,6 +1104,11 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			c.cut(s, now, f)
 			if heldCut {
 				s.excused = max(from, sus)
+			}
+			if stepped {
+				// The count this second's calls in flight show is
+				// only a bound: no window read raises the rate.
+				s.winCap = s.rate
 			}
 			if in.RetryAfter > 0 {
 				// Every Retry-After costs a pause: recovery does not
@@ -2096,7 +2118,7 @@ const windowLevel = 0.97
 // how the rate changed.
 func (c *Controller) capWindow(s *State, k int64, fleet int) Change {
 	s.winCap = windowLevel * float64(s.winN)
-	s.winSec, s.winFleet = k, fleet
+	s.winSec, s.winFleet, s.winRead = k, fleet, true
 	// The level is the window's, not a guess from a slow start's
 	// overshoot: it holds as any level does before a probe.
 	s.exitLevel = false
@@ -2273,6 +2295,43 @@ func (c *Controller) FleetCount(s *State, now, sec int64, count int) Decision {
 	return d
 }
 
+// A clock window's count is the same every second until the provider
+// changes it, so a key that holds a rate under it is served that rate's
+// count every second. Once a window's count was read (State.winRead), a
+// refusal at a rate the key held, late in a second (windowLate) after
+// fewer than windowStep of the calls the second before served, says the
+// limit fell under the rate held. By how much the count does not say: a
+// limit that changes late in a second refuses at once, after as many
+// calls as the old limit had served by then. Read as the window's count,
+// it left the fleet over the new limit, and a second episode of refusals
+// came in the next second (issue 18, real processes against a clock
+// window answering in 20 ms whose limit halved 0.70-0.74 s into a
+// second: each process read its 33-36 calls, the fleet levelled at 64-80
+// against 50, and a provider that bans after five refusals in 10 s,
+// three of them the first episode's, banned it). So the rate halves, as a
+// refusal soon after a held refusal's pause confirms (confirmedCut), or
+// goes to the count if that is lower. A refusal after windowStep or more
+// of the second before's count (the last calls of a second, which a
+// fleet's uneven sends may take past an unchanged count) is read as
+// before.
+const windowStep = 0.9
+
+// windowStep returns, for a refused call sent at sent (Unix µs), how many
+// calls sent in its clock second before it were served, when that is a
+// window's count spent under the rate the key held (see the constant):
+// a window's count was read before, the call was sent late in the
+// second, and fewer than windowStep of the second before's were served.
+// It returns 0 otherwise.
+func (s *State) windowStep(sent int64) int {
+	if !s.winRead || s.prevOK == 0 {
+		return 0
+	}
+	if n := s.windowServed(sent); n > 0 && float64(n) < windowStep*float64(s.prevOK) {
+		return n
+	}
+	return 0
+}
+
 // wholeFleet reports whether count, the fleet's count of calls served in
 // the second a window's count was read in (winSec), holds every process's
 // share, not only those told so far: more than the key's own (winN), and,
@@ -2326,7 +2385,7 @@ func (c *Controller) FleetCalls(s *State, now, k int64, own, fleet int) {
 		return // a pause or a cut reached into it: no measure of a window
 	}
 	if float64(fleet) > winRefuted*float64(s.winFleet) {
-		s.winCap, s.winSec, s.winFleet, s.winKnown = 0, 0, 0, false
+		s.winCap, s.winSec, s.winFleet, s.winKnown, s.winRead = 0, 0, 0, false, false
 	}
 }
 
@@ -2355,6 +2414,10 @@ func (s *State) served(sent int64) {
 	case k == s.clockSec:
 		s.clockOK++
 	case k > s.clockSec:
+		s.prevOK = 0
+		if k == s.clockSec+1 {
+			s.prevOK = s.clockOK
+		}
 		s.clockSec, s.clockOK = k, 1
 	}
 }

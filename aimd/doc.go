@@ -128,7 +128,13 @@
 // window too. After a read from two episodes the level is the key's share
 // of the count, taken up at once, not a plateau under the rate refused.
 // Neither read takes a pause of 100 ms or less, a token's wait rather than
-// a window's rest.
+// a window's rest. Once a window was read, a refusal at a rate the key
+// held, late in a second after fewer than 0.9 of the calls the second
+// before served, says the limit fell, by a step the count only bounds (a
+// limit that changes late in a second refuses at once, after as many
+// calls as the old one had served by then): the rate held halves at once,
+// or goes to 0.97 of the count if that is lower, as a refusal after the
+// pause would confirm, so that the next second is not a second episode.
 //
 // A ban starts the key over (see Sample.Banned); other answers of the same
 // ban, including another process's heard of as the key's own ends, change

@@ -29,6 +29,11 @@ type clockWindow struct {
 	sec     int64
 	used    int
 	refused []int64 // when each refused call was sent (Unix µs)
+	// stepAt, when not 0, is when (Unix µs) the limit becomes stepTo,
+	// wherever in its window that falls: the window's count so far
+	// stays.
+	stepAt int64
+	stepTo int
 }
 
 func (p *clockWindow) latency() int64 {
@@ -39,6 +44,9 @@ func (p *clockWindow) latency() int64 {
 }
 
 func (p *clockWindow) answer(sent int64) Sample {
+	if p.stepAt != 0 && sent >= p.stepAt {
+		p.limit, p.stepAt = p.stepTo, 0
+	}
 	if k := sent / s1; k != p.sec {
 		p.sec, p.used = k, 0
 	}
@@ -612,4 +620,55 @@ func TestAWindowReadFromTheKeysCountsLearnsTheFleets(t *testing.T) {
 			require.Zero(t, s.winCap, "refuted by the fleet's calls")
 		})
 	}
+}
+
+// Issue 18: a clock window whose limit halves under a rate the key holds
+// refuses at once if the change comes late in a second, when more calls
+// than the new limit were served in it already; read as the window's
+// count, that left the fleet over the new limit, and the next second's
+// refusals were a second episode (real processes, the limit halving 0.70
+// and 0.74 s into a second: three refusals in the first, two in the
+// second, and a ban from a provider that bans after five in 10 s). Once a
+// window was read, a refusal at the rate held after fewer than windowStep
+// of the second before's count halves the rate held at once: with the
+// limit halving at 16 points of a second, one episode of refusals and
+// the rate at half the one held, where the code before saw a second
+// episode whenever the change came after 0.52 s.
+func TestAStepUnderAHeldRateInAWindowHalvesIt(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 5, SlowStart: 2, Decrease: 0.8, Cooldown: 500 * time.Millisecond,
+		IgnoreLatency: true, Plateau: 0.91, Hold: time.Minute})
+	for h := int64(50 * ms); h < 850*ms; h += 50 * ms {
+		s := c.Init()
+		p := &clockWindow{limit: 100}
+		at := runWindow(c, &s, p, t0+800*ms, 25*s1)
+		require.True(t, s.winRead, "the slow start's end read the window")
+		require.InDelta(t, 0.97*100, s.rate, 1e-9, "levelled at the window's count")
+		p.stepAt, p.stepTo = (at/s1+1)*s1+h, 50
+		before := len(p.refused)
+		runWindow(c, &s, p, at, 12*s1)
+		refused := p.refused[before:]
+		require.NotEmpty(t, refused, "step +%d ms: the new limit refused", h/ms)
+		for _, sent := range refused {
+			require.Less(t, sent, refused[0]+s1, "step +%d ms: refused again %.1f s after the first refusal", h/ms, float64(sent-refused[0])/float64(s1))
+		}
+		require.LessOrEqual(t, s.rate, 50.0, "step +%d ms: under the new limit", h/ms)
+		require.GreaterOrEqual(t, s.rate, 0.95*0.5*97, "step +%d ms: near half the rate held", h/ms)
+	}
+}
+
+// A refusal after windowStep or more of the second before's count is read
+// as the window's count, as before: a limit that fell by less than a tenth
+// is served at its count, not halved.
+func TestASmallStepInAWindowIsReadAtItsCount(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 5, SlowStart: 2, Decrease: 0.8, Cooldown: 500 * time.Millisecond,
+		IgnoreLatency: true, Plateau: 0.91, Hold: time.Minute})
+	s := c.Init()
+	p := &clockWindow{limit: 100}
+	at := runWindow(c, &s, p, t0+800*ms, 25*s1)
+	require.True(t, s.winRead, "the slow start's end read the window")
+	p.stepAt, p.stepTo = (at/s1+1)*s1, 92
+	runWindow(c, &s, p, at, 12*s1)
+	require.InDelta(t, 0.97*92, s.rate, 1e-9, "levelled at the new count")
 }
