@@ -2306,9 +2306,10 @@ func (c *Controller) FleetCount(s *State, now, sec int64, count int) Decision {
 // it left the fleet over the new limit, and a second episode of refusals
 // came in the next second (issue 18, real processes against a clock
 // window answering in 20 ms whose limit halved 0.70-0.74 s into a
-// second: each process read its 33-36 calls, the fleet levelled at 64-80
-// against 50, and a provider that bans after five refusals in 10 s,
-// three of them the first episode's, banned it). So the rate halves, as a
+// second: one process read its 33-36 calls, the other cut to the
+// plateau, the fleet levelled at 76-83 against 50, and a provider that
+// bans after five refusals in 10 s, three of them the first episode's,
+// banned it). So the rate halves, as a
 // refusal soon after a held refusal's pause confirms (confirmedCut), or
 // goes to the count if that is lower. A refusal after windowStep or more
 // of the second before's count (the last calls of a second, which a

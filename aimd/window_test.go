@@ -554,9 +554,11 @@ func TestAFleetServedPastAWindowsCountRefutesIt(t *testing.T) {
 			if !tc.refuted {
 				require.InDelta(t, 0.97*53, s.winCap, 1e-9, "the window stands")
 				require.InDelta(t, 0.97*53, s.rate, 1e-9, "still held at its level")
+				require.True(t, s.winRead, "a window still thought of (windowStep)")
 				return
 			}
 			require.Zero(t, s.winCap, "refuted")
+			require.False(t, s.winRead, "no window thought of: a later refusal is no window's step")
 			require.Greater(t, s.rate, 0.97*53+5, "recovering past the window's level")
 			require.InDelta(t, 45.0/float64(tc.fleet), s.Share(), 1e-9, "the share is told as by FleetShare")
 		})
