@@ -1952,6 +1952,19 @@ func (c *Controller) grow(s *State, now int64) bool {
 		// plateau under it.
 		goal = max(goal, ceil)
 	}
+	if s.level != 0 && !s.probing && goal > s.rate*(1+levelGap) {
+		// The goal rose well above the level the rate held (a window's
+		// count that a fleet's count refuted): the rate recovers
+		// again, and the level it arrives at is a new one, which holds
+		// a whole hold before it is proven and probed above; trouble
+		// on the way is not trouble at a held level (issue 18: on a
+		// saturated machine a process capped at a misread window for
+		// 4 s recovered from 31 to 53 in a second once refuted, with
+		// its level still the cap's; refused there, it was cut as if
+		// it had held 53, and would otherwise have probed as soon as
+		// it arrived).
+		s.level = 0
+	}
 	switch {
 	case s.probing && s.ramp:
 		s.rate += s.rate * min(c.slowStart, rampGrowth) * dt
@@ -2105,6 +2118,12 @@ func (c *Controller) Fresh(s *State, now int64) bool {
 // answering in 5 ms: 96-98 served a second, no refusal; at (1+Plateau)/2,
 // 0.955, a run's level of 95 missed the goal of 0.95 of the limit).
 const windowLevel = 0.97
+
+// levelGap is how far (a fraction of the rate) the recovery goal must rise
+// above a level the rate holds for the level to count as left (grow): more
+// than the 5 % between a plateau and the half-way level a held refusal
+// aims at, so that only a bound lifted (a refuted window) starts it anew.
+const levelGap = 0.1
 
 // capWindow sets the rate, and bounds the recovery until a probe, to the
 // count of a window aligned to the clock (windowLate): windowLevel of the

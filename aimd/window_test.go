@@ -674,3 +674,53 @@ func TestASmallStepInAWindowIsReadAtItsCount(t *testing.T) {
 	runWindow(c, &s, p, at, 12*s1)
 	require.InDelta(t, 0.97*92, s.rate, 1e-9, "levelled at the new count")
 }
+
+// Issue 18, a saturated machine: a process capped at a misread window for
+// 4 s recovered from 31 to 53 in a second once a fleet's count refuted
+// the read, with its level still the cap's. A level the rate leaves to
+// recover well above it is no level: the one it arrives at holds a whole
+// hold from its arrival before it is proven and probed above, and trouble
+// on the way is not read as trouble at a held level.
+func TestARefutedWindowsLevelDoesNotCountTowardsTheNextHold(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, slowStartCfg)
+	s := c.Init()
+	at := t0
+	var secs []int64
+	for _, e := range []struct {
+		r    float64
+		n    int
+		part int64
+	}{{92, 46, 830 * ms}, {64, 53, 860 * ms}} {
+		secs = append(secs, lateSecond(c, &s, &at, e.r, e.n, e.part, true))
+		at += s1
+	}
+	c.SetRate(&s, 0.64*64)
+	at += 200 * ms
+	c.FleetCount(&s, at, secs[0], 100)
+	c.FleetCount(&s, at, secs[1], 100)
+	require.InDelta(t, 0.97*53, s.winCap, 1e-9, "the fleet's counts show a window")
+	busyFor(c, &s, &at, 5*s1)
+	require.NotZero(t, s.level, "held at the window's level")
+	capped := s.rate
+	c.FleetCalls(&s, at, at/s1-1, 45, 130)
+	require.Zero(t, s.winCap, "refuted")
+	refutedAt := at
+	busyFor(c, &s, &at, 300*ms)
+	require.Greater(t, s.rate, capped, "recovering above the window's level")
+	require.Zero(t, s.level, "no level while recovering")
+	// Arrived: the rate stops rising, and holds a whole hold from here.
+	prev := 0.0
+	for s.rate != prev {
+		prev = s.rate
+		busyFor(c, &s, &at, 100*ms)
+	}
+	arrived := at
+	require.GreaterOrEqual(t, s.level, refutedAt, "the level is the one arrived at, not the window's")
+	level := s.rate
+	for at < arrived+c.holdFor(&s)-200*ms {
+		busyFor(c, &s, &at, 100*ms)
+		require.InDelta(t, level, s.rate, 1e-9, "%.1f s after arriving: held, not probing", float64(at-arrived)/float64(s1))
+	}
+	require.Zero(t, s.good, "not proven before a whole hold")
+}
