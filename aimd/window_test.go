@@ -531,25 +531,8 @@ func TestAFleetServedPastAWindowsCountRefutesIt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := c.Init()
-			at := t0
-			var secs []int64
-			for _, e := range []struct {
-				r    float64
-				n    int
-				part int64
-			}{{92, 46, 830 * ms}, {64, 53, 860 * ms}} {
-				secs = append(secs, lateSecond(c, &s, &at, e.r, e.n, e.part, true))
-				at += s1
-			}
-			c.SetRate(&s, 0.64*64)
-			at += 200 * ms
-			c.FleetCount(&s, at, secs[0], 100)
-			c.FleetCount(&s, at, secs[1], 100)
-			require.InDelta(t, 0.97*53, s.winCap, 1e-9, "the fleet's counts show a window")
-			busyFor(c, &s, &at, 5*s1)
-			require.InDelta(t, 0.97*53, s.rate, 1e-9, "held at the window's level")
-			c.FleetCalls(&s, at, tc.second(secs[1], at/s1-1), 45, tc.fleet)
+			s, at, read := heldAtAWindowOf53(t, c)
+			c.FleetCalls(&s, at, tc.second(read, at/s1-1), 45, tc.fleet)
 			busyFor(c, &s, &at, 5*s1)
 			if !tc.refuted {
 				require.InDelta(t, 0.97*53, s.winCap, 1e-9, "the window stands")
@@ -563,6 +546,33 @@ func TestAFleetServedPastAWindowsCountRefutesIt(t *testing.T) {
 			require.InDelta(t, 45.0/float64(tc.fleet), s.Share(), 1e-9, "the share is told as by FleetShare")
 		})
 	}
+}
+
+// heldAtAWindowOf53 reads a window from two late refusals after the same
+// count of 53 (the fleet's counts of both seconds told as 100) and holds
+// the key at its level for 5 s. It returns the key, the time, and the
+// clock second of the second refusal.
+func heldAtAWindowOf53(t *testing.T, c *Controller) (State, int64, int64) {
+	t.Helper()
+	s := c.Init()
+	at := t0
+	var secs []int64
+	for _, e := range []struct {
+		r    float64
+		n    int
+		part int64
+	}{{92, 46, 830 * ms}, {64, 53, 860 * ms}} {
+		secs = append(secs, lateSecond(c, &s, &at, e.r, e.n, e.part, true))
+		at += s1
+	}
+	c.SetRate(&s, 0.64*64)
+	at += 200 * ms
+	c.FleetCount(&s, at, secs[0], 100)
+	c.FleetCount(&s, at, secs[1], 100)
+	require.InDelta(t, 0.97*53, s.winCap, 1e-9, "the fleet's counts show a window")
+	busyFor(c, &s, &at, 5*s1)
+	require.InDelta(t, 0.97*53, s.rate, 1e-9, "held at the window's level")
+	return s, at, secs[1]
 }
 
 // A window read from the key's own counts does not know the fleet's count
@@ -684,24 +694,8 @@ func TestASmallStepInAWindowIsReadAtItsCount(t *testing.T) {
 func TestARefutedWindowsLevelDoesNotCountTowardsTheNextHold(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, slowStartCfg)
-	s := c.Init()
-	at := t0
-	var secs []int64
-	for _, e := range []struct {
-		r    float64
-		n    int
-		part int64
-	}{{92, 46, 830 * ms}, {64, 53, 860 * ms}} {
-		secs = append(secs, lateSecond(c, &s, &at, e.r, e.n, e.part, true))
-		at += s1
-	}
-	c.SetRate(&s, 0.64*64)
-	at += 200 * ms
-	c.FleetCount(&s, at, secs[0], 100)
-	c.FleetCount(&s, at, secs[1], 100)
-	require.InDelta(t, 0.97*53, s.winCap, 1e-9, "the fleet's counts show a window")
-	busyFor(c, &s, &at, 5*s1)
-	require.NotZero(t, s.level, "held at the window's level")
+	s, at, _ := heldAtAWindowOf53(t, c)
+	require.NotZero(t, s.level, "a level set at the window's count")
 	capped := s.rate
 	c.FleetCalls(&s, at, at/s1-1, 45, 130)
 	require.Zero(t, s.winCap, "refuted")
