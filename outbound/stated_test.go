@@ -274,3 +274,56 @@ func TestRetryAfterIsExactForTheFleet(t *testing.T) {
 		require.LessOrEqual(t, d, 1500*time.Millisecond+time.Millisecond, "resumed as the pause ended")
 	}
 }
+
+// A 403 over a rate limit, as GitHub answers one (with a Retry-After: a
+// secondary limit; with x-ratelimit-remaining 0: a primary one, until its
+// reset), is a throttle for a client with no provider profile: the call
+// waits as long as asked and is sent again, rather than fail as a
+// permission error. A 403 that says neither is returned as it is.
+func TestA403OverARateLimitWaitsAndRetries(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		resp func() *http.Response
+		wait time.Duration
+	}{
+		{"retry-after", response(403, "secondary rate limit", "Retry-After", "2"), 2 * time.Second},
+		{"nothing remaining", response(403, "API rate limit exceeded", "X-Ratelimit-Limit", "60",
+			"X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "3"), 3 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := watch(t0)
+			base := &scripted{resps: []func() *http.Response{tc.resp, response(200, "ok")}, clk: clk}
+			c, err := outbound.New(outbound.Config{Base: base, Store: memstore.New(memstore.Config{Clock: clk}), Clock: clk,
+				AIMD: aimd.Config{Start: 1e4, IgnoreLatency: true}})
+			require.NoError(t, err)
+			var status int
+			drive(t, clk, func() {
+				resp := get(t, c, "http://api.test/")
+				status = resp.StatusCode
+				_ = resp.Body.Close()
+			})
+			require.Equal(t, http.StatusOK, status, "the refused call is sent again once the limit allows")
+			sent := base.sentAt()
+			require.Len(t, sent, 2)
+			require.GreaterOrEqual(t, sent[1].Sub(sent[0]), tc.wait, "never before the provider said")
+		})
+	}
+	t.Run("permission", func(t *testing.T) {
+		t.Parallel()
+		clk := watch(t0)
+		base := &scripted{resps: []func() *http.Response{response(403, "forbidden"), response(200, "ok")}, clk: clk}
+		c, err := outbound.New(outbound.Config{Base: base, Store: memstore.New(memstore.Config{Clock: clk}), Clock: clk,
+			AIMD: aimd.Config{Start: 1e4, IgnoreLatency: true}})
+		require.NoError(t, err)
+		var status int
+		drive(t, clk, func() {
+			resp := get(t, c, "http://api.test/")
+			status = resp.StatusCode
+			_ = resp.Body.Close()
+		})
+		require.Equal(t, http.StatusForbidden, status)
+		require.Len(t, base.sentAt(), 1, "a permission error is not sent again")
+	})
+}

@@ -366,6 +366,40 @@ func TestIETFDefaultLearns(t *testing.T) {
 	require.Equal(t, 50, n)
 }
 
+// The default profile reads a 403 that states a rate limit as GitHub's
+// are read: with a Retry-After, or with the quota it states exhausted, it
+// throttles (the host pauses for the fleet); a plain 403 is permanent.
+func TestIETFDefault403OverALimitThrottles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk, mk := fixture(t, "ietf", nil)
+	rt := mk()
+	call := Call{Key: "https://api.example.com/v1/x"}
+	settle := func(status int, kv ...string) Outcome {
+		t.Helper()
+		tk, err := rt.Reserve(ctx, call)
+		require.NoError(t, err)
+		require.True(t, tk.OK)
+		h := http.Header{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		o, err := rt.Settle(ctx, tk, signal.Response{Status: status, Header: h})
+		require.NoError(t, err)
+		return o
+	}
+	o := settle(403)
+	require.Equal(t, Permanent, o.Kind, "a 403 that states no limit is permission")
+	o = settle(403, "Retry-After", "5")
+	require.Equal(t, Throttled, o.Kind, "a 403 with retry-after is a rate limit")
+	tk, err := rt.Reserve(ctx, call)
+	require.NoError(t, err)
+	require.Equal(t, "paused", tk.Reason, "the host pauses for the fleet")
+	clk.advance(time.Minute)
+	o = settle(403, "X-Ratelimit-Limit", "60", "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "30")
+	require.Equal(t, Throttled, o.Kind, "a 403 with nothing remaining is a rate limit")
+}
+
 // TestGitHubSecondaryPoints: REST calls (search included) share the
 // secondary points, a GET 1 and a POST 5, kept so that no minute holds
 // more than 900: a burst of 60, then 14 a second; GraphQL requests spend 1

@@ -24,6 +24,9 @@
 //     HTTP 200.
 //   - Binance: X-MBX-USED-WEIGHT-(n)(unit) and X-MBX-ORDER-COUNT-(n)(unit)
 //     usage headers, and 418 IP bans.
+//   - GitHub's 403 over a rate limit: a 403 with a Retry-After (a secondary
+//     limit) or with the quota it states exhausted (a primary one) is a
+//     throttle, transient; any other 403 is permanent.
 //
 // Every policy found is kept in Report.Policies; the headline quota
 // (Limit, Remaining, ResetAfter) is the most constraining one.

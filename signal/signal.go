@@ -117,7 +117,8 @@ type Report struct {
 	Status int
 	Class  Class
 	// Throttled is set when the provider refused the call for rate
-	// reasons: 429, 503, 418, or THROTTLED in a GraphQL body.
+	// reasons: 429, 503, 418, THROTTLED in a GraphQL body, or a 403 with
+	// a Retry-After or with the quota it states exhausted (GitHub).
 	Throttled bool
 	// Banned is set for a 418: the caller is banned until RetryAfter.
 	Banned bool
@@ -250,6 +251,14 @@ func (p *Parser) ParseTo(rep *Report, now int64, r Response) {
 	binance(rep, h)
 	if len(r.Body) > 0 {
 		p.graphQL(rep, r.Body)
+	}
+	if r.Status == http.StatusForbidden && (rep.HasRetryAfter || rep.Known&FieldRemaining != 0 && rep.Remaining == 0) {
+		// A 403 over a rate limit (GitHub's REST and GraphQL APIs, and
+		// others that follow them): with a Retry-After (a secondary
+		// limit) or with the quota it states exhausted (a primary one,
+		// until its reset). The call is refused, not forbidden, and
+		// waits rather than fail; a 403 saying neither is permission.
+		rep.Class, rep.Throttled = ClassTransient, true
 	}
 	// A 503 that says when to come back refused the request; one that
 	// does not may come from anywhere in the chain, after the request was

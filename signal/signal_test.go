@@ -307,6 +307,10 @@ func TestParseStatusAndRetryAfter(t *testing.T) {
 		{"400", 400, nil, ClassPermanent, false, false, false, 0, false},
 		{"401", 401, nil, ClassPermanent, false, false, false, 0, false},
 		{"403", 403, nil, ClassPermanent, false, false, false, 0, false},
+		{"403 with retry-after: a secondary limit", 403, hdr("Retry-After", "60"), ClassTransient, true, false, false, 60 * sec, true},
+		{"403 with nothing remaining: a primary limit", 403, hdr("X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "30"), ClassTransient, true, false, false, 0, false},
+		{"403 with some remaining: permission", 403, hdr("X-Ratelimit-Remaining", "12", "X-Ratelimit-Reset", "30"), ClassPermanent, false, false, false, 0, false},
+		{"401 with retry-after", 401, hdr("Retry-After", "60"), ClassPermanent, false, false, false, 60 * sec, true},
 		{"404", 404, nil, ClassPermanent, false, false, false, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
