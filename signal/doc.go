@@ -18,6 +18,9 @@
 //     and separate RateLimit-Limit / -Remaining / -Reset fields are read too.
 //   - X-RateLimit-Limit / -Remaining / -Reset (and the X-Rate-Limit-*
 //     spelling). The reset is told apart by its size: see ResetDelay.
+//     Discord's X-RateLimit-Reset-After (seconds with a fraction) wins
+//     over the reset; a decimal count (Reddit's "596.0") counts by its
+//     whole part.
 //   - Shopify: the REST X-Shopify-Shop-Api-Call-Limit header ("32/40") and
 //     the GraphQL extensions.cost object of a JSON body (requestedQueryCost,
 //     actualQueryCost, throttleStatus), including THROTTLED errors inside an

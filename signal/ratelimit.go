@@ -215,20 +215,60 @@ func ResetDelay(v string, now, maxDelay int64) (int64, bool) {
 	return clampDelay(n*sec+fracMicros, maxDelay), true
 }
 
+// deltaSeconds parses a count of seconds with an optional fraction
+// ("17", "0.640") into microseconds clamped to [0, maxDelay].
+func deltaSeconds(v string, maxDelay int64) (int64, bool) {
+	whole, frac, hasFrac := strings.Cut(trimOWS(v), ".")
+	n, ok := digits(whole)
+	if !ok {
+		return 0, false
+	}
+	var f int64
+	if hasFrac {
+		if len(frac) > 9 {
+			frac = frac[:9]
+		}
+		if f, ok = digits(frac); !ok {
+			return 0, false
+		}
+		for i := len(frac); i < 6; i++ {
+			f *= 10
+		}
+		for i := len(frac); i > 6; i-- {
+			f /= 10
+		}
+	}
+	if n > maxDelay/sec {
+		return maxDelay, true
+	}
+	return clampDelay(n*sec+f, maxDelay), true
+}
+
 // headerInt parses the leading integer of a quota header value. Some
 // servers append a policy ("100, 100;w=60"); only the first number counts.
+// A decimal counts by its whole part (Reddit's "X-Ratelimit-Remaining:
+// 597.0"; 0.6 left is none).
 func headerInt(v string) (int64, bool) {
 	v = trimOWS(v)
 	if i := strings.IndexAny(v, ",;"); i >= 0 {
 		v = trimOWS(v[:i])
+	}
+	if whole, frac, ok := strings.Cut(v, "."); ok {
+		if _, ok := digits(frac); !ok {
+			return 0, false
+		}
+		v = whole
 	}
 	return digits(v)
 }
 
 // legacy reads a Limit/Remaining/Reset triple of separate headers.
 // epochAllowed says whether the reset may be a Unix time; the IETF drafts'
-// RateLimit-Reset is always delta-seconds.
-func (p *Parser) legacy(rep *Report, h http.Header, now int64, limitKey, remKey, resetKey string, src Source, epochAllowed bool) {
+// RateLimit-Reset is always delta-seconds. resetAfterKey, when not empty,
+// names a field with the seconds until the reset, fraction and all
+// (Discord's X-RateLimit-Reset-After: "0.640"), which wins over the
+// reset: it needs no clock in step with the provider's.
+func (p *Parser) legacy(rep *Report, h http.Header, now int64, limitKey, remKey, resetKey, resetAfterKey string, src Source, epochAllowed bool) {
 	var pol Policy
 	pol.Source = src
 	if v := h[limitKey]; len(v) > 0 {
@@ -250,6 +290,11 @@ func (p *Parser) legacy(rep *Report, h http.Header, now int64, limitKey, remKey,
 			d, ok = clampDelay(secondsToMicros(n), p.maxDelay), true
 		}
 		if ok {
+			pol.ResetAfter, pol.Known = d, pol.Known|FieldResetAfter
+		}
+	}
+	if v := h[resetAfterKey]; resetAfterKey != "" && len(v) > 0 {
+		if d, ok := deltaSeconds(v[0], p.maxDelay); ok {
 			pol.ResetAfter, pol.Known = d, pol.Known|FieldResetAfter
 		}
 	}

@@ -238,9 +238,9 @@ func (p *Parser) ParseTo(rep *Report, now int64, r Response) {
 		}
 	}
 	p.ietf(rep, h)
-	p.legacy(rep, h, now, "Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", SourceIETFLegacy, false)
-	p.legacy(rep, h, now, "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", SourceXRateLimit, true)
-	p.legacy(rep, h, now, "X-Rate-Limit-Limit", "X-Rate-Limit-Remaining", "X-Rate-Limit-Reset", SourceXRateLimit, true)
+	p.legacy(rep, h, now, "Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", "", SourceIETFLegacy, false)
+	p.legacy(rep, h, now, "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "X-Ratelimit-Reset-After", SourceXRateLimit, true)
+	p.legacy(rep, h, now, "X-Rate-Limit-Limit", "X-Rate-Limit-Remaining", "X-Rate-Limit-Reset", "", SourceXRateLimit, true)
 	if v := h["X-Shopify-Shop-Api-Call-Limit"]; len(v) > 0 {
 		if used, limit, ok := ShopifyCallLimit(v[0]); ok {
 			rep.Sources |= SourceShopifyREST

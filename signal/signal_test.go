@@ -265,7 +265,16 @@ func TestParseLegacyAndXRateLimit(t *testing.T) {
 			SourceXRateLimit, Policy{Source: SourceXRateLimit, Known: FieldRemaining, Remaining: 3}},
 		{"ietf legacy reset is always delta", hdr("RateLimit-Limit", "10", "RateLimit-Remaining", "2", "RateLimit-Reset", fmt.Sprint(epoch)),
 			SourceIETFLegacy, Policy{Source: SourceIETFLegacy, Known: FieldLimit | FieldRemaining | FieldResetAfter, Limit: 10, Remaining: 2, ResetAfter: maxD}},
-		{"garbage is ignored field by field", hdr("X-RateLimit-Limit", "lots", "X-RateLimit-Remaining", "-4", "X-RateLimit-Reset", "9"),
+		{"reddit's decimal counts and delta reset", hdr("X-Ratelimit-Used", "4", "X-Ratelimit-Remaining", "596.0", "X-Ratelimit-Reset", "417"),
+			SourceXRateLimit, Policy{Source: SourceXRateLimit, Known: FieldRemaining | FieldResetAfter, Remaining: 596, ResetAfter: 417 * sec}},
+		{"under one left is none", hdr("X-Ratelimit-Remaining", "0.6", "X-Ratelimit-Reset", "3"),
+			SourceXRateLimit, Policy{Source: SourceXRateLimit, Known: FieldRemaining | FieldResetAfter, Remaining: 0, ResetAfter: 3 * sec}},
+		{"discord's reset-after wins over its epoch reset", hdr("X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "0",
+			"X-RateLimit-Reset", fmt.Sprintf("%d.123", epoch+9), "X-RateLimit-Reset-After", "0.640"),
+			SourceXRateLimit, Policy{Source: SourceXRateLimit, Known: FieldLimit | FieldRemaining | FieldResetAfter, Limit: 5, Remaining: 0, ResetAfter: 640 * ms}},
+		{"a reset-after alone", hdr("X-RateLimit-Reset-After", "2"),
+			SourceXRateLimit, Policy{Source: SourceXRateLimit, Known: FieldResetAfter, ResetAfter: 2 * sec}},
+		{"garbage is ignored field by field", hdr("X-RateLimit-Limit", "lots", "X-RateLimit-Remaining", "-4", "X-RateLimit-Reset", "9", "X-RateLimit-Reset-After", "soon"),
 			SourceXRateLimit, Policy{Source: SourceXRateLimit, Known: FieldResetAfter, ResetAfter: 9 * sec}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
