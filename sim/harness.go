@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicerl/sluice/clock"
+	"github.com/sluicerl/sluice/signal"
 )
 
 // Client is what one simulated process calls the provider through: a
@@ -152,7 +153,7 @@ func (c countingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return resp, nil
 	}
 	s.offered.Add(1)
-	switch Classify(resp.StatusCode, body) {
+	switch ClassifyResponse(resp.StatusCode, resp.Header, body) {
 	case OutcomeBan:
 		s.bans.Add(1)
 	case OutcomeThrottle:
@@ -174,7 +175,8 @@ type Outcome uint8
 const (
 	// OutcomeOK is a 2xx without a throttle error in its body.
 	OutcomeOK Outcome = iota
-	// OutcomeThrottle is a 429, a 503, or a 2xx carrying THROTTLED.
+	// OutcomeThrottle is a 429, a 503, a 2xx carrying THROTTLED, or (by
+	// ClassifyResponse) a 403 over a rate limit.
 	OutcomeThrottle
 	// OutcomeBan is a 418.
 	OutcomeBan
@@ -202,6 +204,19 @@ func Classify(status int, body []byte) Outcome {
 		return OutcomeOK
 	}
 	return OutcomeError
+}
+
+// ClassifyResponse is Classify with the response's header: a 403 over a
+// rate limit (with Retry-After, or with X-RateLimit-Remaining 0, as
+// GitHub answers) is a throttle, as package signal reads it; any other
+// 403 is an error.
+func ClassifyResponse(status int, h http.Header, body []byte) Outcome {
+	o := Classify(status, body)
+	if o == OutcomeError && status == http.StatusForbidden &&
+		signal.Parse(time.Now().UnixMicro(), signal.Response{Status: status, Header: h}).Throttled {
+		return OutcomeThrottle
+	}
+	return o
 }
 
 // graphQLErrors reports whether body is a JSON object with a non-empty

@@ -190,3 +190,20 @@ func TestClassify(t *testing.T) {
 		require.Equal(t, tt.want, Classify(tt.status, []byte(tt.body)), "%d %s", tt.status, tt.body)
 	}
 }
+
+func TestClassifyResponse403(t *testing.T) {
+	t.Parallel()
+	h := func(kv ...string) http.Header {
+		out := http.Header{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out.Set(kv[i], kv[i+1])
+		}
+		return out
+	}
+	require.Equal(t, OutcomeThrottle, ClassifyResponse(403, h("Retry-After", "60"), nil), "a secondary limit")
+	require.Equal(t, OutcomeThrottle, ClassifyResponse(403, h("X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "9"), nil), "a primary limit")
+	require.Equal(t, OutcomeError, ClassifyResponse(403, h("X-Ratelimit-Remaining", "7"), nil), "permission")
+	require.Equal(t, OutcomeError, ClassifyResponse(403, nil, nil))
+	require.Equal(t, OutcomeThrottle, ClassifyResponse(429, nil, nil))
+	require.Equal(t, OutcomeOK, ClassifyResponse(200, h("Retry-After", "60"), []byte(`{}`)))
+}
