@@ -29,6 +29,13 @@ func TestStatedLimitIsPacedFromTheFirstAnswer(t *testing.T) {
 	}{
 		{"IETF RateLimit-Policy", []string{"RateLimit-Policy", `"default";q=100;w=1`, "RateLimit", `"default";r=99;t=1`}, "", 98},
 		{"X-RateLimit-*", []string{"X-RateLimit-Limit", "600", "X-RateLimit-Remaining", "599", "X-RateLimit-Reset", "60"}, "", 0.98 * 600 / 60},
+		{"OpenAI requests and tokens a minute", []string{"X-Ratelimit-Limit-Requests", "600", "X-Ratelimit-Remaining-Requests", "599",
+			"X-Ratelimit-Reset-Requests", "100ms", "X-Ratelimit-Limit-Tokens", "150000", "X-Ratelimit-Remaining-Tokens", "149000",
+			"X-Ratelimit-Reset-Tokens", "400ms"}, "", 0.98 * 600 / 60},
+		{"Anthropic requests and tokens a minute", []string{"Anthropic-Ratelimit-Requests-Limit", "300", "Anthropic-Ratelimit-Requests-Remaining", "299",
+			"Anthropic-Ratelimit-Requests-Reset", t0.Add(200 * time.Millisecond).Format(time.RFC3339Nano),
+			"Anthropic-Ratelimit-Tokens-Limit", "80000", "Anthropic-Ratelimit-Tokens-Remaining", "79000",
+			"Anthropic-Ratelimit-Tokens-Reset", t0.Add(time.Second).Format(time.RFC3339)}, "", 0.98 * 300 / 60},
 		{"Shopify throttleStatus", []string{"Content-Type", "application/json"},
 			`{"data":{},"extensions":{"cost":{"requestedQueryCost":10,"actualQueryCost":5,` +
 				`"throttleStatus":{"maximumAvailable":1000,"currentlyAvailable":995,"restoreRate":50}}}}`, 10},
@@ -326,4 +333,23 @@ func TestA403OverARateLimitWaitsAndRetries(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, status)
 		require.Len(t, base.sentAt(), 1, "a permission error is not sent again")
 	})
+}
+
+// OpenAI states its tokens a minute beside its requests: with no tokens
+// left the key waits until they are back (x-ratelimit-reset-tokens), for
+// the fleet, however many requests remain.
+func TestNoTokensLeftPausesUntilTheirReset(t *testing.T) {
+	t.Parallel()
+	clk := watch(t0)
+	base := &scripted{resps: []func() *http.Response{
+		response(200, "ok", "X-Ratelimit-Limit-Requests", "600", "X-Ratelimit-Remaining-Requests", "599", "X-Ratelimit-Reset-Requests", "100ms",
+			"X-Ratelimit-Limit-Tokens", "1000", "X-Ratelimit-Remaining-Tokens", "0", "X-Ratelimit-Reset-Tokens", "2.5s"),
+		response(200, "ok")}, clk: clk}
+	c, err := outbound.New(outbound.Config{Base: base, Store: memstore.New(memstore.Config{Clock: clk}), Clock: clk})
+	require.NoError(t, err)
+	getAdvancing(t, clk, c, "http://api.test/")
+	getAdvancing(t, clk, c, "http://api.test/")
+	sent := base.sentAt()
+	require.Len(t, sent, 2)
+	require.GreaterOrEqual(t, sent[1].Sub(sent[0]), 2500*time.Millisecond, "not before the tokens are back")
 }

@@ -8,15 +8,21 @@ import (
 	"syscall"
 )
 
+// statusOverloaded is the 529 a provider answers when it is overloaded
+// (Anthropic's overloaded_error): not an HTTP standard code, and not
+// the caller's fault.
+const statusOverloaded = 529
+
 // ClassifyStatus classifies an HTTP status: 1xx-3xx succeed; 408, 418, 429,
-// 500, 502, 503 and 504 are transient; every other status is permanent.
+// 500, 502, 503, 504 and 529 (overloaded) are transient; every other
+// status is permanent.
 func ClassifyStatus(status int) Class {
 	switch {
 	case status >= 100 && status < 400:
 		return ClassSuccess
 	}
 	switch status {
-	case 408, 418, 429, 500, 502, 503, 504:
+	case 408, 418, 429, 500, 502, 503, 504, statusOverloaded:
 		return ClassTransient
 	}
 	return ClassPermanent

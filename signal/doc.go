@@ -27,6 +27,14 @@
 //     HTTP 200.
 //   - Binance: X-MBX-USED-WEIGHT-(n)(unit) and X-MBX-ORDER-COUNT-(n)(unit)
 //     usage headers, and 418 IP bans.
+//   - OpenAI's x-ratelimit-{limit,remaining,reset}-{requests,tokens} (the
+//     reset a duration, "6m0s") and Anthropic's
+//     anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-
+//     {limit,remaining,reset} (the reset an RFC 3339 time): quotas a
+//     minute, named "requests", "tokens" and so on; the wait of Azure's
+//     and OpenAI's retry-after-ms (and x-ms-retry-after-ms), which wins
+//     over Retry-After; and 529, a provider overloaded (Anthropic), a
+//     throttle like 503.
 //   - GitHub's 403 over a rate limit: a 403 with a Retry-After (a secondary
 //     limit) or with the quota it states exhausted (a primary one) is a
 //     throttle, transient; any other 403 is permanent.

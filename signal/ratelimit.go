@@ -69,11 +69,8 @@ func trimOWS(s string) string {
 // ignored with ok false.
 func RetryAfter(v string, now, maxDelay int64) (delay int64, ok bool) {
 	v = trimOWS(v)
-	if n, ok := digits(v); ok {
-		return clampDelay(secondsToMicros(n), maxDelay), true
-	}
-	if d, ok := decimalSeconds(v); ok {
-		return clampDelay(d, maxDelay), true
+	if d, ok := deltaSeconds(v, maxDelay); ok {
+		return d, true
 	}
 	t, ok := httpDate(v, now)
 	if !ok {
@@ -218,30 +215,25 @@ func ResetDelay(v string, now, maxDelay int64) (int64, bool) {
 // deltaSeconds parses a count of seconds with an optional fraction
 // ("17", "0.640") into microseconds clamped to [0, maxDelay].
 func deltaSeconds(v string, maxDelay int64) (int64, bool) {
-	whole, frac, hasFrac := strings.Cut(trimOWS(v), ".")
-	n, ok := digits(whole)
+	v = trimOWS(v)
+	if n, ok := digits(v); ok {
+		return clampDelay(secondsToMicros(n), maxDelay), true
+	}
+	if d, ok := decimalSeconds(v); ok {
+		return clampDelay(d, maxDelay), true
+	}
+	return 0, false
+}
+
+// deltaMillis parses a count of milliseconds with an optional fraction
+// ("1500", "37.5"; Azure's and OpenAI's retry-after-ms) into
+// microseconds clamped to [0, maxDelay].
+func deltaMillis(v string, maxDelay int64) (int64, bool) {
+	d, ok := deltaSeconds(v, 1<<62)
 	if !ok {
 		return 0, false
 	}
-	var f int64
-	if hasFrac {
-		if len(frac) > 9 {
-			frac = frac[:9]
-		}
-		if f, ok = digits(frac); !ok {
-			return 0, false
-		}
-		for i := len(frac); i < 6; i++ {
-			f *= 10
-		}
-		for i := len(frac); i > 6; i-- {
-			f /= 10
-		}
-	}
-	if n > maxDelay/sec {
-		return maxDelay, true
-	}
-	return clampDelay(n*sec+f, maxDelay), true
+	return clampDelay(d/1000, maxDelay), true
 }
 
 // headerInt parses the leading integer of a quota header value. Some
@@ -262,44 +254,118 @@ func headerInt(v string) (int64, bool) {
 	return digits(v)
 }
 
-// legacy reads a Limit/Remaining/Reset triple of separate headers.
-// epochAllowed says whether the reset may be a Unix time; the IETF drafts'
-// RateLimit-Reset is always delta-seconds. resetAfterKey, when not empty,
-// names a field with the seconds until the reset, fraction and all
-// (Discord's X-RateLimit-Reset-After: "0.640"), which wins over the
-// reset: it needs no clock in step with the provider's.
-func (p *Parser) legacy(rep *Report, h http.Header, now int64, limitKey, remKey, resetKey, resetAfterKey string, src Source, epochAllowed bool) {
+// resetKind says how a quota's reset field counts.
+type resetKind uint8
+
+const (
+	// resetEpoch: delta-seconds or a Unix time, told apart by size
+	// (ResetDelay): X-RateLimit-Reset.
+	resetEpoch resetKind = iota
+	// resetDelta: always delta-seconds (the IETF drafts' RateLimit-Reset).
+	resetDelta
+	// resetDuration: a duration with units, "1s", "6m0s", "20ms" (OpenAI's
+	// x-ratelimit-reset-requests); plain seconds are read too.
+	resetDuration
+	// resetTime: an RFC 3339 time (Anthropic's
+	// anthropic-ratelimit-requests-reset).
+	resetTime
+)
+
+// quotaKeys names the fields of one quota stated in separate headers.
+// resetAfter, when not empty, names a field with the seconds until the
+// reset, fraction and all (Discord's X-RateLimit-Reset-After: "0.640"),
+// which wins over reset: it needs no clock in step with the provider's.
+type quotaKeys struct {
+	name, limit, remaining, reset, resetAfter string
+	kind                                      resetKind
+	// window, when not 0, is the quota's window (µs), which the
+	// provider documents rather than sends.
+	window int64
+}
+
+// The quotas stated in separate headers, in the order they are read.
+var (
+	ietfLegacyKeys = quotaKeys{limit: "Ratelimit-Limit", remaining: "Ratelimit-Remaining", reset: "Ratelimit-Reset", kind: resetDelta}
+	xRateLimitKeys = quotaKeys{limit: "X-Ratelimit-Limit", remaining: "X-Ratelimit-Remaining", reset: "X-Ratelimit-Reset",
+		resetAfter: "X-Ratelimit-Reset-After"}
+	xRateLimitAltKeys = quotaKeys{limit: "X-Rate-Limit-Limit", remaining: "X-Rate-Limit-Remaining", reset: "X-Rate-Limit-Reset"}
+	// OpenAI: requests and tokens a minute (its documented RPM and TPM,
+	// replenished continuously), each with the time until it is whole
+	// again.
+	openAIKeys = [...]quotaKeys{
+		{name: "requests", limit: "X-Ratelimit-Limit-Requests", remaining: "X-Ratelimit-Remaining-Requests", reset: "X-Ratelimit-Reset-Requests", kind: resetDuration, window: 60 * sec},
+		{name: "tokens", limit: "X-Ratelimit-Limit-Tokens", remaining: "X-Ratelimit-Remaining-Tokens", reset: "X-Ratelimit-Reset-Tokens", kind: resetDuration, window: 60 * sec},
+	}
+	// Anthropic: requests, tokens, input and output tokens a minute
+	// (replenished continuously), each with the time it is whole again.
+	anthropicKeys = [...]quotaKeys{
+		{name: "requests", limit: "Anthropic-Ratelimit-Requests-Limit", remaining: "Anthropic-Ratelimit-Requests-Remaining", reset: "Anthropic-Ratelimit-Requests-Reset", kind: resetTime, window: 60 * sec},
+		{name: "tokens", limit: "Anthropic-Ratelimit-Tokens-Limit", remaining: "Anthropic-Ratelimit-Tokens-Remaining", reset: "Anthropic-Ratelimit-Tokens-Reset", kind: resetTime, window: 60 * sec},
+		{name: "input-tokens", limit: "Anthropic-Ratelimit-Input-Tokens-Limit", remaining: "Anthropic-Ratelimit-Input-Tokens-Remaining", reset: "Anthropic-Ratelimit-Input-Tokens-Reset", kind: resetTime, window: 60 * sec},
+		{name: "output-tokens", limit: "Anthropic-Ratelimit-Output-Tokens-Limit", remaining: "Anthropic-Ratelimit-Output-Tokens-Remaining", reset: "Anthropic-Ratelimit-Output-Tokens-Reset", kind: resetTime, window: 60 * sec},
+	}
+)
+
+// resetValue parses a reset field of kind at now into microseconds until
+// the reset, clamped to [0, maxDelay].
+func resetValue(v string, kind resetKind, now, maxDelay int64) (int64, bool) {
+	switch kind {
+	case resetEpoch:
+		return ResetDelay(v, now, maxDelay)
+	case resetDuration:
+		v = trimOWS(v)
+		if d, ok := deltaSeconds(v, maxDelay); ok {
+			return d, true
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return 0, false
+		}
+		return clampDelay(d.Microseconds(), maxDelay), true
+	case resetTime:
+		t, err := time.Parse(time.RFC3339, trimOWS(v))
+		if err != nil {
+			return 0, false
+		}
+		return clampDelay(untilMicros(t, now), maxDelay), true
+	}
+	n, ok := headerInt(v)
+	if !ok {
+		return 0, false
+	}
+	return clampDelay(secondsToMicros(n), maxDelay), true
+}
+
+// legacy reads one quota stated in separate headers (k) as a policy of
+// source src.
+func (p *Parser) legacy(rep *Report, h http.Header, now int64, k *quotaKeys, src Source) {
 	var pol Policy
-	pol.Source = src
-	if v := h[limitKey]; len(v) > 0 {
+	pol.Source, pol.Name = src, k.name
+	if v := h[k.limit]; len(v) > 0 {
 		if n, ok := headerInt(v[0]); ok {
 			pol.Limit, pol.Known = n, pol.Known|FieldLimit
 		}
 	}
-	if v := h[remKey]; len(v) > 0 {
+	if v := h[k.remaining]; len(v) > 0 {
 		if n, ok := headerInt(v[0]); ok {
 			pol.Remaining, pol.Known = n, pol.Known|FieldRemaining
 		}
 	}
-	if v := h[resetKey]; len(v) > 0 {
-		var d int64
-		var ok bool
-		if epochAllowed {
-			d, ok = ResetDelay(v[0], now, p.maxDelay)
-		} else if n, ok2 := headerInt(v[0]); ok2 {
-			d, ok = clampDelay(secondsToMicros(n), p.maxDelay), true
-		}
-		if ok {
+	if v := h[k.reset]; len(v) > 0 {
+		if d, ok := resetValue(v[0], k.kind, now, p.maxDelay); ok {
 			pol.ResetAfter, pol.Known = d, pol.Known|FieldResetAfter
 		}
 	}
-	if v := h[resetAfterKey]; resetAfterKey != "" && len(v) > 0 {
+	if v := h[k.resetAfter]; k.resetAfter != "" && len(v) > 0 {
 		if d, ok := deltaSeconds(v[0], p.maxDelay); ok {
 			pol.ResetAfter, pol.Known = d, pol.Known|FieldResetAfter
 		}
 	}
 	if pol.Known == 0 {
 		return
+	}
+	if k.window > 0 {
+		pol.Window, pol.Known = k.window, pol.Known|FieldWindow
 	}
 	rep.Sources |= src
 	rep.addPolicy(pol)

@@ -117,8 +117,9 @@ type Report struct {
 	Status int
 	Class  Class
 	// Throttled is set when the provider refused the call for rate
-	// reasons: 429, 503, 418, THROTTLED in a GraphQL body, or a 403 with
-	// a Retry-After or with the quota it states exhausted (GitHub).
+	// reasons: 429, 503, 529 (overloaded), 418, THROTTLED in a GraphQL
+	// body, or a 403 with a Retry-After or with the quota it states
+	// exhausted (GitHub).
 	Throttled bool
 	// Banned is set for a 418: the caller is banned until RetryAfter.
 	Banned bool
@@ -225,7 +226,7 @@ func (p *Parser) ParseTo(rep *Report, now int64, r Response) {
 	}
 	rep.Class = ClassifyStatus(r.Status)
 	switch r.Status {
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable, statusOverloaded:
 		rep.Throttled = true
 	case http.StatusTeapot:
 		rep.Throttled, rep.Banned = true, true
@@ -237,10 +238,27 @@ func (p *Parser) ParseTo(rep *Report, now int64, r Response) {
 			rep.Sources |= SourceRetryAfter
 		}
 	}
+	// The same wait in milliseconds (Azure's and OpenAI's retry-after-ms,
+	// Azure's x-ms-retry-after-ms) is the more exact, and wins.
+	for _, k := range [...]string{"Retry-After-Ms", "X-Ms-Retry-After-Ms"} {
+		if v := h[k]; len(v) > 0 {
+			if d, ok := deltaMillis(v[0], p.maxDelay); ok {
+				rep.RetryAfter, rep.HasRetryAfter = d, true
+				rep.Sources |= SourceRetryAfter
+				break
+			}
+		}
+	}
 	p.ietf(rep, h)
-	p.legacy(rep, h, now, "Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", "", SourceIETFLegacy, false)
-	p.legacy(rep, h, now, "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "X-Ratelimit-Reset-After", SourceXRateLimit, true)
-	p.legacy(rep, h, now, "X-Rate-Limit-Limit", "X-Rate-Limit-Remaining", "X-Rate-Limit-Reset", "", SourceXRateLimit, true)
+	p.legacy(rep, h, now, &ietfLegacyKeys, SourceIETFLegacy)
+	p.legacy(rep, h, now, &xRateLimitKeys, SourceXRateLimit)
+	p.legacy(rep, h, now, &xRateLimitAltKeys, SourceXRateLimit)
+	for i := range openAIKeys {
+		p.legacy(rep, h, now, &openAIKeys[i], SourceXRateLimit)
+	}
+	for i := range anthropicKeys {
+		p.legacy(rep, h, now, &anthropicKeys[i], SourceXRateLimit)
+	}
 	if v := h["X-Shopify-Shop-Api-Call-Limit"]; len(v) > 0 {
 		if used, limit, ok := ShopifyCallLimit(v[0]); ok {
 			rep.Sources |= SourceShopifyREST
