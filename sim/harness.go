@@ -175,8 +175,8 @@ type Outcome uint8
 const (
 	// OutcomeOK is a 2xx without a throttle error in its body.
 	OutcomeOK Outcome = iota
-	// OutcomeThrottle is a 429, a 503, a 2xx carrying THROTTLED, or (by
-	// ClassifyResponse) a 403 over a rate limit.
+	// OutcomeThrottle is a 429, a 503, a 529 (overloaded), a 2xx carrying
+	// THROTTLED, or (by ClassifyResponse) a 403 over a rate limit.
 	OutcomeThrottle
 	// OutcomeBan is a 418.
 	OutcomeBan
@@ -187,12 +187,15 @@ const (
 
 var throttledCode = []byte(`"THROTTLED"`)
 
+// statusOverloaded is the 529 a provider overloaded answers (Anthropic).
+const statusOverloaded = 529
+
 // Classify says how the harness counts a response of status with body.
 func Classify(status int, body []byte) Outcome {
 	switch {
 	case status == http.StatusTeapot:
 		return OutcomeBan
-	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
+	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable || status == statusOverloaded:
 		return OutcomeThrottle
 	case status >= 200 && status < 300:
 		if bytes.Contains(body, throttledCode) {

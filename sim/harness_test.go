@@ -183,6 +183,7 @@ func TestClassify(t *testing.T) {
 		{200, `{"data":{"note":"\"errors\" in a string"}}`, OutcomeOK},
 		{429, ``, OutcomeThrottle},
 		{503, ``, OutcomeThrottle},
+		{529, ``, OutcomeThrottle},
 		{418, ``, OutcomeBan},
 		{404, ``, OutcomeError},
 		{500, ``, OutcomeError},
