@@ -36,6 +36,8 @@ func TestStatedLimitIsPacedFromTheFirstAnswer(t *testing.T) {
 			"Anthropic-Ratelimit-Requests-Reset", t0.Add(200 * time.Millisecond).Format(time.RFC3339Nano),
 			"Anthropic-Ratelimit-Tokens-Limit", "80000", "Anthropic-Ratelimit-Tokens-Remaining", "79000",
 			"Anthropic-Ratelimit-Tokens-Reset", t0.Add(time.Second).Format(time.RFC3339)}, "", 0.98 * 300 / 60},
+		{"HubSpot calls per interval", []string{"X-HubSpot-RateLimit-Max", "100", "X-HubSpot-RateLimit-Remaining", "99",
+			"X-HubSpot-RateLimit-Interval-Milliseconds", "10000"}, "", 0.98 * 100 / 10},
 		{"Shopify throttleStatus", []string{"Content-Type", "application/json"},
 			`{"data":{},"extensions":{"cost":{"requestedQueryCost":10,"actualQueryCost":5,` +
 				`"throttleStatus":{"maximumAvailable":1000,"currentlyAvailable":995,"restoreRate":50}}}}`, 10},

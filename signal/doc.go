@@ -19,8 +19,10 @@
 //   - X-RateLimit-Limit / -Remaining / -Reset (and the X-Rate-Limit-*
 //     spelling). The reset is told apart by its size: see ResetDelay.
 //     Discord's X-RateLimit-Reset-After (seconds with a fraction) wins
-//     over the reset; a decimal count (Reddit's "596.0") counts by its
-//     whole part.
+//     over the reset, which may also be an RFC 3339 time (Atlassian's); a
+//     decimal count (Reddit's "596.0") counts by its whole part.
+//     HubSpot's X-HubSpot-RateLimit-Max / -Remaining are a quota over
+//     X-HubSpot-RateLimit-Interval-Milliseconds.
 //   - Shopify: the REST X-Shopify-Shop-Api-Call-Limit header ("32/40") and
 //     the GraphQL extensions.cost object of a JSON body (requestedQueryCost,
 //     actualQueryCost, throttleStatus), including THROTTLED errors inside an

@@ -171,7 +171,8 @@ const (
 //     10^9 seconds is 2001-09-09, and as a delay it would be 31 years;
 //   - from 10^12: a Unix time in milliseconds.
 //
-// An HTTP-date is accepted too. A Unix time in the past is a delay of 0.
+// An HTTP-date is accepted too, and an RFC 3339 time (Atlassian's
+// "2026-12-02T10:15:00Z"). A time in the past is a delay of 0.
 func ResetDelay(v string, now, maxDelay int64) (int64, bool) {
 	v = trimOWS(v)
 	whole, frac, hasFrac := strings.Cut(v, ".")
@@ -180,7 +181,7 @@ func ResetDelay(v string, now, maxDelay int64) (int64, bool) {
 		if t, ok := httpDate(v, now); ok {
 			return clampDelay(untilMicros(t, now), maxDelay), true
 		}
-		return 0, false
+		return rfc3339Delay(v, now, maxDelay)
 	}
 	var fracMicros int64
 	if hasFrac {
@@ -279,8 +280,10 @@ type quotaKeys struct {
 	name, limit, remaining, reset, resetAfter string
 	kind                                      resetKind
 	// window, when not 0, is the quota's window (µs), which the
-	// provider documents rather than sends.
-	window int64
+	// provider documents rather than sends; windowMillis, when not
+	// empty, names a field that sends it in milliseconds.
+	window       int64
+	windowMillis string
 }
 
 // The quotas stated in separate headers, in the order they are read.
@@ -289,6 +292,10 @@ var (
 	xRateLimitKeys = quotaKeys{limit: "X-Ratelimit-Limit", remaining: "X-Ratelimit-Remaining", reset: "X-Ratelimit-Reset",
 		resetAfter: "X-Ratelimit-Reset-After"}
 	xRateLimitAltKeys = quotaKeys{limit: "X-Rate-Limit-Limit", remaining: "X-Rate-Limit-Remaining", reset: "X-Rate-Limit-Reset"}
+	// HubSpot: calls per interval, the interval in milliseconds in a
+	// field of its own (X-HubSpot-RateLimit-Interval-Milliseconds).
+	hubSpotKeys = quotaKeys{name: "interval", limit: "X-Hubspot-Ratelimit-Max", remaining: "X-Hubspot-Ratelimit-Remaining",
+		windowMillis: "X-Hubspot-Ratelimit-Interval-Milliseconds"}
 	// OpenAI: requests and tokens a minute (its documented RPM and TPM,
 	// replenished continuously), each with the time until it is whole
 	// again.
@@ -305,6 +312,16 @@ var (
 		{name: "output-tokens", limit: "Anthropic-Ratelimit-Output-Tokens-Limit", remaining: "Anthropic-Ratelimit-Output-Tokens-Remaining", reset: "Anthropic-Ratelimit-Output-Tokens-Reset", kind: resetTime, window: 60 * sec},
 	}
 )
+
+// rfc3339Delay parses an RFC 3339 time (fractional seconds allowed) at
+// now into microseconds until it, clamped to [0, maxDelay].
+func rfc3339Delay(v string, now, maxDelay int64) (int64, bool) {
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return 0, false
+	}
+	return clampDelay(untilMicros(t, now), maxDelay), true
+}
 
 // resetValue parses a reset field of kind at now into microseconds until
 // the reset, clamped to [0, maxDelay].
@@ -323,11 +340,7 @@ func resetValue(v string, kind resetKind, now, maxDelay int64) (int64, bool) {
 		}
 		return clampDelay(d.Microseconds(), maxDelay), true
 	case resetTime:
-		t, err := time.Parse(time.RFC3339, trimOWS(v))
-		if err != nil {
-			return 0, false
-		}
-		return clampDelay(untilMicros(t, now), maxDelay), true
+		return rfc3339Delay(trimOWS(v), now, maxDelay)
 	}
 	n, ok := headerInt(v)
 	if !ok {
@@ -363,6 +376,11 @@ func (p *Parser) legacy(rep *Report, h http.Header, now int64, k *quotaKeys, src
 	}
 	if pol.Known == 0 {
 		return
+	}
+	if v := h[k.windowMillis]; k.windowMillis != "" && len(v) > 0 {
+		if d, ok := deltaMillis(v[0], p.maxDelay); ok && d > 0 {
+			pol.Window, pol.Known = d, pol.Known|FieldWindow
+		}
 	}
 	if k.window > 0 {
 		pol.Window, pol.Known = k.window, pol.Known|FieldWindow

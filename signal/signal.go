@@ -253,6 +253,7 @@ func (p *Parser) ParseTo(rep *Report, now int64, r Response) {
 	p.legacy(rep, h, now, &ietfLegacyKeys, SourceIETFLegacy)
 	p.legacy(rep, h, now, &xRateLimitKeys, SourceXRateLimit)
 	p.legacy(rep, h, now, &xRateLimitAltKeys, SourceXRateLimit)
+	p.legacy(rep, h, now, &hubSpotKeys, SourceXRateLimit)
 	for i := range openAIKeys {
 		p.legacy(rep, h, now, &openAIKeys[i], SourceXRateLimit)
 	}

@@ -288,6 +288,12 @@ func TestParseLegacyAndXRateLimit(t *testing.T) {
 				Limit: 50, Remaining: 0, ResetAfter: 1200 * ms, Window: 60 * sec}},
 		{"a reset that does not parse is dropped", hdr("X-Ratelimit-Remaining-Requests", "3", "X-Ratelimit-Reset-Requests", "a while"),
 			SourceXRateLimit, Policy{Name: "requests", Source: SourceXRateLimit, Known: FieldRemaining | FieldWindow, Remaining: 3, Window: 60 * sec}},
+		{"atlassian's reset as an RFC 3339 time", hdr("X-RateLimit-Limit", "100", "X-RateLimit-Remaining", "0",
+			"X-RateLimit-Reset", time.UnixMicro(t0+90*sec).UTC().Format(time.RFC3339)),
+			SourceXRateLimit, Policy{Source: SourceXRateLimit, Known: FieldLimit | FieldRemaining | FieldResetAfter, Limit: 100, Remaining: 0, ResetAfter: 90 * sec}},
+		{"hubspot's calls per interval in milliseconds", hdr("X-HubSpot-RateLimit-Max", "100", "X-HubSpot-RateLimit-Remaining", "97",
+			"X-HubSpot-RateLimit-Interval-Milliseconds", "10000"),
+			SourceXRateLimit, Policy{Name: "interval", Source: SourceXRateLimit, Known: FieldLimit | FieldRemaining | FieldWindow, Limit: 100, Remaining: 97, Window: 10 * sec}},
 		{"garbage is ignored field by field", hdr("X-RateLimit-Limit", "lots", "X-RateLimit-Remaining", "-4", "X-RateLimit-Reset", "9", "X-RateLimit-Reset-After", "soon"),
 			SourceXRateLimit, Policy{Source: SourceXRateLimit, Known: FieldResetAfter, ResetAfter: 9 * sec}},
 	} {
@@ -298,6 +304,9 @@ func TestParseLegacyAndXRateLimit(t *testing.T) {
 			require.Equal(t, []Policy{tc.want}, policies(rep))
 		})
 	}
+	rep := Parse(t0, Response{Status: 200, Header: hdr("X-HubSpot-RateLimit-Interval-Milliseconds", "10000")})
+	require.Zero(t, rep.Sources, "an interval alone states no quota")
+	require.Empty(t, policies(rep))
 }
 
 func TestParseStatusAndRetryAfter(t *testing.T) {
