@@ -77,6 +77,7 @@ func FuzzRetryAfter(f *testing.F) {
 
 func FuzzResetDelay(f *testing.F) {
 	f.Add("1893456042", int64(0))
+	f.Add("2030-01-01T00:00:00.25+02:00", int64(0))
 	f.Fuzz(func(t *testing.T, v string, off int64) {
 		now := t0 + off%(400*day)
 		d, ok := ResetDelay(v, now, maxD)
@@ -144,18 +145,24 @@ func FuzzSFDictionary(f *testing.F) {
 // through Parse.
 func FuzzRateLimitHeaders(f *testing.F) {
 	f.Add(`"burst";q=100;w=60`, `"burst";r=50;t=30`, "100", "5", "1893456000")
+	f.Add("", "", "60", "59.0", "6m0.5s")
+	f.Add("", "", "50", "0", "2026-03-04T05:06:08.5Z")
 	f.Fuzz(func(t *testing.T, policy, state, limit, remaining, reset string) {
 		h := http.Header{}
 		for k, v := range map[string]string{"Ratelimit-Policy": policy, "Ratelimit": state,
 			"X-Ratelimit-Limit": limit, "X-Ratelimit-Remaining": remaining, "X-Ratelimit-Reset": reset,
-			"Ratelimit-Reset": reset} {
+			"Ratelimit-Reset": reset, "X-Ratelimit-Reset-After": reset, "Retry-After-Ms": reset,
+			"X-Ratelimit-Limit-Requests": limit, "X-Ratelimit-Remaining-Requests": remaining, "X-Ratelimit-Reset-Requests": reset,
+			"Anthropic-Ratelimit-Requests-Limit": limit, "Anthropic-Ratelimit-Requests-Remaining": remaining,
+			"Anthropic-Ratelimit-Requests-Reset": reset, "X-Hubspot-Ratelimit-Max": limit,
+			"X-Hubspot-Ratelimit-Remaining": remaining, "X-Hubspot-Ratelimit-Interval-Milliseconds": reset} {
 			if v != "" {
 				h[k] = []string{v}
 			}
 		}
 		rep := Parse(t0, Response{Status: 200, Header: h})
 		checkReport(t, rep, DefaultMaxDelay.Microseconds())
-		if rep.Sources&^(SourceIETF|SourceXRateLimit|SourceIETFLegacy) != 0 {
+		if rep.Sources&^(SourceIETF|SourceXRateLimit|SourceIETFLegacy|SourceRetryAfter) != 0 {
 			t.Fatalf("sources %b", rep.Sources)
 		}
 	})
