@@ -355,3 +355,28 @@ func TestNoTokensLeftPausesUntilTheirReset(t *testing.T) {
 	require.Len(t, sent, 2)
 	require.GreaterOrEqual(t, sent[1].Sub(sent[0]), 2500*time.Millisecond, "not before the tokens are back")
 }
+
+// Discord rounds its Retry-After header up to whole seconds and states
+// the exact wait in the 429's body: the call waits the exact one.
+func TestA429BodysExactWaitWins(t *testing.T) {
+	t.Parallel()
+	clk := watch(t0)
+	base := &scripted{resps: []func() *http.Response{
+		response(429, `{"message": "You are being rate limited.", "retry_after": 1.25, "global": false}`,
+			"Content-Type", "application/json", "Retry-After", "2"),
+		response(200, "ok")}, clk: clk}
+	c, err := outbound.New(outbound.Config{Base: base, Store: memstore.New(memstore.Config{Clock: clk}), Clock: clk,
+		AIMD: aimd.Config{Start: 1e4, IgnoreLatency: true}})
+	require.NoError(t, err)
+	var status int
+	drive(t, clk, func() {
+		resp := get(t, c, "http://api.test/")
+		status = resp.StatusCode
+		_ = resp.Body.Close()
+	})
+	require.Equal(t, http.StatusOK, status)
+	sent := base.sentAt()
+	require.Len(t, sent, 2)
+	require.GreaterOrEqual(t, sent[1].Sub(sent[0]), 1250*time.Millisecond, "never before the exact wait")
+	require.Less(t, sent[1].Sub(sent[0]), 2*time.Second, "not the header's rounded-up second")
+}

@@ -37,6 +37,8 @@
 //     and OpenAI's retry-after-ms (and x-ms-retry-after-ms), which wins
 //     over Retry-After; and 529, a provider overloaded (Anthropic), a
 //     throttle like 503.
+//   - The exact wait in a 429's JSON body (Discord's "retry_after": 64.57,
+//     seconds), which wins over a Retry-After header that rounds it up.
 //   - GitHub's 403 over a rate limit: a 403 with a Retry-After (a secondary
 //     limit) or with the quota it states exhausted (a primary one) is a
 //     throttle, transient; any other 403 is permanent.

@@ -270,6 +270,9 @@ func (p *Parser) ParseTo(rep *Report, now int64, r Response) {
 	binance(rep, h)
 	if len(r.Body) > 0 {
 		p.graphQL(rep, r.Body)
+		if r.Status == http.StatusTooManyRequests {
+			p.bodyRetryAfter(rep, r.Body)
+		}
 	}
 	if r.Status == http.StatusForbidden && (rep.HasRetryAfter || rep.Known&FieldRemaining != 0 && rep.Remaining == 0) {
 		// A 403 over a rate limit (GitHub's REST and GraphQL APIs, and

@@ -601,3 +601,33 @@ func TestGraphQLThrottledWithRoomLeft(t *testing.T) {
 	require.False(t, rep.HasRetryAfter)
 	require.Zero(t, rep.RetryAfter)
 }
+
+// Discord states the exact wait in its 429's body (seconds with a
+// fraction) and rounds the Retry-After header up to whole seconds.
+func TestBodyRetryAfter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		status int
+		h      http.Header
+		body   string
+		want   int64
+		has    bool
+	}{
+		{"the body's exact wait wins over the header's rounding", 429, hdr("Retry-After", "65"), `{"message": "You are being rate limited.", "retry_after": 64.57, "global": false}`, 64570 * ms, true},
+		{"the body alone", 429, nil, `{"retry_after": 0.25}`, 250 * ms, true},
+		{"a body in other units is not the header's wait", 429, hdr("Retry-After", "2"), `{"retry_after": 1500}`, 2 * sec, true},
+		{"a body of another wait is not taken", 429, hdr("Retry-After", "5"), `{"retry_after": 1.5}`, 5 * sec, true},
+		{"not a 429", 200, nil, `{"retry_after": 3}`, 0, false},
+		{"not a number", 429, nil, `{"retry_after": "3"}`, 0, false},
+		{"negative", 429, nil, `{"retry_after": -3}`, 0, false},
+		{"not JSON", 429, hdr("Retry-After", "2"), `retry_after=1.5`, 2 * sec, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rep := Parse(t0, Response{Status: tc.status, Header: tc.h, Body: []byte(tc.body)})
+			require.Equal(t, tc.has, rep.HasRetryAfter)
+			require.Equal(t, tc.want, rep.RetryAfter)
+		})
+	}
+}
