@@ -182,6 +182,9 @@ const (
 	maxResumeSpan = 250_000     // µs
 	spacedFor     = 300_000_000 // µs
 	minSpacePause = 100_000     // µs
+	// lowSpaceRate is the fleet rate (a second) at or under which a
+	// refusal spaces the fleet's calls (adaptive.observe).
+	lowSpaceRate = 25.0
 )
 
 func (a *adaptive) turn(now int64) turn {
@@ -503,6 +506,19 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 			a.minLatency, a.minLatencyAt = max(s.Latency, 1), now
 		}
 		a.state.CapTarget(a.minLatency * targetOverMin)
+	}
+	if (s.Outcome == aimd.Throttled || s.Outcome == aimd.Overloaded) && !a.state.Probing() {
+		if sh := a.state.Share(); sh > 0 && sh < maxSpaceShare && a.ctl.Rate(&a.state)/sh <= lowSpaceRate {
+			// Refused at a fleet rate so low that a provider's
+			// bucket holds only a call or two: two processes' calls
+			// leaving within a token's time of each other are
+			// refused far under the limit, and every such refusal
+			// cuts again (issue 18, limits of 30/s halving to 15/s:
+			// bare-429 and 503 fell to 5-7 calls a second under a
+			// limit of 15, still refused). Space the fleet's calls,
+			// as after a pause at the fleet's resumption.
+			a.spacedAt = now
+		}
 	}
 	o.decision = a.ctl.Observe(&a.state, now, s)
 	o.callsTell, o.callsN, o.callsAsk, o.callsOwn = a.countCalls(now)

@@ -7,7 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicerl/sluice/aimd"
 	"github.com/sluicerl/sluice/clock/clocktest"
+	"github.com/sluicerl/sluice/signal"
 	"github.com/sluicerl/sluice/store"
 	"github.com/sluicerl/sluice/store/memstore"
 )
@@ -242,4 +244,59 @@ func TestASpacingTurnPastTheCallsWaitIsNotTaken(t *testing.T) {
 	require.True(t, left, "B waits for a spacing turn past its limit")
 	require.NoError(t, <-done, "B's turn")
 	require.Equal(t, f.t0, f.clk.Now())
+}
+
+// Issue 18, limits of 30/s halving to 15/s: a provider's bucket of a tenth
+// of a second holds 1.5 calls there, so two processes' calls leaving within
+// a token's time of each other were refused at a rate far under the limit
+// (bare-429 and 503 fell to 5-7 calls a second under 15, still refused),
+// with no pause to turn spacing on. A refusal at a fleet rate of
+// lowSpaceRate or less spaces the fleet's calls; not one at a higher rate,
+// in slow start (which ends at the refusal), or with no share known.
+func TestARefusalAtALowFleetRateSpacesItsCalls(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		rate      float64 // this process's, a second
+		share     float64 // 0: none told
+		slowStart bool    // refused while still in slow start
+		want      float64
+	}{
+		{"a low fleet rate", 10, 0.5, false, spaceMargin * 20},
+		{"at lowSpaceRate", lowSpaceRate / 2, 0.5, false, spaceMargin * lowSpaceRate},
+		{"a high fleet rate", 30, 0.5, false, 0},
+		{"in slow start", 10, 0.5, true, 0},
+		{"no share known", 10, 0, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+			clk := clocktest.New(t0)
+			c, err := New(Config{Clock: clk, Store: memstore.New(memstore.Config{Clock: clk}), Instance: "a"})
+			require.NoError(t, err)
+			ks := c.keys.acquire("api.low.test", "api.low.test")
+			t.Cleanup(func() { c.keys.release(ks) })
+			refuse := func(at time.Time) {
+				ks.adapt.observe(aimd.Sample{Outcome: aimd.Throttled, Latency: 20_000}, &signal.Report{Status: 429, Throttled: true}, at.UnixMicro(), 0)
+			}
+			at := t0
+			if !tc.slowStart {
+				refuse(at) // ends slow start
+				at = at.Add(10 * time.Second)
+			}
+			ks.adapt.mu.Lock()
+			require.Equal(t, tc.slowStart, ks.adapt.state.Probing())
+			ks.adapt.ctl.SetRate(&ks.adapt.state, tc.rate)
+			if tc.share > 0 {
+				ks.adapt.ctl.FleetShare(&ks.adapt.state, at.UnixMicro(), tc.share)
+			}
+			ks.adapt.mu.Unlock()
+			require.Zero(t, spaceAt(ks, at), "spaced before the refusal")
+			refuse(at)
+			ks.adapt.mu.Lock()
+			ks.adapt.ctl.SetRate(&ks.adapt.state, tc.rate) // the rate the spacing is read at
+			ks.adapt.mu.Unlock()
+			require.InDelta(t, tc.want, spaceAt(ks, at.Add(time.Second)), 1e-9)
+		})
+	}
 }
