@@ -313,3 +313,43 @@ func TestOutboundRoutesNeedAClient(t *testing.T) {
 	rec := b.do(t, "POST", "/v1/outbound/acquire", "application/json", `{"key":"k"}`)
 	require.Equal(t, http.StatusNotFound, rec.Code)
 }
+
+// Over the wire too, a 403 that states a rate limit (GitHub's secondary
+// limit: 403 with Retry-After) is a throttle that pauses the key for the
+// fleet, and a plain 403 is a permanent error that pauses nothing.
+func TestOutboundReportOfA403OverARateLimit(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(start)
+	st := memstore.New(memstore.Config{Clock: clk})
+	var calls atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if calls.Add(1) == 1 {
+			w.Header().Set("Retry-After", "2")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, `{"message":"You have exceeded a secondary rate limit."}`)
+			return
+		}
+		w.WriteHeader(http.StatusForbidden)
+	}))
+	t.Cleanup(up.Close)
+	wk := &worker{t: t, b: outboundSetup(t, clk, st, outbound.Config{Retry: retry.Config{MaxAttempts: 1}}, server.Config{}), upstream: up.URL}
+	key := "api.github.example"
+	rec, v := wk.step(key)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.NotNil(t, v)
+	require.True(t, v.Throttled)
+	require.Equal(t, "transient", v.Class)
+	require.EqualValues(t, 2000, v.PausedForMs)
+	rec, v = wk.step(key)
+	require.Nil(t, v, "granted during the pause")
+	require.Equal(t, http.StatusTooManyRequests, rec.Code, rec.Body.String())
+	clk.Advance(2 * time.Second)
+	rec, v = wk.step(key)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.NotNil(t, v)
+	require.False(t, v.Throttled)
+	require.Equal(t, "permanent", v.Class, "a 403 that states no limit")
+	require.Zero(t, v.PausedForMs)
+	require.EqualValues(t, 2, calls.Load())
+}
