@@ -366,6 +366,42 @@ func TestIETFDefaultLearns(t *testing.T) {
 	require.Equal(t, 50, n)
 }
 
+// The default profile learns OpenAI's requests a minute from its
+// x-ratelimit-*-requests headers (a quota a minute, replenished
+// continuously), not from the tokens beside them.
+func TestIETFDefaultLearnsOpenAIsRequestsAMinute(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk, mk := fixture(t, "ietf", nil)
+	rt := mk()
+	call := Call{Key: "https://api.openai.example/v1/chat/completions"}
+	tk, err := rt.Reserve(ctx, call)
+	require.NoError(t, err)
+	h := http.Header{}
+	h.Set("X-Ratelimit-Limit-Requests", "60")
+	h.Set("X-Ratelimit-Remaining-Requests", "59")
+	h.Set("X-Ratelimit-Reset-Requests", "1s")
+	h.Set("X-Ratelimit-Limit-Tokens", "150000")
+	h.Set("X-Ratelimit-Remaining-Tokens", "149000")
+	h.Set("X-Ratelimit-Reset-Tokens", "400ms")
+	_, err = rt.Settle(ctx, tk, signal.Response{Status: 200, Header: h})
+	require.NoError(t, err)
+	require.Equal(t, int64(59), peek(t, rt, 0, "api.openai.example", clk.t))
+	n := 0
+	for {
+		tk, err := rt.Reserve(ctx, call)
+		require.NoError(t, err)
+		if !tk.OK {
+			// 60 a minute: the next one within a second.
+			require.Greater(t, tk.Delay, time.Duration(0))
+			require.LessOrEqual(t, tk.Delay, time.Second)
+			break
+		}
+		n++
+	}
+	require.Equal(t, 59, n)
+}
+
 // The default profile reads a 403 that states a rate limit as GitHub's
 // are read: with a Retry-After, or with the quota it states exhausted, it
 // throttles (the host pauses for the fleet); a plain 403 is permanent.
