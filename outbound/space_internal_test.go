@@ -19,6 +19,18 @@ func spaceAt(ks *keyState, t time.Time) float64 {
 	return ks.adapt.turn(t.UnixMicro()).space
 }
 
+// spaceKey returns a client on a manual clock from t0 and its state for
+// the key api.space.test, released when the test ends.
+func spaceKey(t *testing.T, t0 time.Time) (*Client, *keyState) {
+	t.Helper()
+	clk := clocktest.New(t0)
+	c, err := New(Config{Clock: clk, Store: memstore.New(memstore.Config{Clock: clk}), Instance: "a"})
+	require.NoError(t, err)
+	ks := c.keys.acquire("api.space.test", "api.space.test")
+	t.Cleanup(func() { c.keys.release(ks) })
+	return c, ks
+}
+
 // pauseUntil pauses the key until t, as a Retry-After heard of does.
 func pauseUntil(ks *keyState, t time.Time) {
 	ks.adapt.mu.Lock()
@@ -55,11 +67,7 @@ func TestAPauseAsTheFleetResumesSpacesItsCalls(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-			clk := clocktest.New(t0)
-			c, err := New(Config{Clock: clk, Store: memstore.New(memstore.Config{Clock: clk}), Instance: "a"})
-			require.NoError(t, err)
-			ks := c.keys.acquire("api.space.test", "api.space.test")
-			t.Cleanup(func() { c.keys.release(ks) })
+			c, ks := spaceKey(t, t0)
 			ks.adapt.mu.Lock()
 			ks.adapt.ctl.SetRate(&ks.adapt.state, 20)
 			if tc.share > 0 {
@@ -271,11 +279,7 @@ func TestARefusalAtALowFleetRateSpacesItsCalls(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-			clk := clocktest.New(t0)
-			c, err := New(Config{Clock: clk, Store: memstore.New(memstore.Config{Clock: clk}), Instance: "a"})
-			require.NoError(t, err)
-			ks := c.keys.acquire("api.low.test", "api.low.test")
-			t.Cleanup(func() { c.keys.release(ks) })
+			_, ks := spaceKey(t, t0)
 			refuse := func(at time.Time) {
 				ks.adapt.observe(aimd.Sample{Outcome: aimd.Throttled, Latency: 20_000}, &signal.Report{Status: 429, Throttled: true}, at.UnixMicro(), 0)
 			}

@@ -284,6 +284,27 @@ func TestRetryAfterIsExactForTheFleet(t *testing.T) {
 	}
 }
 
+// callThrough makes one call, retries included, through a client with no
+// provider profile (a start far above any limit, no latency rule) over a
+// provider answering resps in turn, on a clock moved on to every timer
+// the call waits on; it returns the status the caller got and when each
+// attempt was sent.
+func callThrough(t *testing.T, resps ...func() *http.Response) (int, []time.Time) {
+	t.Helper()
+	clk := watch(t0)
+	base := &scripted{resps: resps, clk: clk}
+	c, err := outbound.New(outbound.Config{Base: base, Store: memstore.New(memstore.Config{Clock: clk}), Clock: clk,
+		AIMD: aimd.Config{Start: 1e4, IgnoreLatency: true}})
+	require.NoError(t, err)
+	var status int
+	drive(t, clk, func() {
+		resp := get(t, c, "http://api.test/")
+		status = resp.StatusCode
+		_ = resp.Body.Close()
+	})
+	return status, base.sentAt()
+}
+
 // A 403 over a rate limit, as GitHub answers one (with a Retry-After: a
 // secondary limit; with x-ratelimit-remaining 0: a primary one, until its
 // reset), is a throttle for a client with no provider profile: the call
@@ -302,38 +323,17 @@ func TestA403OverARateLimitWaitsAndRetries(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clk := watch(t0)
-			base := &scripted{resps: []func() *http.Response{tc.resp, response(200, "ok")}, clk: clk}
-			c, err := outbound.New(outbound.Config{Base: base, Store: memstore.New(memstore.Config{Clock: clk}), Clock: clk,
-				AIMD: aimd.Config{Start: 1e4, IgnoreLatency: true}})
-			require.NoError(t, err)
-			var status int
-			drive(t, clk, func() {
-				resp := get(t, c, "http://api.test/")
-				status = resp.StatusCode
-				_ = resp.Body.Close()
-			})
+			status, sent := callThrough(t, tc.resp, response(200, "ok"))
 			require.Equal(t, http.StatusOK, status, "the refused call is sent again once the limit allows")
-			sent := base.sentAt()
 			require.Len(t, sent, 2)
 			require.GreaterOrEqual(t, sent[1].Sub(sent[0]), tc.wait, "never before the provider said")
 		})
 	}
 	t.Run("permission", func(t *testing.T) {
 		t.Parallel()
-		clk := watch(t0)
-		base := &scripted{resps: []func() *http.Response{response(403, "forbidden"), response(200, "ok")}, clk: clk}
-		c, err := outbound.New(outbound.Config{Base: base, Store: memstore.New(memstore.Config{Clock: clk}), Clock: clk,
-			AIMD: aimd.Config{Start: 1e4, IgnoreLatency: true}})
-		require.NoError(t, err)
-		var status int
-		drive(t, clk, func() {
-			resp := get(t, c, "http://api.test/")
-			status = resp.StatusCode
-			_ = resp.Body.Close()
-		})
+		status, sent := callThrough(t, response(403, "forbidden"), response(200, "ok"))
 		require.Equal(t, http.StatusForbidden, status)
-		require.Len(t, base.sentAt(), 1, "a permission error is not sent again")
+		require.Len(t, sent, 1, "a permission error is not sent again")
 	})
 }
 
@@ -360,22 +360,9 @@ func TestNoTokensLeftPausesUntilTheirReset(t *testing.T) {
 // the exact wait in the 429's body: the call waits the exact one.
 func TestA429BodysExactWaitWins(t *testing.T) {
 	t.Parallel()
-	clk := watch(t0)
-	base := &scripted{resps: []func() *http.Response{
-		response(429, `{"message": "You are being rate limited.", "retry_after": 1.25, "global": false}`,
-			"Content-Type", "application/json", "Retry-After", "2"),
-		response(200, "ok")}, clk: clk}
-	c, err := outbound.New(outbound.Config{Base: base, Store: memstore.New(memstore.Config{Clock: clk}), Clock: clk,
-		AIMD: aimd.Config{Start: 1e4, IgnoreLatency: true}})
-	require.NoError(t, err)
-	var status int
-	drive(t, clk, func() {
-		resp := get(t, c, "http://api.test/")
-		status = resp.StatusCode
-		_ = resp.Body.Close()
-	})
+	status, sent := callThrough(t, response(429, `{"message": "You are being rate limited.", "retry_after": 1.25, "global": false}`,
+		"Content-Type", "application/json", "Retry-After", "2"), response(200, "ok"))
 	require.Equal(t, http.StatusOK, status)
-	sent := base.sentAt()
 	require.Len(t, sent, 2)
 	require.GreaterOrEqual(t, sent[1].Sub(sent[0]), 1250*time.Millisecond, "never before the exact wait")
 	require.Less(t, sent[1].Sub(sent[0]), 2*time.Second, "not the header's rounded-up second")

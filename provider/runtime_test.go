@@ -351,19 +351,23 @@ func TestIETFDefaultLearns(t *testing.T) {
 	_, err = rt.Settle(ctx, tk, signal.Response{Status: 200, Header: h})
 	require.NoError(t, err)
 	require.Equal(t, int64(50), peek(t, rt, 0, "api.example.com", clk.t))
-	n := 0
-	for {
-		tk, err := rt.Reserve(ctx, call)
+	// 100 per 60 s: the next unit within one emission interval.
+	require.Equal(t, 50, drain(t, rt, call, 600*time.Millisecond))
+}
+
+// drain reserves call until rt refuses it, which must be with a delay in
+// (0, within], and returns how many it let through.
+func drain(t *testing.T, rt *Runtime, call Call, within time.Duration) int {
+	t.Helper()
+	for n := 0; ; n++ {
+		tk, err := rt.Reserve(context.Background(), call)
 		require.NoError(t, err)
 		if !tk.OK {
-			// 100 per 60 s: the next unit within one emission interval.
 			require.Greater(t, tk.Delay, time.Duration(0))
-			require.LessOrEqual(t, tk.Delay, 600*time.Millisecond)
-			break
+			require.LessOrEqual(t, tk.Delay, within)
+			return n
 		}
-		n++
 	}
-	require.Equal(t, 50, n)
 }
 
 // The default profile learns OpenAI's requests a minute from its
@@ -387,19 +391,8 @@ func TestIETFDefaultLearnsOpenAIsRequestsAMinute(t *testing.T) {
 	_, err = rt.Settle(ctx, tk, signal.Response{Status: 200, Header: h})
 	require.NoError(t, err)
 	require.Equal(t, int64(59), peek(t, rt, 0, "api.openai.example", clk.t))
-	n := 0
-	for {
-		tk, err := rt.Reserve(ctx, call)
-		require.NoError(t, err)
-		if !tk.OK {
-			// 60 a minute: the next one within a second.
-			require.Greater(t, tk.Delay, time.Duration(0))
-			require.LessOrEqual(t, tk.Delay, time.Second)
-			break
-		}
-		n++
-	}
-	require.Equal(t, 59, n)
+	// 60 a minute: the next one within a second.
+	require.Equal(t, 59, drain(t, rt, call, time.Second))
 }
 
 // The default profile reads a 403 that states a rate limit as GitHub's

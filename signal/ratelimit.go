@@ -1,6 +1,8 @@
 package signal
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"time"
@@ -77,6 +79,39 @@ func RetryAfter(v string, now, maxDelay int64) (delay int64, ok bool) {
 		return 0, false
 	}
 	return clampDelay(untilMicros(t, now), maxDelay), true
+}
+
+var retryAfterField = []byte(`"retry_after"`)
+
+// bodyRetryAfter reads the wait a 429's JSON body states in seconds, with
+// a fraction (Discord: {"retry_after": 64.57}), where its Retry-After
+// header rounds it up to whole seconds. With such a header the body wins
+// only when it is that wait to the second (a body in other units, or of
+// another wait, is not taken); without one it is the wait.
+func (p *Parser) bodyRetryAfter(rep *Report, body []byte) {
+	if !bytes.Contains(body, retryAfterField) {
+		return
+	}
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 || body[0] != '{' {
+		return
+	}
+	var b struct {
+		RetryAfter *float64 `json:"retry_after"`
+	}
+	if json.Unmarshal(body, &b) != nil {
+		return
+	}
+	v, ok := finite(b.RetryAfter)
+	if !ok {
+		return
+	}
+	d := secondsDelay(v, p.maxDelay)
+	if rep.HasRetryAfter && (d > rep.RetryAfter || d <= rep.RetryAfter-sec) {
+		return
+	}
+	rep.RetryAfter, rep.HasRetryAfter = d, true
+	rep.Sources |= SourceRetryAfter
 }
 
 // decimalSeconds parses 1*DIGIT "." 1*DIGIT seconds into microseconds,

@@ -215,8 +215,10 @@ func Classify(status int, body []byte) Outcome {
 // 403 is an error.
 func ClassifyResponse(status int, h http.Header, body []byte) Outcome {
 	o := Classify(status, body)
+	// Whether a 403 states a limit does not depend on the time: no clock
+	// is read.
 	if o == OutcomeError && status == http.StatusForbidden &&
-		signal.Parse(time.Now().UnixMicro(), signal.Response{Status: status, Header: h}).Throttled {
+		signal.Parse(0, signal.Response{Status: status, Header: h}).Throttled {
 		return OutcomeThrottle
 	}
 	return o
