@@ -385,7 +385,9 @@ func TestAWindowsCountIsTheLevel(t *testing.T) {
 // the same count say nothing (issue 18, real processes: the process of
 // two refused at 105/s after serving 52 read no window and recovered over
 // its share; the default table's bucket, read as a window without the
-// second rule, fell from 0.966 of its limit to 0.780).
+// second rule, fell from 0.966 of its limit to 0.780). A tenth of a second
+// apart is not enough: a bucket answering in 5 ms served the fleet 61
+// calls by 0.641 of one second and 61 by 0.545 of another.
 func TestASlowStartsEndCountsTowardsTheWindowRead(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, slowStartCfg)
@@ -394,8 +396,12 @@ func TestASlowStartsEndCountsTowardsTheWindowRead(t *testing.T) {
 		part2  int64 // when the second episode's refusal comes in its second
 		window bool
 	}{
-		{"another point", 785 * ms, true},
+		{"another point", 885 * ms, true},
 		{"the same point", 665 * ms, false},
+		// A bucket answering in 5 ms: the fleet's slow start was refused
+		// at 0.641 of a second after 61 calls served, the rate it
+		// resumed at at 0.545 of another after 61 again.
+		{"a tenth of a second apart", 765 * ms, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
