@@ -603,6 +603,11 @@ type State struct {
 	// probe is Hold << backoff, at most 3).
 	good    float64
 	backoff int
+	// drained says the last decrease was a probe above good that a queue
+	// failed (ReasonQueue, ReasonLatency): the rate went under good, so
+	// that the queue the probe built drains, and recovers to good itself
+	// (see drainCut).
+	drained bool
 	// over is where the last decrease found trouble: the rate a failed
 	// probe was refused at, else the Peak the decrease left (0: none). A
 	// probe ramps only once served past probeSpan times it (and the
@@ -1109,7 +1114,13 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				s.queueMed, s.queueFrom, s.queuePeak = recentMedian(s), from, peak0
 				s.queueProbing, s.queueRamp = probing0, ramp0
 			}
-			c.cut(s, now, f)
+			wait := int64(0)
+			if queued > 0 {
+				// What the recent calls waited: their median over
+				// the fastest, less the provider's own scatter.
+				wait = max(recentMedian(s)-s.queueSpread()-s.base.Value(), 0)
+			}
+			c.cut(s, now, f, wait)
 			if heldCut {
 				s.excused = max(from, sus)
 			}
@@ -1356,7 +1367,8 @@ func (c *Controller) newEpisode(s *State, now, sent int64) bool {
 
 // cut decreases the rate multiplicatively and starts a new episode; a
 // failed probe above a proven plateau returns to the plateau instead.
-func (c *Controller) cut(s *State, now int64, f float64) {
+func (c *Controller) cut(s *State, now int64, f float64, queue int64) {
+	s.drained = false
 	if s.good > 0 && s.rate > s.good && (s.rate <= probeSpan*s.good || !s.ramp) {
 		// The limit lies between the plateau, which held for a whole
 		// hold, and the probe: back to the plateau, and hold longer
@@ -1374,6 +1386,16 @@ func (c *Controller) cut(s *State, now int64, f float64) {
 		s.peak, s.rate = s.good, s.good
 		s.held, s.level = true, now
 		s.backoff = min(s.backoff+1, maxHoldShift)
+		if queue > 0 {
+			// Found by a queue: the calls the probe sent over the
+			// limit wait at the provider, and at the plateau, a few
+			// per cent under the limit, they drain over seconds,
+			// every call behind them slow. Go under the plateau by
+			// as much as drains the wait in drainSpan, then back to
+			// it (grow).
+			s.rate = max(s.good*drainCut(queue), c.floor)
+			s.drained = s.rate < s.good
+		}
 	} else {
 		s.good, s.backoff = 0, 0
 		if s.lastDecrease == 0 || now-s.lastDecrease > chainWindow || s.rate > s.cutTo {
@@ -1593,7 +1615,7 @@ const scatterSpan = 5_000_000
 // measured at rest (idleSpread) stands.
 func (c *Controller) scatter(s *State, now, m int64) bool {
 	if s.queued == 0 || s.queueMed == 0 || now-s.lastDecrease > scatterSpan || s.rate >= s.queueFrom ||
-		float64(m) > scatterSame*float64(s.queueMed) {
+		float64(m) > scatterSame*float64(s.queueMed) || float64(m) < scatterShed*float64(s.queueMed) {
 		return false
 	}
 	base := s.base.Value()
@@ -1770,6 +1792,17 @@ const maxSpread = 10_000_000
 // scatterSame is how much higher than at the last latency decrease the
 // median may be and still be the same (see scatter).
 const scatterSame = 1.1
+
+// scatterShed is how far under its median at the last latency decrease a
+// queue's median may fall and still show no queue shed: well under it,
+// the decrease shed the queue, as it was meant to, whatever the order of
+// the answers since (issue 18: two processes against a slowdown answering
+// in 5 ms, on an idle machine, cut at a median of 230 ms when the limit
+// halved; 3 s later their answers came in 10-40 ms in no order, a median
+// of 23 ms read as the provider's scatter, which undid the cut and, learnt
+// from answers still queued, hid the queue from then on: every answer
+// slow for 8 s).
+const scatterShed = 0.5
 
 // draining reports whether the latencies are falling: the median of the
 // newest half of the last minP95Samples is below that of the older half
@@ -1948,6 +1981,11 @@ func (c *Controller) grow(s *State, now int64) bool {
 	if s.good > 0 {
 		// Back from a failed probe: the proven plateau is the level.
 		goal = min(goal, s.good)
+		if s.drained {
+			// Under it while the probe's queue drains: the
+			// plateau itself, which held for a whole hold.
+			goal = s.good
+		}
 	}
 	if s.winCap > 0 {
 		// The count of a window aligned to the clock (windowLate):
@@ -2043,6 +2081,23 @@ func (c *Controller) grow(s *State, now int64) bool {
 		s.probing, s.ramp = false, false
 	}
 	return s.rate > old
+}
+
+// drainSpan (µs) is how soon a probe that a provider's queue failed has
+// its queue drained: the rate goes under the proven plateau by the wait
+// over drainSpan, and recovers to it from there (issue 18: against a
+// provider that slows down instead of refusing, answering in 5 ms, a
+// probe failed at a wait of 20-30 ms went back to the plateau, 3 % under
+// the limit, and the 1-2 calls the probe had queued drained at 1.5 calls a
+// second: 16 answers over 35 ms, slow by the figures, in the second
+// after).
+const drainSpan = 250_000
+
+// drainCut returns the factor that drains a queue whose calls wait wait µs
+// in drainSpan, at least 0.5: at the fleet's rate r the queue holds r x
+// wait calls, and r x (1-f) fewer a second drain it in wait/(1-f).
+func drainCut(wait int64) float64 {
+	return max(0.5, 1-float64(wait)/drainSpan)
 }
 
 // holdFor returns how long (µs) the rate holds at its level before a

@@ -1408,3 +1408,116 @@ func TestAQueueOnTopOfAScatterIsRead(t *testing.T) {
 		}
 	}
 }
+
+// Issue 18, a provider that slows down instead of refusing (sim's
+// slowdown: one server of 50 calls a second, answering in 5 ms): a probe
+// above the proven plateau queues calls, and the queue fails it. Back at
+// the plateau, 0.91 of the limit, the queue would drain at under 5 calls a
+// second, every call behind it slow for a second or more (16 answers over
+// the figures' 35 ms in a traced run). The rate goes under the plateau by
+// as much as drains the wait in drainSpan, and then recovers to the
+// plateau itself, where it holds as after any failed probe.
+func TestAProbeAQueueFailedDrainsItAndReturnsToThePlateau(t *testing.T) {
+	t.Parallel()
+	const limit, base, slow = 50.0, 5 * ms, 35 * ms
+	c := mustNew(t, Config{Start: limit, SlowStart: -1, Increase: 1, Decrease: 0.8,
+		Cooldown: 500 * time.Millisecond, LatencyFactor: 3, Plateau: 0.91, Hold: 10 * time.Second,
+		Queue: 2.5, UsageMultiple: -1})
+	s := c.Init()
+	sent, free := t0, t0 // the next send, and when the server is next free
+	// call sends one call at the rate and observes its answer: FIFO, so
+	// answers come in the order sent.
+	call := func() (lat int64, d Decision) {
+		sent += int64(float64(s1) / s.rate)
+		start := max(sent, free)
+		free = start + int64(float64(s1)/limit)
+		lat = start - sent + base
+		s.CapTarget(2 * base) // as outbound does
+		return lat, c.Observe(&s, sent+lat, ok(lat))
+	}
+	c.Observe(&s, sent, Sample{Outcome: Throttled, Latency: base})
+	for sent < t0+15*s1 {
+		_, d := call()
+		require.NotEqual(t, Decreased, d.Change, "at %.1f/s, under the limit", s.rate)
+	}
+	good := s.good
+	require.InDelta(t, 0.91*limit, good, 1e-9, "the plateau held for a whole hold")
+	var failed int64
+	for failed == 0 {
+		lat, d := call()
+		require.Less(t, sent, t0+30*s1, "the probe never failed")
+		if d.Change == Decreased {
+			require.Contains(t, []Reason{ReasonQueue, ReasonLatency}, d.Reason)
+			require.Less(t, lat, slow+20*ms, "cut while the queue is short")
+			failed = sent
+		}
+	}
+	require.Equal(t, good, s.good, "a failed probe keeps the proven plateau")
+	require.Less(t, s.rate, 0.97*good, "under the plateau while the queue drains")
+	require.GreaterOrEqual(t, s.rate, 0.5*good)
+	// Cut at a wait of 20 ms, the queue is gone 140 ms later, where at
+	// the plateau it took 220 ms: 3 answers wait more than another base
+	// behind it, not 7.
+	queued := 0
+	for sent < failed+5*s1 {
+		lat, d := call()
+		require.NotEqual(t, Decreased, d.Change, "the queue's tail is no news")
+		require.LessOrEqual(t, lat, slow, "slow by the figures")
+		if lat > 2*base {
+			queued++
+		}
+	}
+	require.LessOrEqual(t, queued, 4, "answers that waited behind the probe's queue")
+	require.InDelta(t, good, s.rate, 1e-9, "back at the plateau itself")
+}
+
+// Issue 18, two processes against a slowdown answering in 5 ms: the limit
+// halved, the queue grew to 230 ms and was cut; 3 s later the answers came
+// in 10-40 ms in no order, the queue mostly shed. Read as the provider's
+// scatter (the median no higher than at the cut, the fastest near the
+// base, no trend), it undid the cut and taught a scatter from answers
+// still queued, which hid the queue from then on: every answer slow for 8
+// s. A median well under the one at the cut is the cut working
+// (scatterShed): no scatter is learnt, and the read is a queue's, as any.
+func TestAQueueTheCutShedIsNoScatter(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, scatterCfg)
+	s := c.Init()
+	at := t0
+	step := func(lat int64) Decision {
+		at += int64(float64(sec) / s.rate)
+		s.CapTarget(2 * 5 * ms)
+		c.FleetShare(&s, at, 0.5) // one process of two
+		return c.Observe(&s, at, ok(lat))
+	}
+	for range 200 {
+		require.NotEqual(t, Decreased, step(5*ms).Change)
+	}
+	// A queue builds, 3 ms more each call, until its second cut, at a
+	// median of over 100 ms.
+	cuts := 0
+	for lat := 5 * ms; cuts < 2; lat += 3 * ms {
+		require.Less(t, lat, 300*ms, "no cut")
+		if d := step(lat); d.Change == Decreased {
+			require.Contains(t, []Reason{ReasonQueue, ReasonLatency}, d.Reason)
+			cuts++
+		}
+	}
+	require.Greater(t, s.queueMed, 100*ms)
+	from := s.queueFrom
+	// The answers since, in 10-40 ms and in no order (neither trended nor
+	// correlated, as a scatter's), until the next read of a queue, once
+	// the tail of the one cut has passed (chainWindow).
+	shed := []int64{16, 38, 24, 28, 36, 32, 18, 20, 34, 26, 12, 10, 40, 22, 14, 30}
+	last := s.lastDecrease
+	for i := 0; ; i++ {
+		require.Less(t, at, last+scatterSpan, "no read within the scatter's span")
+		d := step(shed[i%len(shed)] * ms)
+		require.Zero(t, s.spread, "a scatter learnt from a queue the cut shed, %d ms after it", (at-last)/ms)
+		require.Less(t, s.rate, from, "the cut undone")
+		if d.Change == Decreased {
+			require.Greater(t, at-last, int64(chainWindow))
+			break
+		}
+	}
+}
