@@ -59,6 +59,10 @@
 // failed within 1 %), and the next probe waits twice as long, up to 8 x
 // Hold, so that a key at a limit that does not move pays for a probe ever
 // more rarely; trouble at the plateau itself is an ordinary decrease. A
+// probe a provider's queue fails (Config.Queue) goes under the plateau by
+// as much as drains the wait in a quarter of a second, then back to it, so
+// that the calls it queued do not drain at the few per cent the plateau
+// leaves under the limit, every answer behind them slow. A
 // probe grows by 10 % of itself a second (additively, as after any
 // decrease, when SlowStart is negative), so that within about a second it
 // is where a limit that rose shows: a probe that gets more than 10 % above
@@ -156,8 +160,9 @@
 // fleet's rate times the fastest answer is under a quarter of a call and
 // the answers come in no order and each is drawn afresh, or, for a key
 // that never was at rest, learned from a queue read soon after a latency
-// decrease that did not shorten the queue though the rate fell; that read
-// undoes the decrease (its rate, the level recovery aims at, and a slow
+// decrease that did not shorten the queue though the rate fell (a median
+// under half of the one at the decrease is the queue shortening); that
+// read undoes the decrease (its rate, the level recovery aims at, and a slow
 // start it ended). A throttle signal soon after a latency decrease is a
 // new episode, cooldown or not: a queue is no refusal. The queue
 // rule then takes half way from the scatter's median to its tail off the
