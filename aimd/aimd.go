@@ -606,7 +606,7 @@ type State struct {
 	// drained says the last decrease was a probe above good that a queue
 	// failed (ReasonQueue, ReasonLatency): the rate went under good, so
 	// that the queue the probe built drains, and recovers to good itself
-	// (see drainCut).
+	// (see drainCut); false again once back at good.
 	drained bool
 	// over is where the last decrease found trouble: the rate a failed
 	// probe was refused at, else the Peak the decrease left (0: none). A
@@ -1275,7 +1275,7 @@ func (c *Controller) restart(s *State, now, d int64) {
 	}
 	s.cutTo, s.over = s.rate, to
 	s.probing, s.ramp, s.held, s.excused, s.exitLevel = false, false, false, 0, false
-	s.level, s.good, s.backoff = 0, 0, 0
+	s.level, s.good, s.backoff, s.drained = 0, 0, 0, false
 	s.proven, s.provenNext, s.provenAt = 0, 0, 0
 	s.sus, s.susFrom, s.refusedAt = 0, 0, now
 	s.epOK, s.epRef, s.pause = 0, 0, 0
@@ -1981,6 +1981,9 @@ func (c *Controller) grow(s *State, now int64) bool {
 	if s.good > 0 {
 		// Back from a failed probe: the proven plateau is the level.
 		goal = min(goal, s.good)
+		if s.drained && s.rate >= s.good {
+			s.drained = false // drained and back
+		}
 		if s.drained {
 			// Under it while the probe's queue drains: the
 			// plateau itself, which held for a whole hold.

@@ -1469,6 +1469,7 @@ func TestAProbeAQueueFailedDrainsItAndReturnsToThePlateau(t *testing.T) {
 	}
 	require.LessOrEqual(t, queued, 4, "answers that waited behind the probe's queue")
 	require.InDelta(t, good, s.rate, 1e-9, "back at the plateau itself")
+	require.False(t, s.drained, "drained, and back")
 }
 
 // Issue 18, two processes against a slowdown answering in 5 ms: the limit
