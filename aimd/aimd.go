@@ -599,8 +599,9 @@ type State struct {
 	held  bool
 	// good is the plateau's rate once it held for a whole hold without
 	// trouble (0 none since the last ordinary decrease); backoff counts
-	// the probes above it that failed since (the hold before the next
-	// probe is Hold << backoff, at most 3).
+	// the probes above it that a refusal failed since (the hold before
+	// the next probe is Hold << backoff, at most 3; a probe a queue
+	// failed, drained at a cost of a few slow answers, does not count).
 	good    float64
 	backoff int
 	// drained says the last decrease was a probe above good that a queue
@@ -1385,14 +1386,22 @@ func (c *Controller) cut(s *State, now int64, f float64, queue int64) {
 		// trouble at it soon after must not recover above it.
 		s.peak, s.rate = s.good, s.good
 		s.held, s.level = true, now
-		s.backoff = min(s.backoff+1, maxHoldShift)
+		if queue == 0 {
+			// Refused: each probe costs a pause, and a limit
+			// that did not move is probed ever less often.
+			s.backoff = min(s.backoff+1, maxHoldShift)
+		}
 		if queue > 0 {
 			// Found by a queue: the calls the probe sent over the
 			// limit wait at the provider, and at the plateau, a few
 			// per cent under the limit, they drain over seconds,
 			// every call behind them slow. Go under the plateau by
 			// as much as drains the wait in drainSpan, then back to
-			// it (grow).
+			// it (grow). No longer hold: the probe cost a few
+			// slow answers and no pause, and a limit that rose
+			// since is found only by the next probe (issue 18,
+			// slowdown rising from 50/s to 100/s: a doubled hold
+			// found it 24 s after the rise, one hold 11-17 s).
 			s.rate = max(s.good*drainCut(queue), c.floor)
 			s.drained = s.rate < s.good
 		}

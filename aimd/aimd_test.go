@@ -1470,6 +1470,16 @@ func TestAProbeAQueueFailedDrainsItAndReturnsToThePlateau(t *testing.T) {
 	require.LessOrEqual(t, queued, 4, "answers that waited behind the probe's queue")
 	require.InDelta(t, good, s.rate, 1e-9, "back at the plateau itself")
 	require.False(t, s.drained, "drained, and back")
+	// The next probe comes a hold after the failed one, not two: a probe
+	// a queue failed cost a few slow answers, no pause, and a limit that
+	// rose since is found by the next probe only (issue 18, slowdown
+	// rising from 50/s to 100/s: the doubled hold found it 24 s late).
+	for s.rate <= good {
+		_, d := call()
+		require.NotEqual(t, Decreased, d.Change)
+		require.Less(t, sent, failed+15*s1, "no probe within one and a half holds of the failed one")
+	}
+	require.GreaterOrEqual(t, sent, failed+10*s1, "probed again before a whole hold")
 }
 
 // Issue 18, two processes against a slowdown answering in 5 ms: the limit
