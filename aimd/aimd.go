@@ -507,6 +507,14 @@ type Sample struct {
 	// burst below its limit rather than a lower limit: such a refusal is
 	// excused once (see sustainSpan).
 	Bunched bool
+	// Clash says the refusal met the fleet's first calls: every process
+	// of a fleet starts a key at once, and a provider whose bucket holds
+	// a token or two refuses the second of two calls that close whatever
+	// its limit. Before any decrease, in the slow start and before it
+	// grew past Start, such a refusal is waited out with no cut (the
+	// caller spaces the fleet's calls from then on); any other is an
+	// ordinary one.
+	Clash bool
 	// Banned says the provider banned the caller (a 418, Binance's "IP
 	// banned"): it counted too many refusals. With a RetryAfter, a ban
 	// the key did not know of restarts the rate (see Observe).
@@ -1009,7 +1017,18 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		news := c.newEpisode(s, now, sent) || (sent >= s.lastDecrease && c.servedShare(s, reason, in) < c.decrease) ||
 			c.refusedAfterLatency(s, reason)
 		held := news && c.heldRefusal(s, now, sent, prevPause, reason, in)
-		if held && in.Bunched {
+		if news && in.Clash && s.probing && !s.ramp && s.lastDecrease == 0 && s.rate <= c.start &&
+			reason != ReasonLatency && reason != ReasonQueue {
+			// The fleet's first calls clashed (Sample.Clash) before
+			// the slow start grew: nothing is known of the limit
+			// (issue 18, a bucket of one token at 100/s: cut to 0.64
+			// of Start and out of slow start, the fleet was refused
+			// at each pause's end and sent a call a second for 40
+			// s). Wait out the pause and go on with the slow start;
+			// the next refusal is an ordinary one.
+			s.refusedAt, s.lastDecrease, s.cutTo = now, now, s.rate
+			s.susFrom, s.n, s.queued = 0, 0, 0
+		} else if held && in.Bunched {
 			// A refusal at a rate the key sustained: wait out the
 			// pause, keep the rate. The episode begins here, so the
 			// refusals of calls in flight with it are not news.

@@ -600,3 +600,36 @@ func TestConfirmedFallNeverRaisesTheRate(t *testing.T) {
 	require.Equal(t, Decreased, d.Change)
 	require.InDelta(t, 0.9*from, d.Rate, 1e-9, "the plateau under the rate refused (%.1f)", from)
 }
+
+// A fleet's first calls clashing at a provider whose bucket holds a token or
+// two (Sample.Clash) cut nothing before the slow start grew: the pause is
+// waited out and the slow start goes on (issue 18, a bucket of one token at
+// 100/s: cut to 0.64 of Start and out of slow start, the fleet sent a call a
+// second for 40 s). The next refusal, clash or not, is an ordinary one, and
+// so is a clash once the rate grew.
+func TestTheFleetsFirstCallsClashingCutNothing(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{})
+	clash := Sample{Outcome: Throttled, Latency: 20 * ms, RetryAfter: s1, Clash: true}
+
+	s := c.Init()
+	d := c.Observe(&s, t0+20*ms, clash)
+	require.NotEqual(t, Decreased, d.Change, "the first calls' clash cut")
+	require.Equal(t, c.start, s.rate)
+	require.True(t, s.probing, "out of slow start")
+	require.Equal(t, t0+20*ms+s1, d.PausedUntil, "the pause is waited out")
+	d = c.Observe(&s, t0+s1+40*ms, clash)
+	require.Equal(t, Decreased, d.Change, "a second clash is a refusal")
+	require.False(t, s.probing)
+
+	s = c.Init()
+	d = c.Observe(&s, t0+20*ms, Sample{Outcome: Throttled, Latency: 20 * ms, RetryAfter: s1})
+	require.Equal(t, Decreased, d.Change, "a refusal at Start with no clash")
+
+	s = c.Init()
+	for at := t0; s.rate < 2*c.start; at += 100 * ms {
+		c.Observe(&s, at, ok(20*ms))
+	}
+	d = c.Observe(&s, t0+5*s1, clash)
+	require.Equal(t, Decreased, d.Change, "a clash once the slow start grew")
+}

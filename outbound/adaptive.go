@@ -71,6 +71,8 @@ type adaptive struct {
 	// found the key paused, and until when, in the latest pause it
 	// found: its own refusal's, or another process's.
 	pauseFrom, pauseUntil int64
+	// startedAt (Unix µs) is the key's first turn in this process.
+	startedAt int64
 }
 
 // A process measures its share of the fleet's calls (aimd.Controller.
@@ -166,15 +168,20 @@ type turn struct {
 // holds a token or two refuses the second of two calls that close: issue
 // 18's limit of 50/s with a burst of 20 ms (one token) held the fleet at 1
 // call a second for the 30 s after the halving, every pause's end costing
-// the next pause. So every call of a fleet of processes (a share under
-// maxSpaceShare known) also takes a turn of a GCRA shared by the fleet, at
-// spaceMargin times the fleet's rate: the fleet's calls leave at least
-// 1/spaceMargin of its interval apart, the first after a pause included.
-// Each process takes turns at its own estimate of the fleet's rate (its
-// rate over its share), so the turns it books add up to its share over
-// spaceMargin of every second whatever its rate: the shared GCRA is busy
-// 1/spaceMargin of the time, and paces nothing the processes' own pacing
-// would not.
+// the next pause. So every call of a spaced key also takes a turn of a GCRA
+// shared by the fleet, at spaceMargin times the fleet's rate: the fleet's
+// calls leave at least 1/spaceMargin of its interval apart, the first after
+// a pause included. Each process takes turns at its own estimate of the
+// fleet's rate (its rate over its share), so the turns it books add up to
+// its share over spaceMargin of every second whatever its rate: the shared
+// GCRA is busy 1/spaceMargin of the time, and paces nothing the processes'
+// own pacing would not. With no share known (a key's first seconds), or a
+// share of all of it (maxSpaceShare or more: alone, or the others' calls
+// too few to count), the estimate is its own rate; a process alone loses
+// nothing by it. The key's start counts as the end of a pause (every
+// process of a fleet starts at once), and at a few calls a second
+// (lowSpaceRate) a refusal that soon is the fleet's first calls clashing
+// (clashLocked), which cuts nothing (aimd.Sample.Clash).
 const (
 	spaceMargin   = 1.05
 	maxSpaceShare = 0.99
@@ -192,6 +199,9 @@ func (a *adaptive) turn(now int64) turn {
 	defer a.mu.Unlock()
 	until, paused := a.state.Paused(now)
 	r := a.ctl.Rate(&a.state)
+	if a.startedAt == 0 {
+		a.startedAt = now
+	}
 	if paused && until > a.pauseUntil {
 		if a.pauseUntil < now {
 			// A new pause. One that came as soon as the fleet
@@ -200,8 +210,16 @@ func (a *adaptive) turn(now int64) turn {
 			// calls than the fleet's processes send at once: every
 			// pause's end would cost the next (noticed within
 			// this process's own interval and a call's latency).
-			span := min(max(int64(1e6/max(r, 1e-3)), minResumeSpan), maxResumeSpan)
-			if a.pauseUntil-a.pauseFrom >= minSpacePause && now-a.pauseUntil <= 2*span+int64(a.latency) {
+			resumed, long := a.pauseUntil, a.pauseUntil-a.pauseFrom >= minSpacePause
+			if a.pauseUntil == 0 {
+				// The key's first pause: its start is the end of a
+				// pause as long as its life, since every process of
+				// a fleet starts at once against a provider's full
+				// bucket; at a few calls a second (lowSpaceRate), as
+				// for a clash (clashLocked).
+				resumed, long = a.startedAt, r <= lowSpaceRate
+			}
+			if long && now-resumed <= a.resumeSpan(r) {
 				a.spacedAt = now
 			}
 			a.pauseFrom = now
@@ -231,13 +249,24 @@ func (a *adaptive) turn(now int64) turn {
 
 // spaceLocked returns the fleet's spacing rate at now for a key paced at r
 // (turn.space; 0: none): only for a key found paused again as the fleet
-// resumed (spacedAt) within spacedFor, in a fleet of processes (a share
-// under maxSpaceShare known), and not at a rate the provider states, which
-// the fleet paces on one GCRA already.
+// resumed (spacedAt) within spacedFor, and not at a rate the provider
+// states, which the fleet paces on one GCRA already.
 func (a *adaptive) spaceLocked(now int64, r float64, stated bool) float64 {
-	sh := a.state.Share()
-	if stated || !(sh > 0 && sh < maxSpaceShare) || a.spacedAt == 0 || now-a.spacedAt >= spacedFor {
+	if stated || a.spacedAt == 0 || now-a.spacedAt >= spacedFor {
 		return 0
+	}
+	sh := a.state.Share()
+	if sh <= 0 || sh >= maxSpaceShare {
+		// The share is not known yet (a key's first seconds), or
+		// reads as the whole fleet's: the fleet's rate is at least
+		// this process's, and its calls are spaced at that. A
+		// process alone loses nothing (its own pace spaces its calls
+		// at its rate already); one of a fleet whose other processes
+		// sent too few calls to be counted (minShareCalls) reads a
+		// share of 1, and stopped spacing there, its calls left
+		// within a token's time of theirs (issue 18, a bucket of one
+		// token: refused at every pause's end for 7 s).
+		sh = 1
 	}
 	return spaceMargin * r / sh
 }
@@ -349,9 +378,27 @@ func (a *adaptive) notePause(now, d, lag int64, banned bool) (news bool, window 
 		a.syncedUntil = max(a.syncedUntil, until)
 		return false, 0
 	}
-	a.ctl.Observe(&a.state, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d, Bunched: bunchedAt(lag, a.ctl.Rate(&a.state))})
+	a.ctl.Observe(&a.state, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d, Bunched: bunchedAt(lag, a.ctl.Rate(&a.state)),
+		Clash: a.clashLocked(now)})
 	a.syncedUntil = max(a.syncedUntil, until)
 	return true, a.weight.window
+}
+
+// resumeSpan returns how soon (µs) after a pause's end a process paced at r
+// may find the key paused again for the pause to have met the fleet's
+// resumption: twice its interval, within [minResumeSpan, maxResumeSpan],
+// and a call's latency.
+func (a *adaptive) resumeSpan(r float64) int64 {
+	return 2*min(max(int64(1e6/max(r, 1e-3)), minResumeSpan), maxResumeSpan) + int64(a.latency)
+}
+
+// clashLocked reports whether a refusal heard at now met the fleet's first
+// calls of the key (aimd.Sample.Clash): heard within resumeSpan of this
+// process's first turn, at a rate of a few calls a second (lowSpaceRate),
+// where a provider's bucket may hold a token or two. a.mu is held.
+func (a *adaptive) clashLocked(now int64) bool {
+	r := a.ctl.Rate(&a.state)
+	return a.startedAt != 0 && r <= lowSpaceRate && now-a.startedAt <= a.resumeSpan(r)
 }
 
 // shareToTell returns the clock second (Unix s) of a refusal late in it
@@ -489,6 +536,11 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 		// Learned here, or an assumed budget a refusal confirmed:
 		// tell the fleet (an assumption alone is no news).
 		o.budget, o.budgetWindow = a.weight.budget, a.weight.window
+	}
+	if (s.Outcome == aimd.Throttled || s.Outcome == aimd.Overloaded || s.RetryAfter > 0) && a.clashLocked(now) {
+		// The fleet's first calls clashed: space them from now on,
+		// with or without a pause to find (a bare 429 asks for none).
+		s.Clash, a.spacedAt = true, now
 	}
 	lat := float64(s.Latency)
 	if a.latency == 0 {

@@ -115,10 +115,14 @@ func TestRetryAfterPausesEveryProcess(t *testing.T) {
 	cb, err := outbound.New(outbound.Config{Base: b, Store: st, Clock: clk})
 	require.NoError(t, err)
 
-	// B has called the key once, at its conservative start.
+	// B has called the key once, at its conservative start, a second
+	// before A's refusal (one at the fleet's very start is a clash of
+	// its first calls, which cuts nothing: see
+	// TestTheFleetsFirstCallsClashingCutNothing).
 	resp := get(t, cb, "http://api.example.com/x")
 	require.NoError(t, resp.Body.Close())
 	rateBefore, _ := cb.Rate("api.example.com")
+	clk.Advance(time.Second)
 
 	resp = get(t, ca, "http://api.example.com/x")
 	require.Equal(t, 429, resp.StatusCode)

@@ -146,14 +146,29 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 				// The fleet's spacing, taken at this call's own turn,
 				// not when it was booked: a turn booked ahead leaves
 				// later, and the fleet's next turn counts from when it
-				// does. Best effort: a turn further off than the call
-				// may wait is not taken, and the call leaves on its own
-				// pace.
+				// does. A turn further off than a turn may be booked
+				// is waited for, as the own pace's is: left on its own
+				// pace, the call would leave within a token's time of
+				// another process's (issue 18: at 1-2 calls a second,
+				// the fleet's interval is longer than MaxReserve, and
+				// two processes resuming from a pause together were
+				// refused every time against a bucket of one token).
 				spaceLim := spacing(tn.space)
 				sp, err := c.store.Take(ctx, store.TakeParams{Key: ks.names.space, Limit: spaceLim, Cost: 1, MaxDelay: c.reserveFor(ctx, limit)})
 				if err != nil {
 					giveBack()
 					return fmt.Errorf("outbound: key %q: rate store: %w", ks.key, err)
+				}
+				if !sp.Allowed {
+					giveBack()
+					wait := max(sp.RetryAfter, time.Millisecond)
+					if limit > 0 && c.now()+wait.Microseconds() > limit {
+						return &WaitError{Key: ks.key, RetryAfter: wait}
+					}
+					if err := sleep(ctx, c.clk, min(wait, max(c.maxReserve, time.Millisecond))); err != nil {
+						return err
+					}
+					continue
 				}
 				if sp.Allowed && sp.Delay > 0 {
 					if err := sleep(ctx, c.clk, sp.Delay); err != nil {

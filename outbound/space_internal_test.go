@@ -45,10 +45,11 @@ func pauseUntil(ks *keyState, t time.Time) {
 // paused again as soon as it resumed from a pause long enough to fill the
 // provider's bucket spaces the fleet's calls from then on: at spaceMargin
 // times the fleet's rate (this process's over its share), for spacedFor.
-// Nothing else turns spacing on: a pause long after the last one ended, a
-// pause after a pause of a few milliseconds (which fills no bucket), nor
-// one with no share of the fleet known (a process alone, as far as it can
-// tell).
+// Nothing else turns spacing on: a pause long after the last one ended, nor
+// a pause after a pause of a few milliseconds (which fills no bucket). With
+// no share of the fleet known, or a share of all of it (the others' calls
+// too few to count), the fleet's rate is taken as this process's: a process
+// alone loses nothing by it.
 func TestAPauseAsTheFleetResumesSpacesItsCalls(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -56,13 +57,14 @@ func TestAPauseAsTheFleetResumesSpacesItsCalls(t *testing.T) {
 		first time.Duration // the first pause's length
 		gap   time.Duration // from its end to the next pause, found at once
 		share float64       // 0: none told
-		want  bool
+		want  float64       // the fleet's rate spaced at, over spaceMargin (0: none)
 	}{
-		{"paused again at once", time.Second, 5 * time.Millisecond, 0.5, true},
-		{"paused again within the process's interval", time.Second, 60 * time.Millisecond, 0.5, true},
-		{"paused again a second later", time.Second, time.Second, 0.5, false},
-		{"after a pause of milliseconds", 20 * time.Millisecond, 5 * time.Millisecond, 0.5, false},
-		{"no share known", time.Second, 5 * time.Millisecond, 0, false},
+		{"paused again at once", time.Second, 5 * time.Millisecond, 0.5, 40},
+		{"paused again within the process's interval", time.Second, 60 * time.Millisecond, 0.5, 40},
+		{"paused again a second later", time.Second, time.Second, 0.5, 0},
+		{"after a pause of milliseconds", 20 * time.Millisecond, 5 * time.Millisecond, 0.5, 0},
+		{"no share known", time.Second, 5 * time.Millisecond, 0, 20},
+		{"a share of all", time.Second, 5 * time.Millisecond, 1, 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -75,6 +77,9 @@ func TestAPauseAsTheFleetResumesSpacesItsCalls(t *testing.T) {
 			}
 			ks.adapt.mu.Unlock()
 
+			// The key's first turn, long before: the pauses below are
+			// not at its start (TestTheFleetsFirstCallsClashingCutNothing).
+			require.Zero(t, spaceAt(ks, t0.Add(-time.Minute)), "spaced at the key's start")
 			require.Zero(t, spaceAt(ks, t0), "spaced before any pause")
 			pauseUntil(ks, t0.Add(tc.first))
 			require.Zero(t, spaceAt(ks, t0), "spaced at the first pause")
@@ -84,17 +89,17 @@ func TestAPauseAsTheFleetResumesSpacesItsCalls(t *testing.T) {
 			pauseUntil(ks, again.Add(time.Second))
 			spaceAt(ks, again) // the process finds the second pause
 			after := again.Add(time.Second)
-			if !tc.want {
+			if tc.want == 0 {
 				require.Zero(t, spaceAt(ks, after), "spaced after the second pause")
 				require.Zero(t, c.keySnapshot(ks, after.UnixMicro()).Spacing, "the snapshot's spacing")
 				return
 			}
-			require.InDelta(t, spaceMargin*40, c.keySnapshot(ks, after.UnixMicro()).Spacing, 1e-9, "the snapshot's spacing")
+			require.InDelta(t, spaceMargin*tc.want, c.keySnapshot(ks, after.UnixMicro()).Spacing, 1e-9, "the snapshot's spacing")
 			// 20/s of a fleet of which this process sends half: the
 			// fleet's 40/s, times the margin.
-			require.InDelta(t, spaceMargin*40, spaceAt(ks, after), 1e-9, "spacing after the second pause")
+			require.InDelta(t, spaceMargin*tc.want, spaceAt(ks, after), 1e-9, "spacing after the second pause")
 			lasts := time.Duration(spacedFor) * time.Microsecond
-			require.InDelta(t, spaceMargin*40, spaceAt(ks, again.Add(lasts-time.Second)), 1e-9, "spacing just before spacedFor passed")
+			require.InDelta(t, spaceMargin*tc.want, spaceAt(ks, again.Add(lasts-time.Second)), 1e-9, "spacing just before spacedFor passed")
 			require.Zero(t, spaceAt(ks, again.Add(lasts+time.Second)), "spacing after spacedFor")
 		})
 	}
@@ -239,9 +244,11 @@ func TestASpacingTurnGivenUpIsGivenBack(t *testing.T) {
 	require.NoError(t, f.result(doneC, "C still waits one interval after A's turn: B's turn was not given back"), "C's turn")
 }
 
-// Spacing is best effort: a call that may wait less than its spacing turn
-// (a permit's MaxWait) leaves on its own pace, at once, rather than wait
-// past what it may.
+// A call that may wait less than its spacing turn (a permit's MaxWait) gives
+// up with a *WaitError saying how long, at once, rather than wait past what
+// it may or leave within a token's time of another process's call (as it
+// did before: issue 18, a bucket of one token at 1-2 calls a second, where
+// the fleet's interval is longer than MaxReserve).
 func TestASpacingTurnPastTheCallsWaitIsNotTaken(t *testing.T) {
 	t.Parallel()
 	f := newSpacedFleet(t, 0.5, true)
@@ -250,8 +257,42 @@ func TestASpacingTurnPastTheCallsWaitIsNotTaken(t *testing.T) {
 	// The fleet's interval is 1/(1.05 x 40) s, about 24 ms; B may wait 5.
 	done, left := f.start(func() error { return cb.waitUntil(ctx, kb, f.t0.Add(5*time.Millisecond).UnixMicro()) })
 	require.True(t, left, "B waits for a spacing turn past its limit")
-	require.NoError(t, <-done, "B's turn")
+	var we *WaitError
+	require.ErrorAs(t, <-done, &we, "B left within the fleet's interval of A")
+	require.False(t, we.Paused)
+	require.Greater(t, we.RetryAfter, 5*time.Millisecond, "the spacing turn is past B's limit")
 	require.Equal(t, f.t0, f.clk.Now())
+}
+
+// A spacing turn further off than a turn may be booked (Config.MaxReserve,
+// 100 ms) is waited for, as the own pace's is: at a fleet of 2 calls a
+// second the interval is 476 ms, and B leaves no sooner.
+func TestASpacingTurnPastMaxReserveIsWaitedFor(t *testing.T) {
+	t.Parallel()
+	f := newSpacedFleet(t, 0.5, true)
+	ca, ka := f.process("a")
+	cb, kb := f.process("b")
+	for _, ks := range []*keyState{ka, kb} {
+		ks.adapt.mu.Lock()
+		ks.adapt.ctl.SetRate(&ks.adapt.state, 1) // a fleet of 2/s
+		ks.adapt.mu.Unlock()
+	}
+	require.NoError(t, ca.wait(context.Background(), ka), "A's turn")
+	done, left := f.start(func() error { return cb.wait(context.Background(), kb) })
+	require.False(t, left, "B left with A, its spacing turn 476 ms off")
+	for f.clk.Now().Before(f.t0.Add(interval(2) - time.Millisecond)) {
+		select {
+		case err := <-done:
+			t.Fatalf("B left %v after A, within the fleet's interval (%v): %v", f.clk.Now().Sub(f.t0), interval(2), err)
+		default:
+		}
+		n := f.clk.Timers()
+		require.Positive(t, n, "B waits on no timer")
+		f.clk.Advance(time.Millisecond)
+		require.Eventually(t, func() bool { return f.clk.Timers() > 0 || len(done) > 0 }, 30*time.Second, time.Millisecond)
+	}
+	f.clk.Advance(interval(2))
+	require.NoError(t, f.result(done, "B still waits after the fleet's interval"), "B's turn")
 }
 
 // Issue 18, limits of 30/s halving to 15/s: a provider's bucket of a tenth
@@ -283,6 +324,10 @@ func TestARefusalAtALowFleetRateSpacesItsCalls(t *testing.T) {
 			refuse := func(at time.Time) {
 				ks.adapt.observe(aimd.Sample{Outcome: aimd.Throttled, Latency: 20_000}, &signal.Report{Status: 429, Throttled: true}, at.UnixMicro(), 0)
 			}
+			// The key's first turn, long before: no refusal below is
+			// the fleet's first calls clashing
+			// (TestTheFleetsFirstCallsClashingCutNothing).
+			spaceAt(ks, t0.Add(-time.Minute))
 			at := t0
 			if !tc.slowStart {
 				refuse(at) // ends slow start
@@ -301,6 +346,77 @@ func TestARefusalAtALowFleetRateSpacesItsCalls(t *testing.T) {
 			ks.adapt.ctl.SetRate(&ks.adapt.state, tc.rate) // the rate the spacing is read at
 			ks.adapt.mu.Unlock()
 			require.InDelta(t, tc.want, spaceAt(ks, at.Add(time.Second)), 1e-9)
+		})
+	}
+}
+
+// Issue 18, a bucket of one token at 100/s: the two processes' first calls,
+// sent at Start at the same instant, clashed, and the refusal cut both out
+// of slow start to 0.64 of Start; each pause's end cost the next, and the
+// fleet sent a call a second for 40 s. A refusal within resumeSpan of the
+// key's first turn, at a rate of a few calls a second, is the fleet's first
+// calls clashing (aimd.Sample.Clash): neither the process refused nor one
+// hearing of it cuts, and both space the fleet's calls from then on (with no
+// share known yet, at their own rate). Later, or at a high rate, it is an
+// ordinary refusal, and no key is spaced by it. A bare 429 (no pause to
+// tell the fleet of) spaces the process refused.
+func TestTheFleetsFirstCallsClashingCutNothing(t *testing.T) {
+	t.Parallel()
+	t.Run("a bare 429", func(t *testing.T) {
+		t.Parallel()
+		t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+		_, ks := spaceKey(t, t0)
+		ks.adapt.mu.Lock()
+		ks.adapt.ctl.SetRate(&ks.adapt.state, 1)
+		ks.adapt.mu.Unlock()
+		require.Zero(t, spaceAt(ks, t0), "spaced at the key's start")
+		o := ks.adapt.observe(aimd.Sample{Outcome: aimd.Throttled, Latency: 20_000},
+			&signal.Report{Status: 429, Throttled: true}, t0.Add(20*time.Millisecond).UnixMicro(), 0)
+		require.NotEqual(t, aimd.Decreased, o.decision.Change, "the first calls' clash cut the rate")
+		require.InDelta(t, spaceMargin*1, spaceAt(ks, t0.Add(time.Second)), 1e-9, "not spaced")
+	})
+	for _, tc := range []struct {
+		name  string
+		rate  float64       // this process's, a second
+		after time.Duration // from the key's first turn to the refusal
+		clash bool
+	}{
+		{"at the fleet's start", 1, 20 * time.Millisecond, true},
+		{"a second after it", 1, time.Second, false},
+		{"at a high rate", 100, 20 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+			_, ka := spaceKey(t, t0) // refused
+			_, kb := spaceKey(t, t0) // hears of it
+			for _, ks := range []*keyState{ka, kb} {
+				ks.adapt.mu.Lock()
+				ks.adapt.ctl.SetRate(&ks.adapt.state, tc.rate)
+				ks.adapt.mu.Unlock()
+				require.Zero(t, spaceAt(ks, t0), "spaced at the key's start")
+			}
+			at := t0.Add(tc.after)
+			o := ka.adapt.observe(aimd.Sample{Outcome: aimd.Throttled, Latency: 20_000, RetryAfter: 1_000_000},
+				&signal.Report{Status: 429, Throttled: true}, at.UnixMicro(), 0)
+			news, _ := kb.adapt.notePause(at.Add(time.Millisecond).UnixMicro(), 1_000_000-1_000, 0, false)
+			require.True(t, news, "B heard of no pause")
+			for name, ks := range map[string]*keyState{"A": ka, "B": kb} {
+				rate := ks.adapt.ctl.Rate(&ks.adapt.state)
+				spaceAt(ks, at.Add(2*time.Millisecond)) // finds the pause
+				space := spaceAt(ks, at.Add(2*time.Second))
+				if !tc.clash {
+					require.Less(t, rate, tc.rate, "%s: an ordinary refusal cut nothing", name)
+					require.Zero(t, space, "%s: spaced", name)
+					continue
+				}
+				require.Equal(t, tc.rate, rate, "%s: the first calls' clash cut the rate", name)
+				require.True(t, ks.adapt.state.Probing(), "%s: out of slow start", name)
+				require.InDelta(t, spaceMargin*tc.rate, space, 1e-9, "%s: the fleet's calls not spaced at its own rate", name)
+			}
+			if tc.clash {
+				require.NotEqual(t, aimd.Decreased, o.decision.Change)
+			}
 		})
 	}
 }
