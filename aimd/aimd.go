@@ -1017,24 +1017,25 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		news := c.newEpisode(s, now, sent) || (sent >= s.lastDecrease && c.servedShare(s, reason, in) < c.decrease) ||
 			c.refusedAfterLatency(s, reason)
 		held := news && c.heldRefusal(s, now, sent, prevPause, reason, in)
-		if news && in.Clash && s.probing && !s.ramp && s.lastDecrease == 0 && s.rate <= c.start &&
-			reason != ReasonLatency && reason != ReasonQueue {
-			// The fleet's first calls clashed (Sample.Clash) before
-			// the slow start grew: nothing is known of the limit
-			// (issue 18, a bucket of one token at 100/s: cut to 0.64
-			// of Start and out of slow start, the fleet was refused
-			// at each pause's end and sent a call a second for 40
-			// s). Wait out the pause and go on with the slow start;
-			// the next refusal is an ordinary one.
+		// The fleet's first calls clashed (Sample.Clash) before the
+		// slow start grew: nothing is known of the limit (issue 18, a
+		// bucket of one token at 100/s: cut to 0.64 of Start and out
+		// of slow start, the fleet was refused at each pause's end and
+		// sent a call a second for 40 s). The next refusal is an
+		// ordinary one.
+		clash := news && in.Clash && s.probing && !s.ramp && s.lastDecrease == 0 && s.rate <= c.start &&
+			reason != ReasonLatency && reason != ReasonQueue
+		if clash || (held && in.Bunched) {
+			// A clash, or a refusal at a rate the key sustained
+			// by a process whose calls leave in bunches: wait out
+			// the pause, keep the rate (and the slow start). The
+			// episode begins here, so the refusals of calls in
+			// flight with it are not news.
 			s.refusedAt, s.lastDecrease, s.cutTo = now, now, s.rate
 			s.susFrom, s.n, s.queued = 0, 0, 0
-		} else if held && in.Bunched {
-			// A refusal at a rate the key sustained: wait out the
-			// pause, keep the rate. The episode begins here, so the
-			// refusals of calls in flight with it are not news.
-			s.refusedAt, s.lastDecrease, s.cutTo = now, now, s.rate
-			s.susFrom, s.n, s.queued = 0, 0, 0
-			s.excused = max(s.rate, s.sus)
+			if !clash {
+				s.excused = max(s.rate, s.sus)
+			}
 		} else if news {
 			f := c.decrease
 			queued := int64(0)
@@ -1409,8 +1410,7 @@ func (c *Controller) cut(s *State, now int64, f float64, queue int64) {
 			// Refused: each probe costs a pause, and a limit
 			// that did not move is probed ever less often.
 			s.backoff = min(s.backoff+1, maxHoldShift)
-		}
-		if queue > 0 {
+		} else {
 			// Found by a queue: the calls the probe sent over the
 			// limit wait at the provider, and at the plateau, a few
 			// per cent under the limit, they drain over seconds,

@@ -161,11 +161,7 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 				}
 				if !sp.Allowed {
 					giveBack()
-					wait := max(sp.RetryAfter, time.Millisecond)
-					if limit > 0 && c.now()+wait.Microseconds() > limit {
-						return &WaitError{Key: ks.key, RetryAfter: wait}
-					}
-					if err := sleep(ctx, c.clk, min(wait, max(c.maxReserve, time.Millisecond))); err != nil {
+					if err := c.holdOff(ctx, ks, c.now(), limit, max(sp.RetryAfter, time.Millisecond), false); err != nil {
 						return err
 					}
 					continue
@@ -218,13 +214,21 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 		if !p.Allowed && p.RetryAfter > 0 {
 			c.notePause(ctx, ks, p.RetryAfter)
 		}
-		if limit > 0 && now+wait.Microseconds() > limit {
-			return &WaitError{Key: ks.key, RetryAfter: wait, Paused: !p.Allowed}
-		}
-		if err := sleep(ctx, c.clk, min(wait, max(c.maxReserve, time.Millisecond))); err != nil {
+		if err := c.holdOff(ctx, ks, now, limit, wait, !p.Allowed); err != nil {
 			return err
 		}
 	}
+}
+
+// holdOff waits, at now, for a turn wait away, at most MaxReserve (at
+// least a millisecond) before the caller asks again, or gives up with a
+// *WaitError when the turn is past limit (Unix µs; 0: none). paused says
+// the key's pause, not its pace, holds the turn back.
+func (c *Client) holdOff(ctx context.Context, ks *keyState, now, limit int64, wait time.Duration, paused bool) error {
+	if limit > 0 && now+wait.Microseconds() > limit {
+		return &WaitError{Key: ks.key, RetryAfter: wait, Paused: paused}
+	}
+	return sleep(ctx, c.clk, min(wait, max(c.maxReserve, time.Millisecond)))
 }
 
 // reserveFor returns how far ahead a turn may be booked for a call that
