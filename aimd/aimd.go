@@ -660,6 +660,10 @@ type State struct {
 	susFrom     int64
 	susN        int
 	refusedAt   int64
+	// cycOK counts the calls sent since refusedAt that were served: over
+	// the span from that episode to the next, the provider's rate
+	// (cycleRate).
+	cycOK int
 	// banUntil is when the last ban the key heard of ends (Unix µs, 0
 	// none), and banLen how long it was: a ban answer before then is the
 	// same ban's, and so is one after that ends within banLen/2 of it
@@ -1031,7 +1035,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			// the pause, keep the rate (and the slow start). The
 			// episode begins here, so the refusals of calls in
 			// flight with it are not news.
-			s.refusedAt, s.lastDecrease, s.cutTo = now, now, s.rate
+			s.refusedAt, s.lastDecrease, s.cutTo, s.cycOK = now, now, s.rate, 0
 			s.susFrom, s.n, s.queued = 0, 0, 0
 			if !clash {
 				s.excused = max(s.rate, s.sus)
@@ -1064,7 +1068,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				f = max(ok*shareMargin, minShareCut)
 				shareCut = f
 			}
-			slowExit, chained, confirmed, heldCut, stepped := false, false, false, false, false
+			slowExit, chained, confirmed, heldCut, stepped, cycled := false, false, false, false, false, false
 			if in.RetryAfter > 0 && c.plateau > 0 && (reason == ReasonThrottled || reason == ReasonRetryAfter) {
 				if prevPause > 0 && sent-prevPause <= chainWindow && in.RetryAfter > sharePause {
 					// Refused again soon after the last pause ended:
@@ -1125,6 +1129,13 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// plateau under the rate refused, near the last
 					// good rate, not from a deep cut (issue 18).
 					f = c.plateau
+					if est := c.cycleRate(s, sent, prevPause); est > 0 {
+						// Refused again a while after the last
+						// episode, by a provider whose burst
+						// carried the rate for seconds: resume
+						// at what it served since (cycleRate).
+						f, cycled = cycleLevel*est/s.rate, true
+					}
 				}
 			}
 			// A pause of a few milliseconds sheds no load: the share
@@ -1180,6 +1191,10 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// earn one more pause.
 					s.peak = min(s.peak, resumed)
 				}
+				if cycled {
+					// No recovery above the provider's rate.
+					s.peak, s.held = s.rate/c.plateau, false
+				}
 				if confirmed {
 					// The limit fell by a step of unknown size:
 					// no recovery above the halved rate, which
@@ -1207,7 +1222,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// A throttle signal: what succeeded before proves
 				// nothing now.
 				s.proven, s.provenNext, s.provenAt = 0, 0, 0
-				s.sus, s.refusedAt = 0, now
+				s.sus, s.refusedAt, s.cycOK = 0, now, 0
 			}
 			s.susFrom = 0
 			if in.RetryAfter > 0 {
@@ -1298,7 +1313,7 @@ func (c *Controller) restart(s *State, now, d int64) {
 	s.probing, s.ramp, s.held, s.excused, s.exitLevel = false, false, false, 0, false
 	s.level, s.good, s.backoff, s.drained = 0, 0, 0, false
 	s.proven, s.provenNext, s.provenAt = 0, 0, 0
-	s.sus, s.susFrom, s.refusedAt = 0, 0, now
+	s.sus, s.susFrom, s.refusedAt, s.cycOK = 0, 0, now, 0
 	s.epOK, s.epRef, s.pause = 0, 0, 0
 	s.winCap, s.winAt, s.late, s.prevLate = 0, 0, lateRec{}, lateRec{}
 	s.winSec, s.winFleet = 0, 0
@@ -1315,6 +1330,51 @@ func (c *Controller) servedShare(s *State, reason Reason, in Sample) float64 {
 		return 1
 	}
 	return float64(s.epOK) / float64(n)
+}
+
+// A provider whose bucket holds seconds of its limit (issue 18's external
+// providers held a second's) lets a rate over its limit pass for seconds
+// after every pause: at R over a limit L, a bucket of b tokens when the
+// pause ends is spent in b/(R-L). Each refusal resumed at the plateau, 0.91
+// of the rate refused, and the fleet stepped down by 0.91 an episode,
+// refused every 4-7 s for 30 s at 1.1-1.5 times the limit (OS processes,
+// answers in 5 ms): a provider that bans after 5 refusals in 10 s banned
+// it twice. But the bucket is empty at each refusal, so the calls served
+// from one episode's refusal to the next are what the provider let through
+// in that span: its rate, plus what the bucket held past the pause's refill
+// (nothing, when a pause refills less than the bucket holds, as a pause of
+// a second does a bucket of a second or more). So a refusal whose run from
+// the pause's end lasted cycleRun or more, within excuseSpan of the last
+// episode, resumes at cycleLevel of the key's calls served over the span
+// from that episode (State.cycOK), when that is under the plateau of the
+// rate refused and at least confirmedCut of it (a run that short at a
+// smaller bucket says less: the served count is then a floor, as low as
+// the pause is long). Only at a rate that held since the last decrease
+// (within cycleSteady of the rate it left): calls served while the rate
+// grew back after it say less than the provider served.
+const (
+	cycleRun    = 2_000_000 // µs
+	cycleLevel  = 0.97
+	cycleSteady = 1.05
+)
+
+// cycleRate returns the key's rate served from the last episode of
+// refusals to a refusal, with a Retry-After, of a call sent at sent after
+// the pause that ended at prevPause (see cycleRun), or 0 when it says
+// nothing more than the plateau.
+func (c *Controller) cycleRate(s *State, sent, prevPause int64) float64 {
+	if s.refusedAt == 0 || prevPause == 0 || s.probing || sent-prevPause < cycleRun || s.rate > cycleSteady*s.cutTo {
+		return 0
+	}
+	span := sent - s.refusedAt
+	if span <= 0 || span > excuseSpan {
+		return 0
+	}
+	est := float64(s.cycOK) / (float64(span) / sec)
+	if est >= c.plateau*s.rate || est < confirmedCut*s.rate {
+		return 0
+	}
+	return est
 }
 
 // heldRefusal reports whether a refusal that begins a new episode at now,
@@ -2524,6 +2584,9 @@ func abs64(v int64) int64 {
 // served counts a success of a call sent at sent (Unix µs) in its clock
 // second.
 func (s *State) served(sent int64) {
+	if s.refusedAt != 0 && sent >= s.refusedAt {
+		s.cycOK++
+	}
 	switch k := sent / int64(sec); {
 	case k == s.clockSec:
 		s.clockOK++

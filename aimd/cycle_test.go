@@ -1,0 +1,115 @@
+package aimd
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// deepBucket is a token bucket of burst tokens refilled at limit a
+// second, which refuses a call it has no token for with a Retry-After of
+// a whole second, as issue 18's external providers did.
+type deepBucket struct {
+	limit, burst, tokens float64
+	last                 int64
+}
+
+func (p *deepBucket) serve(now int64) bool {
+	if p.last != 0 {
+		p.tokens = min(p.burst, p.tokens+p.limit*float64(now-p.last)/float64(s1))
+	}
+	p.last = now
+	if p.tokens < 1 {
+		return false
+	}
+	p.tokens--
+	return true
+}
+
+// runDeepBucket sends one key's calls, one at a time at the controller's rate,
+// to p for d µs from *at, answered in 5 ms, and returns when each refusal
+// came (µs).
+func runDeepBucket(c *Controller, s *State, p *deepBucket, at *int64, d int64) []int64 {
+	var refused []int64
+	for end := *at + d; *at < end; {
+		if until, paused := s.Paused(*at); paused {
+			*at = until
+			continue
+		}
+		sent := *at
+		*at += 5 * ms
+		if p.serve(sent) {
+			c.Observe(s, *at, ok(5*ms))
+		} else {
+			refused = append(refused, *at)
+			c.Observe(s, *at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+		}
+		*at = max(*at, sent+int64(float64(s1)/c.Rate(s)))
+	}
+	return refused
+}
+
+// Issue 18: providers whose bucket holds a second of their limit let a
+// rate over it pass for seconds after every pause, and each refusal,
+// answered by resuming at the plateau under the rate refused, stepped the
+// fleet down by 0.91 an episode: refused every 4-7 s for 30 s, and banned
+// by a provider that bans after 5 refusals in 10 s. The calls served from
+// one refusal to the next are the provider's rate: the key resumes under
+// it, and is refused no more.
+func TestABucketOfSecondsIsReadFromTheCallsServedBetweenRefusals(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 150, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8,
+		Cooldown: 500 * time.Millisecond, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
+	s := c.Init()
+	p := &deepBucket{limit: 100, burst: 100, tokens: 100}
+	at := t0
+	refused := runDeepBucket(c, &s, p, &at, 25*s1)
+	require.NotEmpty(t, refused)
+	for i := range refused {
+		n := 0
+		for _, r := range refused[i:] {
+			if r-refused[i] < 10*s1 {
+				n++
+			}
+		}
+		require.Less(t, n, 4, "refusals in the 10 s from %.1f s: %v", float64(refused[i]-t0)/float64(s1), refused)
+	}
+	require.Less(t, refused[len(refused)-1]-t0, 20*s1, "still refused after 20 s: %v", refused)
+	require.InDelta(t, 97, c.Rate(&s), 4, "the rate the provider served")
+	require.Empty(t, runDeepBucket(c, &s, p, &at, 5*s1), "refused at the rate resumed")
+}
+
+// The calls served between two episodes are read only when they say the
+// provider's rate: at a rate that held since the last decrease, after a
+// run of cycleRun from the pause, within excuseSpan of the last episode,
+// and under the plateau of the rate refused but not under half of it.
+func TestCycleRateReadsOnlyASteadyRun(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 130, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.91})
+	for _, tc := range []struct {
+		name string
+		edit func(s *State, sent, prevPause *int64)
+		want float64
+	}{
+		{"a steady run", func(*State, *int64, *int64) {}, 100},
+		{"a rate that grew back since the cut", func(s *State, _, _ *int64) { s.cutTo = 100 }, 0},
+		{"a run shorter than cycleRun", func(_ *State, sent, prevPause *int64) { *prevPause = *sent - cycleRun + 1 }, 0},
+		{"no episode within excuseSpan", func(s *State, sent, _ *int64) { s.refusedAt = *sent - excuseSpan - 1; s.cycOK = 1100 }, 0},
+		{"a rate served near the one refused", func(s *State, _, _ *int64) { s.cycOK = 620 }, 0},
+		{"under half the rate refused", func(s *State, _, _ *int64) { s.cycOK = 300 }, 0},
+		{"in a slow start", func(s *State, _, _ *int64) { s.probing = true }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := c.Init()
+			s.probing = false
+			s.rate, s.cutTo = 130, 128
+			sent := t0 + 6*s1
+			s.refusedAt, s.cycOK = t0+s1, 500 // 500 served in 5 s
+			prevPause := t0 + 2*s1
+			tc.edit(&s, &sent, &prevPause)
+			require.InDelta(t, tc.want, c.cycleRate(&s, sent, prevPause), 1e-9)
+		})
+	}
+}
