@@ -1338,23 +1338,25 @@ func (c *Controller) servedShare(s *State, reason Reason, in Sample) float64 {
 // pause ends is spent in b/(R-L). Each refusal resumed at the plateau, 0.91
 // of the rate refused, and the fleet stepped down by 0.91 an episode,
 // refused every 4-7 s for 30 s at 1.1-1.5 times the limit (OS processes,
-// answers in 5 ms): a provider that bans after 5 refusals in 10 s banned
-// it twice. But the bucket is empty at each refusal, so the calls served
-// from one episode's refusal to the next are what the provider let through
-// in that span: its rate, plus what the bucket held past the pause's refill
-// (nothing, when a pause refills less than the bucket holds, as a pause of
-// a second does a bucket of a second or more). So a refusal whose run from
-// the pause's end lasted cycleRun or more, within excuseSpan of the last
-// episode, resumes at cycleLevel of the key's calls served over the span
-// from that episode (State.cycOK), when that is under the plateau of the
-// rate refused and at least confirmedCut of it (a run that short at a
-// smaller bucket says less: the served count is then a floor, as low as
-// the pause is long). Only at a rate that held since the last decrease
-// (within cycleSteady of the rate it left): calls served while the rate
-// grew back after it say less than the provider served.
+// answers in 5 ms). But the bucket is empty at each refusal, so the calls
+// served from one episode's refusal to the next are at most what the
+// provider let through in that span, L times it: all of it when the pause
+// refilled no more than the bucket holds (a pause of a second, a bucket of
+// a second or more), less what the refill past the bucket's size lost
+// otherwise. So a refusal whose run from the pause's end lasted cycleRun or
+// more, within excuseSpan of the last episode, resumes at cycleLevel of the
+// key's calls served over the span from that episode (State.cycOK), when
+// that is under the plateau of the rate refused and at least confirmedCut
+// of it: at or under the limit, and at it for a bucket of seconds. Only at
+// a rate that held since the last decrease (within cycleSteady of the rate
+// it left): calls served while the rate grew back after it say less than
+// the provider served. The price: at a bucket smaller than a pause's
+// refill, the count is a floor a few per cent under the limit (issue 18,
+// a limit rising to 100/s at a bucket of a tenth of a second: 93/s where
+// the plateau rule held 96/s), until a probe.
 const (
 	cycleRun    = 2_000_000 // µs
-	cycleLevel  = 0.97
+	cycleLevel  = 0.99
 	cycleSteady = 1.05
 )
 
