@@ -662,8 +662,11 @@ type State struct {
 	refusedAt   int64
 	// cycOK counts the calls sent since refusedAt that were served: over
 	// the span from that episode to the next, the provider's rate
-	// (cycleRate).
-	cycOK int
+	// (cycleRate). cycEst is that rate as the last episode read it
+	// (spanRate; 0: none): a second episode that reads the same rate
+	// has read the provider's (agreedRate).
+	cycOK  int
+	cycEst float64
 	// banUntil is when the last ban the key heard of ends (Unix µs, 0
 	// none), and banLen how long it was: a ban answer before then is the
 	// same ban's, and so is one after that ends within banLen/2 of it
@@ -1035,7 +1038,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			// the pause, keep the rate (and the slow start). The
 			// episode begins here, so the refusals of calls in
 			// flight with it are not news.
-			s.refusedAt, s.lastDecrease, s.cutTo, s.cycOK = now, now, s.rate, 0
+			s.refusedAt, s.lastDecrease, s.cutTo, s.cycOK, s.cycEst = now, now, s.rate, 0, 0
 			s.susFrom, s.n, s.queued = 0, 0, 0
 			if !clash {
 				s.excused = max(s.rate, s.sus)
@@ -1096,6 +1099,11 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 						// the rate refused.
 						f, confirmed = min(confirmedCut*s.excused/s.rate, c.plateau), true
 					}
+					if est := c.agreedRate(s, sent); est > 0 && est < f*s.rate {
+						// Two episodes read the provider's rate
+						// alike: resume under it (agreedRate).
+						f, cycled = cycleLevel*est/s.rate, true
+					}
 				} else if s.probing {
 					// The end of a slow start, which grows by
 					// e^SlowStart a second: by the time the refusal
@@ -1129,7 +1137,11 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// plateau under the rate refused, near the last
 					// good rate, not from a deep cut (issue 18).
 					f = c.plateau
-					if est := c.cycleRate(s, sent, prevPause); est > 0 {
+					if est := c.agreedRate(s, sent); est > 0 && est < f*s.rate {
+						// Two episodes read the provider's rate
+						// alike (agreedRate).
+						f, cycled = cycleLevel*est/s.rate, true
+					} else if est := c.cycleRate(s, sent, prevPause); est > 0 {
 						// Refused again a while after the last
 						// episode, by a provider whose burst
 						// carried the rate for seconds: resume
@@ -1222,6 +1234,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// A throttle signal: what succeeded before proves
 				// nothing now.
 				s.proven, s.provenNext, s.provenAt = 0, 0, 0
+				s.cycEst = c.spanRate(s, sent)
 				s.sus, s.refusedAt, s.cycOK = 0, now, 0
 			}
 			s.susFrom = 0
@@ -1313,7 +1326,7 @@ func (c *Controller) restart(s *State, now, d int64) {
 	s.probing, s.ramp, s.held, s.excused, s.exitLevel = false, false, false, 0, false
 	s.level, s.good, s.backoff, s.drained = 0, 0, 0, false
 	s.proven, s.provenNext, s.provenAt = 0, 0, 0
-	s.sus, s.susFrom, s.refusedAt, s.cycOK = 0, 0, now, 0
+	s.sus, s.susFrom, s.refusedAt, s.cycOK, s.cycEst = 0, 0, now, 0, 0
 	s.epOK, s.epRef, s.pause = 0, 0, 0
 	s.winCap, s.winAt, s.late, s.prevLate = 0, 0, lateRec{}, lateRec{}
 	s.winSec, s.winFleet = 0, 0
@@ -1368,16 +1381,55 @@ func (c *Controller) cycleRate(s *State, sent, prevPause int64) float64 {
 	if s.refusedAt == 0 || prevPause == 0 || s.probing || sent-prevPause < cycleRun || s.rate > cycleSteady*s.cutTo {
 		return 0
 	}
-	span := sent - s.refusedAt
-	if span <= 0 || span > excuseSpan {
-		return 0
-	}
-	est := float64(s.cycOK) / (float64(span) / sec)
+	est := c.spanRate(s, sent)
 	if est >= c.plateau*s.rate || est < confirmedCut*s.rate {
 		return 0
 	}
 	return est
 }
+
+// spanRate returns the key's rate served (calls a second) from the last
+// episode of refusals to a call sent at sent, or 0 when no episode began
+// within excuseSpan: at most the provider's rate, as its bucket is empty
+// at each refusal (see cycleRun).
+func (c *Controller) spanRate(s *State, sent int64) float64 {
+	if s.refusedAt == 0 {
+		return 0
+	}
+	span := sent - s.refusedAt
+	if span <= 0 || span > excuseSpan {
+		return 0
+	}
+	return float64(s.cycOK) / (float64(span) / sec)
+}
+
+// agreedRate returns the rate served over the span from the last episode to
+// a refusal of a call sent at sent when the last episode read the same
+// (within agreeSpread), or 0. The calls served between two refusals are
+// what the bucket held when the pause ended and the limit L times the run
+// after it: b + L x run, the pause's refill b at most its size and L times
+// the pause; over the span, pause and run, a floor of L, and L itself
+// when the bucket refilled in full. A bucket smaller than the pause's
+// refill reads b/span more than L x run/span, and the runs of two episodes
+// at different rates differ (b/(R-L)), so only at L do they agree. Issue
+// 18, a bucket of a second at 100/s (OS processes, answers in 5 ms): the
+// slow start's end at 4 times the limit, then two chained refusals each
+// cut by 0.64 from 2.8 and 2.2 times it, each episode read 100/s; the
+// fourth episode brought the fifth refusal, and a ban. Not below
+// agreeFloor of the rate refused.
+func (c *Controller) agreedRate(s *State, sent int64) float64 {
+	prev := s.cycEst
+	est := c.spanRate(s, sent)
+	if prev <= 0 || est <= 0 || est < agreeFloor*s.rate || math.Abs(est-prev) > agreeSpread*max(est, prev) {
+		return 0
+	}
+	return min(est, prev)
+}
+
+const (
+	agreeSpread = 0.1
+	agreeFloor  = 0.25
+)
 
 // heldRefusal reports whether a refusal that begins a new episode at now,
 // for a request sent at sent, came at a level the key held (see

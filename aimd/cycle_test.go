@@ -31,6 +31,11 @@ func (p *deepBucket) serve(now int64) bool {
 // to p for d µs from *at, answered in 5 ms, and returns when each refusal
 // came (µs).
 func runDeepBucket(c *Controller, s *State, p *deepBucket, at *int64, d int64) []int64 {
+	return runDeepBucketIn(c, s, p, at, d, 5*ms)
+}
+
+// runDeepBucketIn is runDeepBucket with answers in lat µs.
+func runDeepBucketIn(c *Controller, s *State, p *deepBucket, at *int64, d, lat int64) []int64 {
 	var refused []int64
 	for end := *at + d; *at < end; {
 		if until, paused := s.Paused(*at); paused {
@@ -38,12 +43,12 @@ func runDeepBucket(c *Controller, s *State, p *deepBucket, at *int64, d int64) [
 			continue
 		}
 		sent := *at
-		*at += 5 * ms
+		*at += lat
 		if p.serve(sent) {
-			c.Observe(s, *at, ok(5*ms))
+			c.Observe(s, *at, ok(lat))
 		} else {
 			refused = append(refused, *at)
-			c.Observe(s, *at, Sample{Outcome: Throttled, Latency: 5 * ms, RetryAfter: s1})
+			c.Observe(s, *at, Sample{Outcome: Throttled, Latency: lat, RetryAfter: s1})
 		}
 		*at = max(*at, sent+int64(float64(s1)/c.Rate(s)))
 	}
@@ -110,6 +115,56 @@ func TestCycleRateReadsOnlyASteadyRun(t *testing.T) {
 			prevPause := t0 + 2*s1
 			tc.edit(&s, &sent, &prevPause)
 			require.InDelta(t, tc.want, c.cycleRate(&s, sent, prevPause), 1e-9)
+		})
+	}
+}
+
+// Issue 18, a bucket of a second at 100/s as OS processes: the slow start
+// ended at four times the limit, and the two refusals chained after it,
+// each cut by 0.64, came at 2.8 and 2.2 times it; the fourth episode was a
+// provider's fifth refusal in 10 s, and a ban. Each episode read 100/s
+// from the calls served since the one before: two that agree are the
+// provider's rate, and the key resumes under it.
+func TestTwoEpisodesThatReadTheSameRateResumeUnderIt(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 10, SlowStart: 2, IgnoreLatency: true, Decrease: 0.8,
+		Cooldown: 500 * time.Millisecond, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
+	s := c.Init()
+	p := &deepBucket{limit: 100, burst: 100, tokens: 100}
+	at := t0
+	refused := runDeepBucketIn(c, &s, p, &at, 30*s1, ms)
+	require.GreaterOrEqual(t, len(refused), 3, "the slow start's end and two refusals chained after it: %v", refused)
+	require.Len(t, refused, 3, "refused after the third episode: %v", refused)
+	require.InDelta(t, 98, c.Rate(&s), 2, "the rate the two episodes read")
+}
+
+// Two episodes' reads agree only for a bucket that refilled in full: at a
+// bucket smaller than a pause's refill, runs at different rates read
+// different rates, and the lower one is no limit.
+func TestAgreedRateNeedsTwoReadsAlike(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 130, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.91})
+	for _, tc := range []struct {
+		name string
+		edit func(s *State, sent *int64)
+		want float64
+	}{
+		{"two reads alike", func(*State, *int64) {}, 95},
+		{"the lower of the two", func(s *State, _ *int64) { s.cycEst = 92 }, 92},
+		{"no read before", func(s *State, _ *int64) { s.cycEst = 0 }, 0},
+		{"reads apart (a small bucket's)", func(s *State, _ *int64) { s.cycEst = 60 }, 0},
+		{"no episode within excuseSpan", func(s *State, sent *int64) { s.refusedAt = *sent - excuseSpan - 1 }, 0},
+		{"under agreeFloor of the rate refused", func(s *State, _ *int64) { s.rate = 400 }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := c.Init()
+			s.probing = false
+			s.rate, s.cycEst = 130, 97
+			sent := t0 + 3*s1
+			s.refusedAt, s.cycOK = t0+s1, 190 // 190 served in 2 s
+			tc.edit(&s, &sent)
+			require.InDelta(t, tc.want, c.agreedRate(&s, sent), 1e-9)
 		})
 	}
 }
