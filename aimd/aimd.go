@@ -662,11 +662,13 @@ type State struct {
 	refusedAt   int64
 	// cycOK counts the calls sent since refusedAt that were served: over
 	// the span from that episode to the next, the provider's rate
-	// (cycleRate). cycEst is that rate as the last episode read it
-	// (spanRate; 0: none): a second episode that reads the same rate
-	// has read the provider's (agreedRate).
-	cycOK  int
-	cycEst float64
+	// (cycleRate). cycEst is that rate as the last episode read it, when
+	// it was a refusal chained soon after a pause (spanRate; 0: none),
+	// and cycFrom the rate it refused: a second such episode, at a rate
+	// apart, that reads the same rate has read the provider's
+	// (agreedRate).
+	cycOK           int
+	cycEst, cycFrom float64
 	// banUntil is when the last ban the key heard of ends (Unix µs, 0
 	// none), and banLen how long it was: a ban answer before then is the
 	// same ban's, and so is one after that ends within banLen/2 of it
@@ -1038,7 +1040,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 			// the pause, keep the rate (and the slow start). The
 			// episode begins here, so the refusals of calls in
 			// flight with it are not news.
-			s.refusedAt, s.lastDecrease, s.cutTo, s.cycOK, s.cycEst = now, now, s.rate, 0, 0
+			s.refusedAt, s.lastDecrease, s.cutTo, s.cycOK, s.cycEst, s.cycFrom = now, now, s.rate, 0, 0, 0
 			s.susFrom, s.n, s.queued = 0, 0, 0
 			if !clash {
 				s.excused = max(s.rate, s.sus)
@@ -1137,11 +1139,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// plateau under the rate refused, near the last
 					// good rate, not from a deep cut (issue 18).
 					f = c.plateau
-					if est := c.agreedRate(s, sent); est > 0 && est < f*s.rate {
-						// Two episodes read the provider's rate
-						// alike (agreedRate).
-						f, cycled = cycleLevel*est/s.rate, true
-					} else if est := c.cycleRate(s, sent, prevPause); est > 0 {
+					if est := c.cycleRate(s, sent, prevPause); est > 0 {
 						// Refused again a while after the last
 						// episode, by a provider whose burst
 						// carried the rate for seconds: resume
@@ -1234,7 +1232,10 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// A throttle signal: what succeeded before proves
 				// nothing now.
 				s.proven, s.provenNext, s.provenAt = 0, 0, 0
-				s.cycEst = c.spanRate(s, sent)
+				s.cycEst, s.cycFrom = 0, 0
+				if chained {
+					s.cycEst, s.cycFrom = c.spanRate(s, sent), from
+				}
 				s.sus, s.refusedAt, s.cycOK = 0, now, 0
 			}
 			s.susFrom = 0
@@ -1326,7 +1327,7 @@ func (c *Controller) restart(s *State, now, d int64) {
 	s.probing, s.ramp, s.held, s.excused, s.exitLevel = false, false, false, 0, false
 	s.level, s.good, s.backoff, s.drained = 0, 0, 0, false
 	s.proven, s.provenNext, s.provenAt = 0, 0, 0
-	s.sus, s.susFrom, s.refusedAt, s.cycOK, s.cycEst = 0, 0, now, 0, 0
+	s.sus, s.susFrom, s.refusedAt, s.cycOK, s.cycEst, s.cycFrom = 0, 0, now, 0, 0, 0
 	s.epOK, s.epRef, s.pause = 0, 0, 0
 	s.winCap, s.winAt, s.late, s.prevLate = 0, 0, lateRec{}, lateRec{}
 	s.winSec, s.winFleet = 0, 0
@@ -1415,12 +1416,19 @@ func (c *Controller) spanRate(s *State, sent int64) float64 {
 // 18, a bucket of a second at 100/s (OS processes, answers in 5 ms): the
 // slow start's end at 4 times the limit, then two chained refusals each
 // cut by 0.64 from 2.8 and 2.2 times it, each episode read 100/s; the
-// fourth episode brought the fifth refusal, and a ban. Not below
+// fourth episode brought the fifth refusal, and a ban. Only for two
+// refusals chained soon after their pauses (runs under chainWindow), at
+// rates agreeApart or more apart: over long runs, or at the same rate,
+// the reads of a small bucket agree too (b + L x run over run + pause
+// tends to L x run/(run+pause) as the run grows; issue 18, a saturated
+// machine: runs of 3.5 and 6.3 s at a bucket of a tenth of a second read
+// 0.80 and 0.88 of the limit, and the fleet held 76/s of 100). Not below
 // agreeFloor of the rate refused.
 func (c *Controller) agreedRate(s *State, sent int64) float64 {
 	prev := s.cycEst
 	est := c.spanRate(s, sent)
-	if prev <= 0 || est <= 0 || est < agreeFloor*s.rate || math.Abs(est-prev) > agreeSpread*max(est, prev) {
+	if prev <= 0 || est <= 0 || est < agreeFloor*s.rate || math.Abs(est-prev) > agreeSpread*max(est, prev) ||
+		math.Abs(s.rate-s.cycFrom) < agreeApart*max(s.rate, s.cycFrom) {
 		return 0
 	}
 	return min(est, prev)
@@ -1428,6 +1436,7 @@ func (c *Controller) agreedRate(s *State, sent int64) float64 {
 
 const (
 	agreeSpread = 0.1
+	agreeApart  = 0.15
 	agreeFloor  = 0.25
 )
 

@@ -140,7 +140,8 @@ func TestTwoEpisodesThatReadTheSameRateResumeUnderIt(t *testing.T) {
 
 // Two episodes' reads agree only for a bucket that refilled in full: at a
 // bucket smaller than a pause's refill, runs at different rates read
-// different rates, and the lower one is no limit.
+// different rates, and the lower one is no limit; at the same rate they
+// read alike whatever the bucket.
 func TestAgreedRateNeedsTwoReadsAlike(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, Config{Start: 130, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.91})
@@ -154,13 +155,15 @@ func TestAgreedRateNeedsTwoReadsAlike(t *testing.T) {
 		{"no read before", func(s *State, _ *int64) { s.cycEst = 0 }, 0},
 		{"reads apart (a small bucket's)", func(s *State, _ *int64) { s.cycEst = 60 }, 0},
 		{"no episode within excuseSpan", func(s *State, sent *int64) { s.refusedAt = *sent - excuseSpan - 1 }, 0},
-		{"under agreeFloor of the rate refused", func(s *State, _ *int64) { s.rate = 400 }, 0},
+		{"under agreeFloor of the rate refused", func(s *State, _ *int64) { s.rate = 400; s.cycFrom = 600 }, 0},
+		{"at the rate the last episode refused", func(s *State, _ *int64) { s.cycFrom = 140 }, 0},
+		{"the last episode no chained refusal", func(s *State, _ *int64) { s.cycEst, s.cycFrom = 0, 0 }, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := c.Init()
 			s.probing = false
-			s.rate, s.cycEst = 130, 97
+			s.rate, s.cycEst, s.cycFrom = 130, 97, 170
 			sent := t0 + 3*s1
 			s.refusedAt, s.cycOK = t0+s1, 190 // 190 served in 2 s
 			tc.edit(&s, &sent)
