@@ -627,14 +627,16 @@ type State struct {
 	// of a failed probe, which lengthens the hold (probeCost).
 	pause int64
 	// exitLevel says the last decrease was the one that ended slow start
-	// with a Retry-After, and none came since. The level it leaves (0.91
-	// x 0.8 of the rate first refused) says less of the limit than one
-	// refused at: the slow start overshoots 1.2 to 2 times, the more the
-	// further a provider's burst lets it run. Over the limit, the level is
-	// refused again soon, which clears this; under it, only a probe can
-	// tell. So it holds for Hold alone before the probe, not probeCost
-	// times the pause (issue 18: first refused at 1.18 x the limit, the
-	// fleet held 0.86 of it for 30 s).
+	// with a Retry-After, or a chained one after the rate grew well past
+	// the one it resumed at (chainGrew), and none came since. The level
+	// it leaves says less of the limit than one refused at: the slow
+	// start's (0.91 x 0.8 of the rate first refused) overshoots 1.2 to 2
+	// times, the more the further a provider's burst lets it run, and the
+	// chained one's is under a rate that was served. Over the limit, the
+	// level is refused again soon, which clears this; under it, only a
+	// probe can tell. So it holds for Hold alone before the probe, not
+	// probeCost times the pause (issue 18: first refused at 1.18 x the
+	// limit, the fleet held 0.86 of it for 30 s).
 	exitLevel bool
 	// proven is the highest rate a call succeeded at in this BaseWindow
 	// or the last, since the last throttle signal (0: none), the bound of
@@ -1200,6 +1202,14 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// limit, and recovery stays under it rather than
 					// earn one more pause.
 					s.peak = min(s.peak, resumed)
+					if from > chainGrew*resumed && !confirmed && !cycled {
+						// The rate grew well past the one it
+						// resumed at before the refusal: that
+						// one is a guess under the limit, not a
+						// rate refused, and only a probe tells
+						// how far under (exitLevel).
+						s.exitLevel = true
+					}
 				}
 				if cycled {
 					// No recovery above the provider's rate.
@@ -1374,12 +1384,32 @@ const (
 	cycleSteady = 1.05
 )
 
+// chainGrew is how far past the rate it resumed at a key's rate grows
+// before a chained refusal for the level under the rate resumed to be a
+// guess, probed after Hold alone (State.exitLevel): a refusal of the rate
+// resumed at comes at once, with the rate near it. Issue 18, a saturated
+// machine: resumed at 45/s after the limit halved to 50/s, refused at
+// 57/s under 2 s after the pause, and held at 41/s for 25 s.
+const chainGrew = 1.15
+
 // cycleRate returns the key's rate served from the last episode of
 // refusals to a refusal, with a Retry-After, of a call sent at sent after
 // the pause that ended at prevPause (see cycleRun), or 0 when it says
 // nothing more than the plateau.
+//
+// Not after a held refusal (State.excused), at or under the rate held: the
+// count is the provider's rate only when the run drained its bucket, at a
+// rate over its limit; a rate the provider let pass for a sustainSpan
+// before was refused by bunched sends or a limit that fell, and the calls
+// sent at it over the span read the rate itself times the share of the
+// span the pause left (issue 18, a saturated machine: held at 48/s of 50,
+// refused, resumed at 46/s and refused again 2.5 s after the pause, the
+// count read 32/s, and the fleet held 29/s for the rest of the run).
 func (c *Controller) cycleRate(s *State, sent, prevPause int64) float64 {
 	if s.refusedAt == 0 || prevPause == 0 || s.probing || sent-prevPause < cycleRun || s.rate > cycleSteady*s.cutTo {
+		return 0
+	}
+	if s.excused > 0 && s.rate <= s.excused {
 		return 0
 	}
 	est := c.spanRate(s, sent)

@@ -88,7 +88,9 @@ func TestABucketOfSecondsIsReadFromTheCallsServedBetweenRefusals(t *testing.T) {
 // The calls served between two episodes are read only when they say the
 // provider's rate: at a rate that held since the last decrease, after a
 // run of cycleRun from the pause, within excuseSpan of the last episode,
-// and under the plateau of the rate refused but not under half of it.
+// and under the plateau of the rate refused but not under half of it; not
+// at or under the rate a held refusal left (State.excused), which the
+// provider let pass before.
 func TestCycleRateReadsOnlyASteadyRun(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, Config{Start: 130, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.91})
@@ -104,6 +106,8 @@ func TestCycleRateReadsOnlyASteadyRun(t *testing.T) {
 		{"a rate served near the one refused", func(s *State, _, _ *int64) { s.cycOK = 620 }, 0},
 		{"under half the rate refused", func(s *State, _, _ *int64) { s.cycOK = 300 }, 0},
 		{"in a slow start", func(s *State, _, _ *int64) { s.probing = true }, 0},
+		{"at a rate under a held refusal's", func(s *State, _, _ *int64) { s.excused = 140 }, 0},
+		{"at a rate over a held refusal's", func(s *State, _, _ *int64) { s.excused = 120 }, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -144,6 +144,50 @@ func TestFirstLevelAfterSlowStartProbesAfterHold(t *testing.T) {
 	require.GreaterOrEqual(t, again, 30*s1, "a level a chained refusal set probed %v after it", time.Duration(again)*time.Microsecond)
 }
 
+// Issue 18, a saturated machine: resumed at 45/s after the limit halved to
+// 50/s, the fleet grew to 57/s and was refused under 2 s after the pause.
+// That chained refusal says the rate refused was over the limit, not the
+// rate resumed at, which was served: the level recovery aims at under it
+// is a guess, probed after Hold alone (chainGrew), where it held 41/s for
+// 25 s. A chained refusal near the rate resumed at says that one was over
+// too: its level holds 30 times the pause, as any other.
+func TestChainedLevelUnderARateThatGrewProbesAfterHold(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 10, SlowStart: 2, IgnoreLatency: true, Decrease: 0.7, Plateau: 0.9, Hold: 10 * time.Second, UsageMultiple: -1})
+	probedAt := func(after int64) int64 {
+		s := c.Init()
+		at := t0
+		for s.rate < 100 {
+			at += 10 * ms
+			c.Observe(&s, at, ok(10*ms))
+		}
+		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: s1})
+		resumed := s.rate
+		at += s1
+		busyFor(c, &s, &at, after)
+		grew := s.rate / resumed
+		c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: s1})
+		refused := at
+		if after > s1 {
+			require.Greater(t, grew, chainGrew, "grown past the rate resumed at")
+		} else {
+			require.Less(t, grew, chainGrew, "near the rate resumed at")
+		}
+		busyFor(c, &s, &at, 8*s1)
+		level := s.rate
+		for s.rate <= level {
+			busyFor(c, &s, &at, 100*ms)
+			require.Less(t, at, refused+60*s1, "no probe within 60 s")
+		}
+		return at - refused
+	}
+	grown := probedAt(1500 * ms)
+	require.Less(t, grown, 20*s1, "a level under a rate that grew probed %v after the refusal", time.Duration(grown)*time.Microsecond)
+	require.GreaterOrEqual(t, grown, 10*s1, "after a whole Hold")
+	near := probedAt(200 * ms)
+	require.GreaterOrEqual(t, near, 30*s1, "a level under the rate resumed at probed %v after it", time.Duration(near)*time.Microsecond)
+}
+
 // A Retry-After that comes soon after the rate levelled off says the level
 // is over the limit (a bucket refuses sooner the further over it is): the
 // next level is the plateau under it, not half way back. One that comes
