@@ -1325,9 +1325,24 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 // the meantime, and five refusals in two seconds earned a second ban; at
 // half that rate, it came back at 82/s over a limit of 50/s and was banned
 // again.
+//
+// A ban soon after a chained refusal (within excuseSpan of it) is bounded
+// by what that refusal read, when that is not a pause-only span's
+// (agreeFloor of the rate or more): the calls served since the episode
+// before it, over the span (State.cycEst), at most the provider's rate.
+// The ramp after the ban levels off under that rather than under the rate
+// banned at, which after a slow start's end is its overshoot (issue 18, a
+// bucket of a second at 100/s, OS processes answering in 5 ms: banned at
+// the chained refusal after a slow start's end at 4 times the limit, the
+// fleet ramped to 0.91 of 2.6 times the limit, and the bucket let it run
+// there until five refusals in flight brought a second ban).
 func (c *Controller) restart(s *State, now, d int64) {
 	to := max(c.floor, s.rate*confirmedCut*confirmedCut)
-	s.banUntil, s.banLen, s.banRate = addSat(now, d), d, s.rate
+	banAt := s.rate
+	if est := s.cycEst; est > 0 && est < banAt && est >= agreeFloor*s.rate && now >= s.refusedAt && now-s.refusedAt <= excuseSpan {
+		banAt = est
+	}
+	s.banUntil, s.banLen, s.banRate = addSat(now, d), d, banAt
 	s.rate = min(to, max(c.start, c.floor))
 	s.peak = to / c.decrease
 	if c.plateau > 0 {

@@ -196,3 +196,42 @@ func TestOnlyAChainedRefusalKeepsItsRead(t *testing.T) {
 	refuse(s.pausedUntil + 500*ms) // chained: 60 served in 1.5 s
 	require.InDelta(t, 40, s.cycEst, 1, "read by a chained refusal")
 }
+
+// Issue 18, a bucket of a second at 100/s as OS processes answering in
+// 5 ms: the refusals in flight at a slow start's end (four times the
+// limit) and at the refusal chained after it brought a ban, and the ramp
+// after the ban levelled off under the rate banned at, 2.6 times the
+// limit, which the bucket let pass until a second ban. The chained
+// refusal read the provider's rate from the calls served since the slow
+// start's end (State.cycEst): the ramp after the ban levels off under that
+// (and not, as before, at 1.76 times the limit, refused 20 s after the
+// ban ended and twice more in 6 s).
+func TestTheRampAfterABanLevelsUnderTheChainedRead(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 10, SlowStart: 2, IgnoreLatency: true, Decrease: 0.8,
+		Cooldown: 500 * time.Millisecond, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
+	s := c.Init()
+	p := &deepBucket{limit: 100, burst: 100, tokens: 100}
+	at := t0
+	var refused []int64
+	for len(refused) < 2 {
+		refused = append(refused, runDeepBucketIn(c, &s, p, &at, 10*ms, ms)...)
+		require.Less(t, at, t0+30*s1, "no chained refusal in 30 s: %v", refused)
+	}
+	require.Greater(t, c.Rate(&s), 150.0, "banned over the limit")
+	require.InDelta(t, 100, s.cycEst, 10, "the chained refusal's read")
+	ban := 2 * s1
+	c.Observe(&s, at, Sample{Outcome: Throttled, Latency: ms, RetryAfter: ban, Banned: true})
+	at += ban
+	// The level holds Hold from about 16 s: a probe above it may
+	// come from 26 s.
+	end := at + 25*s1
+	peak := 0.0
+	for at < end {
+		after := runDeepBucketIn(c, &s, p, &at, 100*ms, ms)
+		require.Empty(t, after, "refused %.1f s after the ban ended", float64(at-end+25*s1)/float64(s1))
+		peak = max(peak, c.Rate(&s))
+	}
+	require.LessOrEqual(t, peak, 100.0, "the ramp after the ban")
+	require.Greater(t, peak, 80.0, "and it ramped")
+}

@@ -76,7 +76,10 @@
 // same one refusal and pause at 10 % a second as at 2 %, since a provider's
 // burst is spent the sooner), so the hold is also at least 30 times the
 // longest pause since the last decrease without one (30 s after the whole
-// second a provider rounds a few milliseconds up to). With a plateau, a
+// second a provider rounds a few milliseconds up to), except at a level
+// that is a guess under the limit, not a rate refused: the slow start's,
+// and one under a rate resumed at that grew 15 % or more before a refusal
+// chained soon after its pause; those hold for Hold alone. With a plateau, a
 // throttle that pauses the key (a Retry-After) after slow start cuts only
 // to the plateau under the rate refused (half way closer only when the
 // level had held 2 s), since the pause itself sheds the load and the key
@@ -143,7 +146,9 @@
 // A ban starts the key over (see Sample.Banned); other answers of the same
 // ban, including another process's heard of as the key's own ends, change
 // nothing, and a probe that ramps after it levels off at the plateau under
-// the rate the ban came at.
+// the rate the ban came at, or under the rate a refusal chained soon
+// before it read from the calls served since the episode before (at most
+// the provider's rate), when that is lower.
 //
 // With Config.Queue set, the latency gradient (as in TCP Vegas) reads a
 // provider that queues calls before it is slow: when the median of the
