@@ -123,6 +123,15 @@ func TestCycleRateReadsOnlyASteadyRun(t *testing.T) {
 	}
 }
 
+// slowStartIntoASecond returns a key in slow start from 10/s and a
+// provider at 100/s whose bucket holds a second of it, full, at t0.
+func slowStartIntoASecond(t *testing.T) (*Controller, State, *deepBucket, int64) {
+	t.Helper()
+	c := mustNew(t, Config{Start: 10, SlowStart: 2, IgnoreLatency: true, Decrease: 0.8,
+		Cooldown: 500 * time.Millisecond, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
+	return c, c.Init(), &deepBucket{limit: 100, burst: 100, tokens: 100}, t0
+}
+
 // Issue 18, a bucket of a second at 100/s as OS processes: the slow start
 // ended at four times the limit, and the two refusals chained after it,
 // each cut by 0.64, came at 2.8 and 2.2 times it; the fourth episode was a
@@ -131,11 +140,7 @@ func TestCycleRateReadsOnlyASteadyRun(t *testing.T) {
 // provider's rate, and the key resumes under it.
 func TestTwoEpisodesThatReadTheSameRateResumeUnderIt(t *testing.T) {
 	t.Parallel()
-	c := mustNew(t, Config{Start: 10, SlowStart: 2, IgnoreLatency: true, Decrease: 0.8,
-		Cooldown: 500 * time.Millisecond, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
-	s := c.Init()
-	p := &deepBucket{limit: 100, burst: 100, tokens: 100}
-	at := t0
+	c, s, p, at := slowStartIntoASecond(t)
 	refused := runDeepBucketIn(c, &s, p, &at, 30*s1, ms)
 	require.GreaterOrEqual(t, len(refused), 3, "the slow start's end and two refusals chained after it: %v", refused)
 	require.Len(t, refused, 3, "refused after the third episode: %v", refused)
@@ -208,11 +213,7 @@ func TestOnlyAChainedRefusalKeepsItsRead(t *testing.T) {
 // ban ended and twice more in 6 s).
 func TestTheRampAfterABanLevelsUnderTheChainedRead(t *testing.T) {
 	t.Parallel()
-	c := mustNew(t, Config{Start: 10, SlowStart: 2, IgnoreLatency: true, Decrease: 0.8,
-		Cooldown: 500 * time.Millisecond, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
-	s := c.Init()
-	p := &deepBucket{limit: 100, burst: 100, tokens: 100}
-	at := t0
+	c, s, p, at := slowStartIntoASecond(t)
 	var refused []int64
 	for len(refused) < 2 {
 		refused = append(refused, runDeepBucketIn(c, &s, p, &at, 10*ms, ms)...)
@@ -234,4 +235,34 @@ func TestTheRampAfterABanLevelsUnderTheChainedRead(t *testing.T) {
 	}
 	require.LessOrEqual(t, peak, 100.0, "the ramp after the ban")
 	require.Greater(t, peak, 80.0, "and it ramped")
+}
+
+// A ban bounds the ramp after it by a chained refusal's read only when the
+// read is recent (within excuseSpan), under the rate banned at, and not a
+// pause-only span's (agreeFloor of that rate or more).
+func TestTheBanRateTakesOnlyARecentChainedRead(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 10, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.91})
+	for _, tc := range []struct {
+		name string
+		edit func(s *State, now *int64)
+		want float64
+	}{
+		{"a chained read", func(*State, *int64) {}, 100},
+		{"no read", func(s *State, _ *int64) { s.cycEst = 0 }, 200},
+		{"a read over the rate banned at", func(s *State, _ *int64) { s.cycEst = 250 }, 200},
+		{"a pause-only span's read", func(s *State, _ *int64) { s.cycEst = 40 }, 200},
+		{"a read older than excuseSpan", func(s *State, now *int64) { *now = s.refusedAt + excuseSpan + 1 }, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := c.Init()
+			s.probing = false
+			s.rate, s.cycEst, s.refusedAt = 200, 100, t0
+			now := t0 + s1
+			tc.edit(&s, &now)
+			c.restart(&s, now, 2*s1)
+			require.InDelta(t, tc.want, s.banRate, 1e-9)
+		})
+	}
 }

@@ -16,6 +16,20 @@ func busyFor(c *Controller, s *State, at *int64, d int64) {
 	}
 }
 
+// probeAfter keeps the key busy from at, lets it reach its level within
+// 8 s, and returns how long after refused (µs) a probe first raised the
+// rate above that level, failing if none came within 60 s of it.
+func probeAfter(t *testing.T, c *Controller, s *State, at, refused int64) int64 {
+	t.Helper()
+	busyFor(c, s, &at, 8*s1)
+	level := s.rate
+	for s.rate <= level {
+		busyFor(c, s, &at, 100*ms)
+		require.Less(t, at, refused+60*s1, "no probe within 60 s")
+	}
+	return at - refused
+}
+
 // Issue 18: a probe above the limit of a provider that answers with a
 // Retry-After costs the whole key that pause (a second, when the provider
 // rounds up). The hold before probing is then at least probeCost times the
@@ -129,13 +143,7 @@ func TestFirstLevelAfterSlowStartProbesAfterHold(t *testing.T) {
 			c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: s1})
 			refused = at
 		}
-		busyFor(c, &s, &at, 8*s1)
-		level := s.rate
-		for s.rate <= level {
-			busyFor(c, &s, &at, 100*ms)
-			require.Less(t, at, refused+60*s1, "no probe within 60 s")
-		}
-		return at - refused
+		return probeAfter(t, c, &s, at, refused)
 	}
 	first := probedAt(false)
 	require.Less(t, first, 20*s1, "the slow start's level probed %v after the refusal", time.Duration(first)*time.Microsecond)
@@ -173,13 +181,7 @@ func TestChainedLevelUnderARateThatGrewProbesAfterHold(t *testing.T) {
 		} else {
 			require.Less(t, grew, chainGrew, "near the rate resumed at")
 		}
-		busyFor(c, &s, &at, 8*s1)
-		level := s.rate
-		for s.rate <= level {
-			busyFor(c, &s, &at, 100*ms)
-			require.Less(t, at, refused+60*s1, "no probe within 60 s")
-		}
-		return at - refused
+		return probeAfter(t, c, &s, at, refused)
 	}
 	grown := probedAt(1500 * ms)
 	require.Less(t, grown, 20*s1, "a level under a rate that grew probed %v after the refusal", time.Duration(grown)*time.Microsecond)
