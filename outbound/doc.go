@@ -121,7 +121,8 @@
 // slow itself down with no throttle in sight. Nor does a stalling store
 // send a bunch: with strict pacing (Config.Burst 1) a process's attempts
 // on a key leave at least half a pacing interval apart, however late the
-// store's answers came.
+// store's answers came, and a whole interval apart once their turns passed
+// more than two intervals (and 50 ms) before.
 //
 // Acquire and Permit.Report are the same layers in two steps (permit.go),
 // for callers that make the request themselves, such as workers in other

@@ -41,12 +41,65 @@ func TestSpreadStopsAtTheCallersLimit(t *testing.T) {
 	require.NoError(t, err)
 	ks := &keyState{}
 	lim := c.pacing(10) // 100 ms apart
-	require.Zero(t, c.spread(ks, lim, 0), "the first leaves at once")
-	require.Equal(t, 50*time.Millisecond, c.spread(ks, lim, 0), "the next half an interval later")
-	require.Equal(t, 100*time.Millisecond, c.spread(ks, lim, 0))
-	require.Equal(t, 20*time.Millisecond, c.spread(ks, lim, t0+20_000), "not past the caller's limit")
-	require.Zero(t, c.spread(ks, lim, t0), "a limit already passed: at once")
-	require.Equal(t, 150*time.Millisecond, c.spread(ks, lim, 0), "the next keeps its distance from the last spread")
+	require.Zero(t, c.spread(ks, lim, 0, t0), "the first leaves at once")
+	require.Equal(t, 50*time.Millisecond, c.spread(ks, lim, 0, t0), "the next half an interval later")
+	require.Equal(t, 100*time.Millisecond, c.spread(ks, lim, 0, t0))
+	require.Equal(t, 20*time.Millisecond, c.spread(ks, lim, t0+20_000, t0), "not past the caller's limit")
+	require.Zero(t, c.spread(ks, lim, t0, t0), "a limit already passed: at once")
+	require.Equal(t, 150*time.Millisecond, c.spread(ks, lim, 0, t0), "the next keeps its distance from the last spread")
+}
+
+// An attempt whose turn passed more than two intervals (and 50 ms) before
+// keeps a whole interval from the last attempt, not half: the bunch a
+// stall held back drains at the pace.
+func TestSpreadKeepsAWholeIntervalAfterAPassedTurn(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(time.UnixMicro(t0))
+	c, err := New(Config{Clock: clk})
+	require.NoError(t, err)
+	lim := c.pacing(10) // 100 ms apart
+	for _, tc := range []struct {
+		name string
+		turn int64
+		want time.Duration
+	}{
+		{"due now", t0, 50 * time.Millisecond},
+		{"two intervals ago", t0 - 200_000, 50 * time.Millisecond},
+		{"more than two intervals ago", t0 - 200_001, 100 * time.Millisecond},
+	} {
+		ks := &keyState{}
+		require.Zero(t, c.spread(ks, lim, 0, t0), "%s: the first leaves at once", tc.name)
+		require.Equal(t, tc.want, c.spread(ks, lim, 0, tc.turn), tc.name)
+	}
+	fast := c.pacing(100) // 10 ms apart: the 50 ms floor
+	ks := &keyState{}
+	require.Zero(t, c.spread(ks, fast, 0, t0))
+	require.Equal(t, 5*time.Millisecond, c.spread(ks, fast, 0, t0-50_000), "50 ms ago: not passed")
+	require.Equal(t, 15*time.Millisecond, c.spread(ks, fast, 0, t0-50_001), "passed: a whole interval after the last")
+}
+
+// turnAt places a turn delay after the store's decision when the store's
+// clock agrees with this process's (the decision lies between the call
+// and its answer), and delay after the answer otherwise: a store whose
+// clock is off says nothing of when, on this clock, it decided.
+func TestTurnAtTrustsTheStoresClockOnlyWithinTheCall(t *testing.T) {
+	t.Parallel()
+	asked := time.UnixMicro(t0)
+	answered := asked.Add(120 * time.Millisecond) // held up 120 ms
+	delay := 30 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		at   int64
+		want int64
+	}{
+		{"decided at once, answered late", t0 + 1_000, t0 + 31_000},
+		{"decided as it answered", t0 + 120_000, t0 + 150_000},
+		{"a store clock 10 s behind", t0 - 10_000_000, t0 + 150_000},
+		{"a store clock 10 s ahead", t0 + 10_000_000, t0 + 150_000},
+		{"no decision time", 0, t0 + 150_000},
+	} {
+		require.Equal(t, tc.want, turnAt(asked, answered, tc.at, delay), tc.name)
+	}
 }
 
 // A call given up while it waits in the spread (its context ends) returns

@@ -179,7 +179,7 @@ func (c *Client) waitUntil(ctx context.Context, ks *keyState, limit int64) error
 					}
 				}
 			}
-			if d := c.spread(ks, lim, limit); d > 0 {
+			if d := c.spread(ks, lim, limit, turnAt(asked, slept, all.Results[0].At, delay)); d > 0 {
 				if err := sleep(ctx, c.clk, d); err != nil {
 					giveBack()
 					return err
@@ -245,27 +245,66 @@ func (c *Client) reserveFor(ctx context.Context, limit int64) time.Duration {
 	return d
 }
 
-// spread returns how much longer an attempt whose turn has come waits so
-// that it leaves no sooner than half a pacing interval (lim) after the
-// last attempt this process sent on the key, and takes that instant as the
-// key's last. The store books turns a whole interval apart, but an
-// attempt leaves when the store's answer reaches it: answers a stalling
-// store (a Redis starved of CPU) held back arrive together, and every
-// turn booked in the stall would leave at that instant, a bunch the
-// provider refuses or queues (issue 18: on a saturated machine 4 calls of
-// one process left at once, 35 to 122 ms after their turns; a 429 with a
-// whole-second Retry-After then paused the fleet for a second). Spread
-// half an interval apart the bunch drains at twice the rate, and a timer
-// late by less than half an interval delays nothing. A key paced with a
-// burst (Config.Burst above 1) is let through at once, as its burst
-// allows, and an attempt never waits past limit (Unix µs; 0: none), the
-// caller's MaxWait: its turn is booked, and it leaves rather than fail.
-func (c *Client) spread(ks *keyState, lim store.Limit, limit int64) time.Duration {
+// turnAt returns when (Unix µs) a turn booked with a store call sent at
+// asked and answered at answered came due, delay after the store's
+// decision: at the decision's own instant (Result.At) when that lies
+// between the two on this process's clock (a store on this machine, or one
+// whose clock agrees within the call), otherwise as if decided when the
+// answer came. A turn whose answer reached the process late (a store
+// starved of CPU writing it) came due where the store booked it, not
+// delay after the late answer.
+func turnAt(asked, answered time.Time, at int64, delay time.Duration) int64 {
+	from := answered.UnixMicro()
+	if at >= asked.UnixMicro() && at <= from {
+		from = at
+	}
+	return from + delay.Microseconds()
+}
+
+// passedTurns and passedFloor: an attempt more than passedTurns intervals
+// of its pace and passedFloor after its turn (see turnAt) left the pace
+// behind in a stall (spread).
+const (
+	passedTurns = 2
+	passedFloor = 50 * time.Millisecond
+)
+
+// spread returns how much longer an attempt whose turn came due at turn
+// (Unix µs, see turnAt) waits so that it leaves no sooner than half a
+// pacing interval (lim) after the last attempt this process sent on the
+// key, and takes that instant as the key's last. The store books turns a
+// whole interval apart, but an attempt leaves when the store's answer
+// reaches it: answers a stalling store (a Redis starved of CPU) held back
+// arrive together, and every turn booked in the stall would leave at that
+// instant, a bunch the provider refuses or queues (issue 18: on a
+// saturated machine 4 calls of one process left at once, 35 to 122 ms
+// after their turns; a 429 with a whole-second Retry-After then paused the
+// fleet for a second). Spread half an interval apart the bunch drains at
+// twice the rate, and a timer late by less than half an interval delays
+// nothing.
+//
+// An attempt whose turn passed more than passedTurns intervals (and
+// passedFloor) before keeps a whole interval instead: a bunch that long
+// held back, drained at twice the rate, is more than a provider's small
+// burst takes (issue 18, a saturated machine, traced: a Redis that decided
+// turns 40 ms apart but answered them 75-160 ms late sent 14 calls of the
+// fleet in 176 ms at a level of 46/s of 50, and the provider's 429 paused
+// the fleet for a whole second). The workers waiting here book no more
+// turns, so the bunch drains at the pace.
+//
+// A key paced with a burst (Config.Burst above 1) is let through at once,
+// as its burst allows, and an attempt never waits past limit (Unix µs; 0:
+// none), the caller's MaxWait: its turn is booked, and it leaves rather
+// than fail.
+func (c *Client) spread(ks *keyState, lim store.Limit, limit, turn int64) time.Duration {
 	if lim.Burst > 1 {
 		return 0
 	}
 	gap := (lim.Period / 2).Microseconds()
 	now := c.now()
+	if now-turn > max(passedTurns*lim.Period, passedFloor).Microseconds() {
+		gap = lim.Period.Microseconds()
+	}
 	for {
 		last := ks.left.Load()
 		at := max(now, last+gap)

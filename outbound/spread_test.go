@@ -74,45 +74,58 @@ func (d *departures) RoundTrip(*http.Request) (*http.Response, error) {
 	return response(200, "ok")(), nil
 }
 
-// leaveAfterAStall returns when each of 4 attempts on a key paced at 10/s
-// (100 ms apart) left, their store holding every answer back until 500 ms
-// in, and the key's pacing burst.
-func leaveAfterAStall(t *testing.T, burst int64) []time.Time {
+// leaveAfterAStall returns when each of calls attempts on a key paced at
+// 10/s (100 ms apart) with the pacing burst burst left, their store
+// deciding their turns 100 ms apart but holding every answer back until
+// release after the first was asked.
+func leaveAfterAStall(t *testing.T, burst int64, calls int, release time.Duration) []time.Time {
 	t.Helper()
 	clk := watch(t0)
 	const interval = 100 * time.Millisecond
-	st := &heldAnswers{Store: memstore.New(memstore.Config{Clock: clk}), clk: clk, interval: interval, release: t0.Add(5 * interval)}
+	st := &heldAnswers{Store: memstore.New(memstore.Config{Clock: clk}), clk: clk, interval: interval, release: t0.Add(release)}
 	base := &departures{clk: clk}
 	c, err := outbound.New(outbound.Config{Base: base, Clock: clk, Store: st, Burst: burst,
 		AIMD: aimd.Config{Start: 10, SlowStart: -1, UsageMultiple: -1}, Retry: retry.Config{MaxAttempts: 1}})
 	require.NoError(t, err)
-	driveAll(t, clk, 4, func() {
+	driveAll(t, clk, calls, func() {
 		resp := get(t, c, "http://api.test/")
 		_ = resp.Body.Close()
 	})
 	slices.SortFunc(base.at, time.Time.Compare)
-	require.Len(t, base.at, 4)
+	require.Len(t, base.at, calls)
 	return base.at
 }
 
 // Issue 18: a stalling store must not make a process send in bunches. Its
-// turns were booked 100 ms apart, but the store answered them all at
-// once; they leave at least half an interval apart, not at that instant.
+// turns were booked 100 ms apart, but the store answered two of them
+// together, 150 ms after the first: they leave half an interval apart,
+// not at that instant: neither turn passed more than two intervals
+// before, and the bunch drains at twice the pace.
 func TestStalledAnswersDoNotLeaveTogether(t *testing.T) {
 	t.Parallel()
-	at := leaveAfterAStall(t, 1)
-	require.Equal(t, t0.Add(500*time.Millisecond), at[0], "the first leaves when the store answers")
-	for i := 1; i < len(at); i++ {
-		require.GreaterOrEqual(t, at[i].Sub(at[i-1]), 50*time.Millisecond, "attempt %d left %v after the one before", i, at[i].Sub(at[i-1]))
+	at := leaveAfterAStall(t, 1, 2, 150*time.Millisecond)
+	require.Equal(t, []time.Time{t0.Add(150 * time.Millisecond), t0.Add(200 * time.Millisecond)}, at,
+		"spread half an interval apart from the answer")
+}
+
+// Issue 18, a saturated machine: a store that decided 4 turns 100 ms apart
+// and answered them all 550 ms after the first. Every turn passed more
+// than two intervals before: the calls leave a whole interval apart from
+// the answer, at the pace, not half an interval apart (twice the pace).
+func TestTurnsThatPassedInAStallLeaveAtThePace(t *testing.T) {
+	t.Parallel()
+	at := leaveAfterAStall(t, 1, 4, 550*time.Millisecond)
+	want := make([]time.Time, 4)
+	for i := range want {
+		want[i] = t0.Add(550*time.Millisecond + time.Duration(i)*100*time.Millisecond)
 	}
-	// Spread, not held back further: the last left 150 ms after the first.
-	require.Equal(t, t0.Add(650*time.Millisecond), at[3])
+	require.Equal(t, want, at, "an interval apart")
 }
 
 // A key paced with a burst lets that burst through at once, however its
 // turns came.
 func TestABurstStillLeavesTogether(t *testing.T) {
 	t.Parallel()
-	at := leaveAfterAStall(t, 4)
+	at := leaveAfterAStall(t, 4, 4, 500*time.Millisecond)
 	require.Equal(t, at[0], at[3], "a burst of 4 leaves together")
 }
