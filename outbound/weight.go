@@ -51,9 +51,11 @@ type usedWeight struct {
 	served int64
 	// cur is the latest window (its index since the epoch) a report was
 	// sent in and curUsed the most usage reported for it; prev and
-	// prevUsed the one before it.
+	// prevUsed the one before it, and prevTail the weight the fleet sent
+	// in prev after the latest report of it (see tail).
 	cur, curUsed   int64
 	prev, prevUsed int64
+	prevTail       float64
 	// refusedIn is the window of the latest refusal that showed the
 	// budget, raisedIn that of the latest success that raised it.
 	refusedIn, raisedIn int64
@@ -91,14 +93,16 @@ func (w *usedWeight) unseen(k, now, lat int64, booked bool) float64 {
 }
 
 // spent reports whether an ordinary window's calls are spent at now, by
-// the calls that left: a turn booked before then is not taken when due.
+// the calls that left: a turn booked before then is not taken when due. A
+// probing window's are spent too once a refusal no longer fits in it
+// (refusalFits).
 func (w *usedWeight) spent(now, lat int64) bool {
 	if w.ceiling() <= 0 {
 		return false
 	}
 	lat = max(lat, minWeightLatency)
 	k := now / w.window
-	if w.probing(k, lat) {
+	if w.probing(k, lat) && w.refusalFits(now, lat) {
 		return false
 	}
 	return weightMargin*w.perWindow()-w.used(k, now, lat, false) < 1
@@ -224,9 +228,9 @@ func (w *usedWeight) observe(rep *signal.Report, sent int64) float64 {
 	case k > w.cur:
 		w.served = max(w.served, w.curUsed)
 		if k == w.cur+1 {
-			w.prev, w.prevUsed = w.cur, w.curUsed
+			w.prev, w.prevUsed, w.prevTail = w.cur, w.curUsed, w.tail(w.cur)
 		} else {
-			w.prev, w.prevUsed = k-1, 0
+			w.prev, w.prevUsed, w.prevTail = k-1, 0, 0
 		}
 		w.cur, w.curUsed = k, used
 		w.lastSent, w.lastUsed = sent, used
@@ -328,6 +332,25 @@ func (w *usedWeight) probeGap(lat int64) int64 {
 	return max(n, int64(math.Ceil(cost/probeShare/float64(n)))*n)
 }
 
+// refusalFits reports whether a call sent at now beyond the budget, when
+// calls take lat µs, may be refused: its Retry-After (to the reset, in
+// whole seconds) leaves enough of the next window for its budget at the
+// fast pace (see probeGap). A probing window's calls beyond the budget
+// leave one at a time, and when the fleet's calls before them went out
+// late (a process that did not probe held the fleet's shared turns at the
+// ordinary pace), the refusal came 0.8 s and more into a window of a
+// second, and its pause took most of the next one (issue 18).
+func (w *usedWeight) refusalFits(now, lat int64) bool {
+	reset := (now/w.window + 1) * w.window
+	ttr := float64(reset-now-lat) / 1e6
+	if ttr <= 0 {
+		return false
+	}
+	spill := math.Ceil(ttr) - ttr
+	win := float64(w.window) / 1e6
+	return w.fast(lat)*(win-spill) >= weightMargin*w.perWindow()
+}
+
 // probing reports whether window k probes above the budget, when calls
 // take lat µs: the previous one raised it, or it is one of every
 // probeGap's windows and the one before was spent to the budget (the pace,
@@ -339,14 +362,31 @@ func (w *usedWeight) probing(k, lat int64) bool {
 	if w.raisedIn == k || w.raisedIn == k-1 {
 		return true
 	}
-	before := w.prevUsed // the usage of window k-1
+	before := float64(w.prevUsed) + w.prevTail // the usage of window k-1
 	switch {
 	case w.cur == k-1:
-		before = w.curUsed // no report of window k yet
+		before = float64(w.curUsed) + w.tail(w.cur) // no report of window k yet
 	case w.prev != k-1:
 		return false
 	}
-	return k%w.probeGap(lat) == 0 && float64(before) >= 0.9*weightMargin*float64(w.budget)
+	return k%w.probeGap(lat) == 0 && before >= 0.9*weightMargin*float64(w.budget)
+}
+
+// tail is the weight the fleet sent in window k, the current one, after
+// the latest report of it: the flow over the time from that report's call
+// to the window's end. A process's latest report of a window shows what
+// the fleet used when its own last call left, and the other processes'
+// calls after it are missing: issue 18, two processes at 50 calls a
+// second, one saw 88 of a budget of 100 when the window ended spent, did
+// not probe the next window with the other, and its ordinary pace held
+// the fleet's shared turns at the budget's, so that the probing window
+// was refused only 0.81-0.88 s in, and its whole-second Retry-After took
+// most of the window after it (15-31 calls of 49).
+func (w *usedWeight) tail(k int64) float64 {
+	if k != w.cur || w.lastSent == 0 {
+		return 0
+	}
+	return w.flow * float64(w.cost()) * float64(max((k+1)*w.window-w.lastSent, 0)) / 1e6
 }
 
 // pace returns the rate, in calls per second, for a call at now (Unix µs)
@@ -382,6 +422,12 @@ func (w *usedWeight) pace(now, lat int64) (float64, int64) {
 				return hi, reset
 			}
 			return min(hi, 2*gentle), 0
+		}
+		if !w.refusalFits(now, lat) {
+			// Too late in the window: a refusal now would take
+			// more of the next one than its budget can spare.
+			// Wait for the reset instead, with the budget spent.
+			return hi, reset
 		}
 		return gentle, 0
 	}

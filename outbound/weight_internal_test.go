@@ -409,3 +409,69 @@ func TestAssumedMinuteBudgetIsBinanceProfile(t *testing.T) {
 	}
 	require.True(t, found, "the binance profile has no minute's weight limit")
 }
+
+// Issue 18: a process's latest report of a window shows the fleet's usage
+// when its own last call left; the other processes' calls after it count
+// too (tail), or one process saw 88 of a budget of 100 spent, did not
+// probe with the other, and held the fleet's turns at the ordinary pace.
+func TestUsedWeightProbesWithTheFleet(t *testing.T) {
+	t.Parallel()
+	const lat = 10_000
+	w := learned(t)
+	gap := w.probeGap(lat)
+	k := (t0/sec/gap + 1) * gap
+	start := k * sec
+	// This process's reports of the window before: the fleet's usage
+	// rising at 49 calls a second, the last at 88 sent 60 ms before
+	// the window's end.
+	for i, used := range []int{68, 72, 76, 80, 84, 88} {
+		w.observe(weightReport(200, used, "1s"), start-sec+740_000+int64(i)*40_000)
+	}
+	require.InDelta(t, 50, w.flow, 3, "the fleet's flow, in calls a second")
+	require.Less(t, float64(w.curUsed), 0.9*weightMargin*float64(w.budget), "the reports alone read the window as not spent")
+	require.True(t, w.probing(k, lat), "the fleet's calls after the latest report spent it")
+	// A fleet that sent a call every 0.2 s (its demand, not the pace,
+	// held it back) did not spend the window: no probe.
+	d := learned(t)
+	for i, used := range []int{60, 62, 64} {
+		d.observe(weightReport(200, used, "1s"), start-sec+500_000+int64(i)*200_000)
+	}
+	require.Less(t, d.flow, 15.0)
+	require.False(t, d.probing(k, lat))
+	// Once a report of window k came, the tail of k-1 is kept.
+	w.observe(weightReport(200, 2, "1s"), start+1000)
+	require.Equal(t, k-1, w.prev)
+	require.True(t, w.probing(k, lat))
+}
+
+// Issue 18: a probing window sends beyond the budget only while a refusal
+// (its Retry-After to the reset, in whole seconds) leaves the next window
+// time to spend its budget at the fast pace; later, it waits for the
+// reset, and a turn booked before is not taken.
+func TestUsedWeightProbesNoLaterThanARefusalFits(t *testing.T) {
+	t.Parallel()
+	const lat = 20_000
+	w := learned(t)
+	gap := w.probeGap(lat)
+	k := (t0/sec/gap + 1) * gap
+	start := k * sec
+	w.observe(weightReport(200, 94, "1s"), start-sec+900_000)
+	w.observe(weightReport(200, 98, "1s"), start-sec+950_000)
+	require.True(t, w.probing(k, lat))
+	// The budget was spent by 0.4 s: one call at a time beyond it.
+	w.observe(weightReport(200, 98, "1s"), start+400_000)
+	r, stop := w.pace(start+400_000, lat)
+	require.InDelta(t, 1e6/(probeSpacing*lat), r, 1e-9)
+	require.Zero(t, stop)
+	require.False(t, w.spent(start+400_000, lat))
+	// At 0.8 s a refusal would pause the key until 1.8 s, and 0.2 s at
+	// the fast pace holds 30 calls of the next window's 49.
+	require.False(t, w.refusalFits(start+800_000, lat))
+	_, stop = w.pace(start+800_000, lat)
+	require.Equal(t, start+sec, stop)
+	require.True(t, w.spent(start+800_000, lat))
+	// The next window is paced as any.
+	r, stop = w.pace(start+sec, lat)
+	require.InDelta(t, weightMargin*50, r, 1e-9)
+	require.Zero(t, stop)
+}
