@@ -335,11 +335,14 @@ func (w *usedWeight) probeGap(lat int64) int64 {
 // refusalFits reports whether a call sent at now beyond the budget, when
 // calls take lat µs, may be refused: its Retry-After (to the reset, in
 // whole seconds) leaves enough of the next window for its budget at the
-// fast pace (see probeGap). A probing window's calls beyond the budget
-// leave one at a time, and when the fleet's calls before them went out
-// late (a process that did not probe held the fleet's shared turns at the
-// ordinary pace), the refusal came 0.8 s and more into a window of a
-// second, and its pause took most of the next one (issue 18).
+// fast pace (see probeGap), short of refusalLoss of it at most. A probing
+// window's calls beyond the budget leave one at a time, and when the
+// fleet's calls before them went out late (a process that did not probe
+// held the fleet's shared turns at the ordinary pace), the refusal came
+// 0.8 s and more into a window of a second, and its pause took most of the
+// next one (issue 18). A minute's window loses under a second of its 60
+// to the rounding, even at the ordinary pace of an assumed budget: it may
+// always be probed.
 func (w *usedWeight) refusalFits(now, lat int64) bool {
 	reset := (now/w.window + 1) * w.window
 	ttr := float64(reset-now-lat) / 1e6
@@ -348,8 +351,13 @@ func (w *usedWeight) refusalFits(now, lat int64) bool {
 	}
 	spill := math.Ceil(ttr) - ttr
 	win := float64(w.window) / 1e6
-	return w.fast(lat)*(win-spill) >= weightMargin*w.perWindow()
+	per := w.perWindow()
+	return weightMargin*per-w.fast(lat)*(win-spill) <= refusalLoss*per
 }
+
+// refusalLoss is the share of the next window's budget a probe's refusal
+// may leave unspent (refusalFits).
+const refusalLoss = 0.02
 
 // probing reports whether window k probes above the budget, when calls
 // take lat µs: the previous one raised it, or it is one of every

@@ -474,4 +474,17 @@ func TestUsedWeightProbesNoLaterThanARefusalFits(t *testing.T) {
 	r, stop = w.pace(start+sec, lat)
 	require.InDelta(t, weightMargin*50, r, 1e-9)
 	require.Zero(t, stop)
+	// A minute's window loses under a second of its 60 to a
+	// refusal's rounding: a probe fits at any time, on an assumed
+	// budget (spent at the ordinary pace) as on a learned one.
+	var m usedWeight
+	m.observe(weightReport(200, 2, "1m"), t0+1000)
+	m.observe(weightReport(200, 4, "1m"), t0+2000)
+	require.True(t, m.assumed)
+	for _, at := range []int64{sec, 30 * sec, 59*sec + 500_000} {
+		require.True(t, m.refusalFits(t0+at, lat), at)
+	}
+	m.observe(weightReport(429, 2400, "1m"), t0+3000)
+	require.False(t, m.assumed)
+	require.True(t, m.refusalFits(t0+59*sec+500_000, lat))
 }
