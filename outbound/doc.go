@@ -66,7 +66,10 @@
 // budget: it costs the part of the next window its Retry-After takes) a
 // window that follows one spent to the budget probes: it spends the
 // budget, then sends one call at a time beyond it, so that an unchanged
-// limit costs one refusal with no call in flight behind it. The process
+// limit costs one refusal with no call in flight behind it, and only while
+// that refusal's pause would leave the next window time for its budget
+// (whether the window before was spent counts the other processes' calls
+// after this one's last report of it, so that the fleet probes together). The process
 // that learns a budget writes it to the store; the others take it up when
 // they find the key paused. Until a budget is known, a window's calls
 // beyond the most any earlier window used leave one at a time too, so that
