@@ -110,6 +110,14 @@ func learned(t *testing.T) *usedWeight {
 	return w
 }
 
+// nextProbe returns the first window after t0 that may probe (one of
+// every probeGap's, when calls take lat µs) and its start (Unix µs).
+func nextProbe(w *usedWeight, lat int64) (k, start int64) {
+	gap := w.probeGap(lat)
+	k = (t0/sec/gap + 1) * gap
+	return k, k * sec
+}
+
 // Issue 18: a window is paced by what it has left until its reset, so that
 // one whose start a Retry-After took still gets its budget, and one whose
 // calls are spent waits for its reset rather than send one too many.
@@ -150,11 +158,9 @@ func TestUsedWeightProbesARaisedLimit(t *testing.T) {
 	t.Parallel()
 	const lat = 10_000
 	w := learned(t)
-	gap := w.probeGap(lat)
-	require.Equal(t, probeEvery/sec, gap, "at 50 calls a second and 10 ms, a failed probe costs nothing of the next window")
+	require.Equal(t, probeEvery/sec, w.probeGap(lat), "at 50 calls a second and 10 ms, a failed probe costs nothing of the next window")
 	// The first probing window after t0, and the one before it spent.
-	k := (t0/sec/gap + 1) * gap
-	start := k * sec
+	k, start := nextProbe(w, lat)
 	w.observe(weightReport(200, 94, "1s"), start-sec+900_000)
 	w.observe(weightReport(200, 98, "1s"), start-sec+950_000)
 	require.True(t, w.probing(k, lat))
@@ -189,9 +195,7 @@ func TestUsedWeightProbesOnlyASpentBudget(t *testing.T) {
 	t.Parallel()
 	const lat = 10_000
 	w := learned(t)
-	gap := w.probeGap(lat)
-	k := (t0/sec/gap + 1) * gap
-	start := k * sec
+	k, start := nextProbe(w, lat)
 	w.observe(weightReport(200, 40, "1s"), start-sec+900_000)
 	require.False(t, w.probing(k, lat), "40 of 100 used")
 	w.observe(weightReport(200, 98, "1s"), start-sec+950_000)
@@ -418,9 +422,7 @@ func TestUsedWeightProbesWithTheFleet(t *testing.T) {
 	t.Parallel()
 	const lat = 10_000
 	w := learned(t)
-	gap := w.probeGap(lat)
-	k := (t0/sec/gap + 1) * gap
-	start := k * sec
+	k, start := nextProbe(w, lat)
 	// This process's reports of the window before: the fleet's usage
 	// rising at 49 calls a second, the last at 88 sent 60 ms before
 	// the window's end.
@@ -452,9 +454,7 @@ func TestUsedWeightProbesNoLaterThanARefusalFits(t *testing.T) {
 	t.Parallel()
 	const lat = 20_000
 	w := learned(t)
-	gap := w.probeGap(lat)
-	k := (t0/sec/gap + 1) * gap
-	start := k * sec
+	k, start := nextProbe(w, lat)
 	w.observe(weightReport(200, 94, "1s"), start-sec+900_000)
 	w.observe(weightReport(200, 98, "1s"), start-sec+950_000)
 	require.True(t, w.probing(k, lat))
@@ -467,6 +467,8 @@ func TestUsedWeightProbesNoLaterThanARefusalFits(t *testing.T) {
 	// At 0.8 s a refusal would pause the key until 1.8 s, and 0.2 s at
 	// the fast pace holds 30 calls of the next window's 49.
 	require.False(t, w.refusalFits(start+800_000, lat))
+	// Nor does one whose answer would come after the reset.
+	require.False(t, w.refusalFits(start+sec-lat/2, lat))
 	_, stop = w.pace(start+800_000, lat)
 	require.Equal(t, start+sec, stop)
 	require.True(t, w.spent(start+800_000, lat))
