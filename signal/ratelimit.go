@@ -70,15 +70,21 @@ func trimOWS(s string) string {
 // of 0) and ok; anything else (a sign, an exponent, a unit, garbage) is
 // ignored with ok false.
 func RetryAfter(v string, now, maxDelay int64) (delay int64, ok bool) {
+	delay, _, ok = retryAfter(v, now, maxDelay)
+	return delay, ok
+}
+
+// retryAfter is RetryAfter, and also reports whether v was an HTTP-date.
+func retryAfter(v string, now, maxDelay int64) (delay int64, date, ok bool) {
 	v = trimOWS(v)
 	if d, ok := deltaSeconds(v, maxDelay); ok {
-		return d, true
+		return d, false, true
 	}
 	t, ok := httpDate(v, now)
 	if !ok {
-		return 0, false
+		return 0, false, false
 	}
-	return clampDelay(untilMicros(t, now), maxDelay), true
+	return clampDelay(untilMicros(t, now), maxDelay), true, true
 }
 
 var retryAfterField = []byte(`"retry_after"`)
@@ -110,7 +116,7 @@ func (p *Parser) bodyRetryAfter(rep *Report, body []byte) {
 	if rep.HasRetryAfter && (d > rep.RetryAfter || d <= rep.RetryAfter-sec) {
 		return
 	}
-	rep.RetryAfter, rep.HasRetryAfter = d, true
+	rep.RetryAfter, rep.HasRetryAfter, rep.RetryAfterDate = d, true, false
 	rep.Sources |= SourceRetryAfter
 }
 

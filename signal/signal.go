@@ -134,6 +134,11 @@ type Report struct {
 	// (or a throttled GraphQL bucket needs to refill), when HasRetryAfter.
 	RetryAfter    int64
 	HasRetryAfter bool
+	// RetryAfterDate says the Retry-After was an HTTP-date: an instant
+	// to the whole second, so RetryAfter is what is left of that second
+	// and may be far less than the provider's wait was (or 0), not the
+	// exact wait a delay with a fraction states.
+	RetryAfterDate bool
 	// Known says which of Limit, Remaining, Used, ResetAfter and Window
 	// hold the headline quota: the most constraining policy reported.
 	Known      Field
@@ -233,8 +238,8 @@ func (p *Parser) ParseTo(rep *Report, now int64, r Response) {
 	}
 	h := r.Header
 	if v := h["Retry-After"]; len(v) > 0 {
-		if d, ok := RetryAfter(v[0], now, p.maxDelay); ok {
-			rep.RetryAfter, rep.HasRetryAfter = d, true
+		if d, date, ok := retryAfter(v[0], now, p.maxDelay); ok {
+			rep.RetryAfter, rep.HasRetryAfter, rep.RetryAfterDate = d, true, date
 			rep.Sources |= SourceRetryAfter
 		}
 	}
@@ -243,7 +248,7 @@ func (p *Parser) ParseTo(rep *Report, now int64, r Response) {
 	for _, k := range [...]string{"Retry-After-Ms", "X-Ms-Retry-After-Ms"} {
 		if v := h[k]; len(v) > 0 {
 			if d, ok := deltaMillis(v[0], p.maxDelay); ok {
-				rep.RetryAfter, rep.HasRetryAfter = d, true
+				rep.RetryAfter, rep.HasRetryAfter, rep.RetryAfterDate = d, true, false
 				rep.Sources |= SourceRetryAfter
 				break
 			}

@@ -25,6 +25,28 @@ const (
 	maxD = day
 )
 
+// A Retry-After that is an HTTP-date says so (Report.RetryAfterDate): what
+// is left of its whole second is no exact wait (outbound holds a refusal's
+// exact wait of a few milliseconds longer, so that the fleet hears of it,
+// but not the end of a date's second).
+func TestReportSaysARetryAfterWasAnHTTPDate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		h    http.Header
+		date bool
+	}{
+		{hdr("Retry-After", "Tue, 01 Jan 2030 00:00:01 GMT"), true},
+		{hdr("Retry-After", "Sun, 06 Nov 1994 08:49:37 GMT"), true},
+		{hdr("Retry-After", "1"), false},
+		{hdr("Retry-After", "0.004"), false},
+		{hdr("Retry-After", "Tue, 01 Jan 2030 00:00:01 GMT", "Retry-After-Ms", "40"), false},
+	} {
+		rep := Parse(t0, Response{Status: 429, Header: tc.h})
+		require.True(t, rep.HasRetryAfter, "%v", tc.h)
+		require.Equal(t, tc.date, rep.RetryAfterDate, "%v", tc.h)
+	}
+}
+
 func TestRetryAfter(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
