@@ -1025,7 +1025,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 		// A served share that says the rate is well over the limit is
 		// news as soon as it is known, cooldown or not: it comes from
 		// calls sent after the last decrease.
-		news := c.newEpisode(s, now, sent) || (sent >= s.lastDecrease && c.servedShare(s, reason, in) < c.decrease) ||
+		news := c.newEpisode(s, now, sent, prevPause) || (sent >= s.lastDecrease && c.servedShare(s, reason, in) < c.decrease) ||
 			c.refusedAfterLatency(s, reason)
 		held := news && c.heldRefusal(s, now, sent, prevPause, reason, in)
 		// The fleet's first calls clashed (Sample.Clash) before the
@@ -1546,12 +1546,20 @@ func addSat(now, d int64) int64 {
 }
 
 // newEpisode reports whether a bad signal about a request sent at sent is
-// news: the request left after the last decrease, and the cooldown is over.
-func (c *Controller) newEpisode(s *State, now, sent int64) bool {
+// news: the request left after the last decrease, and the cooldown is over
+// or the request left after the pause that ended at prevPause, which came
+// with that decrease or after it (a short pause, such as outbound's 150 ms
+// for a provider that states the milliseconds to its next token: the
+// request was sent at the rate the decrease left, after the calls in flight
+// at the old one were answered).
+func (c *Controller) newEpisode(s *State, now, sent, prevPause int64) bool {
 	if s.lastDecrease == 0 {
 		return true
 	}
-	return sent >= s.lastDecrease && now >= s.lastDecrease+c.cooldown
+	if sent < s.lastDecrease {
+		return false
+	}
+	return now >= s.lastDecrease+c.cooldown || (prevPause > s.lastDecrease && sent >= prevPause)
 }
 
 // cut decreases the rate multiplicatively and starts a new episode; a

@@ -679,3 +679,32 @@ func TestTheFleetsFirstCallsClashingCutNothing(t *testing.T) {
 	d = c.Observe(&s, t0+5*s1, clash)
 	require.Equal(t, Decreased, d.Change, "a clash once the slow start grew")
 }
+
+// Issue 18: a provider that states the milliseconds until its next token
+// pauses the key for a short while (outbound makes it 150 ms at least).
+// A call sent after that pause ended, and refused, was sent at the rate the
+// refusal left: news, within the cooldown too, so a key whose cut did not
+// take it under a limit that halved cuts again at once (a refusal soon
+// after its pause), rather than send for the rest of the cooldown at a rate
+// the provider refuses (a provider that bans after five refusals in 10 s
+// counted four more, and banned the fleet). A call sent before the
+// decrease, answered after it, is the same episode's.
+func TestARefusalAfterAShortPauseIsNewsWithinTheCooldown(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, Cooldown: 500 * time.Millisecond,
+		Hold: 10 * time.Second, UsageMultiple: -1})
+	s := c.Init()
+	at := t0
+	busyFor(c, &s, &at, 3*s1)
+	d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 20 * ms, RetryAfter: 150 * ms})
+	require.Equal(t, Decreased, d.Change)
+	first := s.rate
+	// In flight when the refusal came: the same episode.
+	d = c.Observe(&s, at+10*ms, Sample{Outcome: Throttled, Latency: 20 * ms, RetryAfter: 150 * ms})
+	require.NotEqual(t, Decreased, d.Change)
+	require.GreaterOrEqual(t, s.rate, first)
+	// Sent 10 ms after the pause's end, refused 20 ms later: news.
+	d = c.Observe(&s, at+180*ms, Sample{Outcome: Throttled, Latency: 20 * ms, RetryAfter: 150 * ms})
+	require.Equal(t, Decreased, d.Change, "a refusal of a call sent after the pause, within the cooldown")
+	require.Less(t, s.rate, first*c.decrease, "refused soon after the pause: a chained cut")
+}

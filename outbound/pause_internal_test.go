@@ -239,3 +239,23 @@ func TestAPauseThatBeganWhileTheStoreAnsweredHoldsTheCall(t *testing.T) {
 		t.Fatal("the call still waits after the pause")
 	}
 }
+
+// A throttle's exact wait of a few milliseconds is held to minRefusalPause
+// (see TestAShortRetryAfterPausesTheFleetLongEnoughToBeHeard); what is left
+// of an HTTP-date's whole second is not, nor a ban's wait, nor a success's.
+func TestSampleHoldsAShortExactWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		rep  signal.Report
+		want int64
+	}{
+		{"exact wait", signal.Report{Throttled: true, HasRetryAfter: true, RetryAfter: 4_000}, minRefusalPause},
+		{"no wait", signal.Report{Throttled: true, HasRetryAfter: true}, minRefusalPause},
+		{"long wait", signal.Report{Throttled: true, HasRetryAfter: true, RetryAfter: 900_000}, 900_000},
+		{"a date's end", signal.Report{Throttled: true, HasRetryAfter: true, RetryAfter: 50_000, RetryAfterDate: true}, 50_000},
+		{"no header", signal.Report{Throttled: true}, 0},
+	} {
+		require.Equal(t, tc.want, sample(&tc.rep, 20*time.Millisecond).RetryAfter, tc.name)
+	}
+}
