@@ -302,7 +302,10 @@ type Config struct {
 	// limit averages 0.95 of it.
 	Decrease float64
 	// Cooldown is the least time between two decreases, on top of the
-	// per-episode rule. Zero means none.
+	// per-episode rule, but for a refusal of a call sent after the pause
+	// that came with the last decrease had ended (see newEpisode), or a
+	// served share that says the rate is still well over the limit.
+	// Zero means none.
 	Cooldown time.Duration
 	// LatencyTarget anchors the latency target; zero means it is learned:
 	// the median latency of the first successes (up to 8, before any
