@@ -303,7 +303,8 @@ type Config struct {
 	Decrease float64
 	// Cooldown is the least time between two decreases, on top of the
 	// per-episode rule, but for a refusal of a call sent after the pause
-	// that came with the last decrease had ended (see newEpisode), or a
+	// (longer than a few milliseconds) that came with the last decrease
+	// had ended (see newEpisode), or a
 	// served share that says the rate is still well over the limit.
 	// Zero means none.
 	Cooldown time.Duration
@@ -1551,10 +1552,12 @@ func addSat(now, d int64) int64 {
 // newEpisode reports whether a bad signal about a request sent at sent is
 // news: the request left after the last decrease, and the cooldown is over
 // or the request left after the pause that ended at prevPause, which came
-// with that decrease or after it (a short pause, such as outbound's 150 ms
-// for a provider that states the milliseconds to its next token: the
-// request was sent at the rate the decrease left, after the calls in flight
-// at the old one were answered).
+// with that decrease or after it and shed load (over sharePause; a short
+// one, such as outbound's 150 ms for a provider that states the
+// milliseconds to its next token and bans: the request was sent at the rate
+// the decrease left, after the calls in flight at the old one were
+// answered). A pause of a few milliseconds sheds nothing: the refusals
+// after it are the same rate's, and the served share sizes their cut.
 func (c *Controller) newEpisode(s *State, now, sent, prevPause int64) bool {
 	if s.lastDecrease == 0 {
 		return true
@@ -1562,7 +1565,7 @@ func (c *Controller) newEpisode(s *State, now, sent, prevPause int64) bool {
 	if sent < s.lastDecrease {
 		return false
 	}
-	return now >= s.lastDecrease+c.cooldown || (prevPause > s.lastDecrease && sent >= prevPause)
+	return now >= s.lastDecrease+c.cooldown || (prevPause > s.lastDecrease+sharePause && sent >= prevPause)
 }
 
 // cut decreases the rate multiplicatively and starts a new episode; a

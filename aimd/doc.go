@@ -14,8 +14,9 @@
 //     sent before the last decrease was already answered by it, so a burst of
 //     429s from requests in flight at the same time decreases once, not once
 //     per response. A request sent after the pause that came with the last
-//     decrease had ended is news within Config.Cooldown too: it left at
-//     the rate that decrease set. After a decrease with a Retry-After (each
+//     decrease had ended is news within Config.Cooldown too, when that
+//     pause was longer than a few milliseconds: it left at the rate that
+//     decrease set. After a decrease with a Retry-After (each
 //     one pauses the key), recovery aims no higher than the rate it cut
 //     from. A throttle
 //     with no Retry-After (a bare 429, a 503) leaves the key sending, so

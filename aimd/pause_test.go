@@ -688,7 +688,8 @@ func TestTheFleetsFirstCallsClashingCutNothing(t *testing.T) {
 // after its pause), rather than send for the rest of the cooldown at a rate
 // the provider refuses (a provider that bans after five refusals in 10 s
 // counted four more, and banned the fleet). A call sent before the
-// decrease, answered after it, is the same episode's.
+// decrease, answered after it, is the same episode's, and so is one sent
+// after a pause of a few milliseconds.
 func TestARefusalAfterAShortPauseIsNewsWithinTheCooldown(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, Config{Start: 100, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.9, Cooldown: 500 * time.Millisecond,
@@ -707,4 +708,17 @@ func TestARefusalAfterAShortPauseIsNewsWithinTheCooldown(t *testing.T) {
 	d = c.Observe(&s, at+180*ms, Sample{Outcome: Throttled, Latency: 20 * ms, RetryAfter: 150 * ms})
 	require.Equal(t, Decreased, d.Change, "a refusal of a call sent after the pause, within the cooldown")
 	require.Less(t, s.rate, first*c.decrease, "refused soon after the pause: a chained cut")
+
+	// A pause of a few milliseconds (sharePause) sheds nothing: a refusal
+	// after it is the same rate's, and waits for the cooldown (or the
+	// served share) as before.
+	s = c.Init()
+	at = t0
+	busyFor(c, &s, &at, 3*s1)
+	d = c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 20 * ms, RetryAfter: 5 * ms})
+	require.Equal(t, Decreased, d.Change)
+	first = s.rate
+	d = c.Observe(&s, at+40*ms, Sample{Outcome: Throttled, Latency: 20 * ms, RetryAfter: 5 * ms})
+	require.NotEqual(t, Decreased, d.Change, "sent after a pause of 5 ms, within the cooldown")
+	require.GreaterOrEqual(t, s.rate, first)
 }

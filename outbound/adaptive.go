@@ -29,7 +29,11 @@ type adaptive struct {
 
 	mu          sync.Mutex
 	state       aimd.State
-	syncedUntil int64   // µs: the store already holds a pause until then
+	syncedUntil int64 // µs: the store already holds a pause until then
+	// banned says the key's provider banned it (a 418, here or heard of
+	// from the store): its refusals' short waits pause the fleet
+	// minRefusalPause (refusalPause).
+	banned      bool
 	costPerCall float64 // latest actual cost of a call, for cost-bucket hints
 	weight      usedWeight
 	// bucket follows a leaky bucket that reports its level but not its
@@ -345,6 +349,7 @@ func (a *adaptive) notePause(now, d, lag int64, banned bool) (news bool, window 
 		return false, 0
 	}
 	if banned {
+		a.banned = true
 		a.ctl.Observe(&a.state, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d, Banned: true})
 		a.syncedUntil = max(a.syncedUntil, until)
 		return true, a.weight.window
@@ -572,6 +577,10 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 			a.spacedAt = now
 		}
 	}
+	if s.Outcome == aimd.Throttled {
+		s.RetryAfter = refusalPause(rep, s.RetryAfter, a.banned)
+	}
+	a.banned = a.banned || rep.Banned
 	o.decision = a.ctl.Observe(&a.state, now, s)
 	o.callsTell, o.callsN, o.callsAsk, o.callsOwn = a.countCalls(now)
 	if s.Outcome == aimd.Success && a.ask != 0 && now >= a.askAt {

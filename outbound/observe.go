@@ -8,30 +8,39 @@ import (
 	"github.com/sluicerl/sluice/signal"
 )
 
-// minRefusalPause (µs) is the shortest pause a refusal with a Retry-After
-// asks of the fleet. A provider that states the milliseconds until its next
-// token (Retry-After: 0.004) asks for a pause over before the other
-// processes look at the store: they never hear of the refusal, keep their
-// rate, and the fleet's next calls are refused too (issue 18: against one
-// that bans after five refusals in 10 s, whatever the client did, the slow
-// start's end and the limit's halving each earned a ban, goodput 0.47 of
-// the limit). Paused this long, every process that sends several calls a
-// second checks the store during the pause and cuts its rate, the calls in
-// flight drain, and the controller reads the refusal as it reads one of
-// whole seconds (longer than aimd's sharePause): the pause shed the load,
-// and a refusal soon after it says the limit fell. At 100 calls a second
-// it costs 15 calls an episode, where a whole-second Retry-After costs
-// 100. Not for an HTTP-date: what is left of its whole second is no exact
-// wait but the end of a longer one (sim's retry-after-date answering in 5
-// ms, held to 150 ms such ends cut the fleet twice as deep as before, goodput
-// 0.979 -> 0.946).
+// minRefusalPause (µs) is the shortest pause a refusal with an exact wait
+// asks of the fleet once the key's provider has banned it (refusalPause).
+// A provider that states the milliseconds until its next token (Retry-After:
+// 0.004) asks for a pause over before the other processes look at the
+// store: they never hear of the refusal and keep their rate, and the
+// fleet's next calls are refused too. Most such providers only refuse, and
+// there the refusals of those short pauses size the cut by the share served
+// (aimd's sharePause), back within seconds of a halving. One that also bans
+// after a few refusals of any kind counts each (issue 18, virtual: 5 bans,
+// goodput 0.47 of the limit). Once it has banned, a refusal pauses the
+// fleet this long: every process that sends several calls a second checks
+// the store in that time and cuts its rate, and the controller reads the
+// refusal as it reads one of whole seconds (the pause shed the load, and a
+// refusal soon after it says the limit fell). Held so for every provider,
+// the halving of one that only refuses re-converged in 11-12 s, not 1-2.
 const minRefusalPause = 150_000
+
+// refusalPause returns the pause (µs) a throttle's Retry-After of ra µs
+// asks of the fleet: ra, or minRefusalPause for a shorter exact wait once
+// the key was banned. Not for an HTTP-date: what is left of its whole
+// second is no exact wait but the end of a longer one.
+func refusalPause(rep *signal.Report, ra int64, banned bool) int64 {
+	if banned && rep.Throttled && !rep.Banned && rep.HasRetryAfter && !rep.RetryAfterDate && ra < minRefusalPause {
+		return minRefusalPause
+	}
+	return ra
+}
 
 // sample maps a report onto the controller's sample (package aimd's doc):
 // Throttled when the provider throttled, Success for a success,
 // Overloaded for other outcomes that hint at load (a 5xx whose outcome is
 // unknown, a timeout), Failed for the rest; a Retry-After with any
-// refusal, a throttle's at least minRefusalPause unless an HTTP-date's.
+// refusal.
 func sample(rep *signal.Report, latency time.Duration) aimd.Sample {
 	s := aimd.Sample{Latency: latency.Microseconds()}
 	switch {
@@ -46,9 +55,6 @@ func sample(rep *signal.Report, latency time.Duration) aimd.Sample {
 	}
 	if rep.HasRetryAfter && (rep.Throttled || rep.Class != signal.ClassSuccess) {
 		s.RetryAfter = rep.RetryAfter
-		if rep.Throttled && !rep.Banned && !rep.RetryAfterDate && s.RetryAfter < minRefusalPause {
-			s.RetryAfter = minRefusalPause
-		}
 	}
 	s.Banned = rep.Banned
 	return s
