@@ -896,6 +896,10 @@ func (s *State) Paused(now int64) (until int64, paused bool) {
 // requests per second, 0 when none: the rate is capped by it.
 func (s *State) Hint() float64 { return s.hint }
 
+// Banned reports whether the key heard of a ban (a Sample with Banned and
+// a RetryAfter) in its life.
+func (s *State) Banned() bool { return s.banUntil != 0 }
+
 // Probing reports whether the key is still in slow start (no decrease
 // yet).
 func (s *State) Probing() bool { return s.probing }

@@ -29,11 +29,7 @@ type adaptive struct {
 
 	mu          sync.Mutex
 	state       aimd.State
-	syncedUntil int64 // µs: the store already holds a pause until then
-	// banned says the key's provider banned it (a 418, here or heard of
-	// from the store): its refusals' short waits pause the fleet
-	// minRefusalPause (refusalPause).
-	banned      bool
+	syncedUntil int64   // µs: the store already holds a pause until then
 	costPerCall float64 // latest actual cost of a call, for cost-bucket hints
 	weight      usedWeight
 	// bucket follows a leaky bucket that reports its level but not its
@@ -349,7 +345,6 @@ func (a *adaptive) notePause(now, d, lag int64, banned bool) (news bool, window 
 		return false, 0
 	}
 	if banned {
-		a.banned = true
 		a.ctl.Observe(&a.state, now, aimd.Sample{Outcome: aimd.Failed, RetryAfter: d, Banned: true})
 		a.syncedUntil = max(a.syncedUntil, until)
 		return true, a.weight.window
@@ -578,9 +573,8 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 		}
 	}
 	if s.Outcome == aimd.Throttled {
-		s.RetryAfter = refusalPause(rep, s.RetryAfter, a.banned)
+		s.RetryAfter = refusalPause(rep, a.state.Banned())
 	}
-	a.banned = a.banned || rep.Banned
 	o.decision = a.ctl.Observe(&a.state, now, s)
 	o.callsTell, o.callsN, o.callsAsk, o.callsOwn = a.countCalls(now)
 	if s.Outcome == aimd.Success && a.ask != 0 && now >= a.askAt {

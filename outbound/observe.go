@@ -25,15 +25,19 @@ import (
 // the halving of one that only refuses re-converged in 11-12 s, not 1-2.
 const minRefusalPause = 150_000
 
-// refusalPause returns the pause (µs) a throttle's Retry-After of ra µs
-// asks of the fleet: ra, or minRefusalPause for a shorter exact wait once
-// the key was banned. Not for an HTTP-date: what is left of its whole
-// second is no exact wait but the end of a longer one.
-func refusalPause(rep *signal.Report, ra int64, banned bool) int64 {
-	if banned && rep.Throttled && !rep.Banned && rep.HasRetryAfter && !rep.RetryAfterDate && ra < minRefusalPause {
+// refusalPause returns the pause (µs) a throttle's report asks of the
+// fleet: its Retry-After (0: none), or minRefusalPause for a shorter exact
+// wait once the key was banned (aimd's State.Banned). Not for an
+// HTTP-date: what is left of its whole second is no exact wait but the end
+// of a longer one.
+func refusalPause(rep *signal.Report, banned bool) int64 {
+	if !rep.HasRetryAfter {
+		return 0
+	}
+	if banned && rep.Throttled && !rep.Banned && !rep.RetryAfterDate && rep.RetryAfter < minRefusalPause {
 		return minRefusalPause
 	}
-	return ra
+	return rep.RetryAfter
 }
 
 // sample maps a report onto the controller's sample (package aimd's doc):

@@ -171,10 +171,7 @@ func TestAShortRetryAfterPausesTheFleetLongEnoughToBeHeard(t *testing.T) {
 			}
 			a := &scripted{resps: resps}
 			b := &scripted{resps: []func() *http.Response{response(200, "ok")}, clk: clk}
-			ca, err := outbound.New(outbound.Config{Base: a, Store: st, Clock: clk, Retry: retry.Config{MaxAttempts: 1}})
-			require.NoError(t, err)
-			cb, err := outbound.New(outbound.Config{Base: b, Store: st, Clock: clk})
-			require.NoError(t, err)
+			ca, cb := fleetOf(t, st, clk, a, b)
 
 			resp := get(t, cb, "http://api.example.com/x")
 			require.NoError(t, resp.Body.Close())

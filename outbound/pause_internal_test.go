@@ -261,6 +261,6 @@ func TestRefusalPauseHoldsAShortExactWaitOnceBanned(t *testing.T) {
 		{"a ban", signal.Report{Throttled: true, Banned: true, HasRetryAfter: true, RetryAfter: 50_000}, true, 50_000},
 		{"no header", signal.Report{Throttled: true}, true, 0},
 	} {
-		require.Equal(t, tc.want, refusalPause(&tc.rep, tc.rep.RetryAfter, tc.banned), tc.name)
+		require.Equal(t, tc.want, refusalPause(&tc.rep, tc.banned), tc.name)
 	}
 }

@@ -139,14 +139,22 @@ func TestUsedWeightPacesTheWindow(t *testing.T) {
 	for i, used := range []int{90, 92, 94, 96} {
 		w.observe(weightReport(200, used, "1s"), t0+800_000+int64(i)*25_000)
 	}
-	_, stop = w.pace(t0+900_000, lat)
-	require.Equal(t, t0+sec, stop)
-	require.True(t, w.spent(t0+900_000, lat))
-	// The next window starts afresh.
-	r, stop = w.pace(t0+sec, lat)
+	requireSpentToTheReset(t, w, t0+900_000, lat)
+	require.False(t, w.spent(t0+sec, lat))
+}
+
+// requireSpentToTheReset checks that at now the key waits for the reset of
+// its window (of a second, budget 50) with the calls spent, and that the
+// next window is paced as any.
+func requireSpentToTheReset(t *testing.T, w *usedWeight, now, lat int64) {
+	t.Helper()
+	reset := (now/sec + 1) * sec
+	_, stop := w.pace(now, lat)
+	require.Equal(t, reset, stop)
+	require.True(t, w.spent(now, lat))
+	r, stop := w.pace(reset, lat)
 	require.InDelta(t, weightMargin*50, r, 1e-9)
 	require.Zero(t, stop)
-	require.False(t, w.spent(t0+sec, lat))
 }
 
 // Issue 18 item 4: a learned budget is probed every probeGap windows once
@@ -469,13 +477,7 @@ func TestUsedWeightProbesNoLaterThanARefusalFits(t *testing.T) {
 	require.False(t, w.refusalFits(start+800_000, lat))
 	// Nor does one whose answer would come after the reset.
 	require.False(t, w.refusalFits(start+sec-lat/2, lat))
-	_, stop = w.pace(start+800_000, lat)
-	require.Equal(t, start+sec, stop)
-	require.True(t, w.spent(start+800_000, lat))
-	// The next window is paced as any.
-	r, stop = w.pace(start+sec, lat)
-	require.InDelta(t, weightMargin*50, r, 1e-9)
-	require.Zero(t, stop)
+	requireSpentToTheReset(t, w, start+800_000, lat)
 	// A minute's window loses under a second of its 60 to a
 	// refusal's rounding: a probe fits at any time, on an assumed
 	// budget (spent at the ordinary pace) as on a learned one.
