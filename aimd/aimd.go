@@ -121,8 +121,8 @@ const confirmedCut = 0.5
 // or later for a rate up to twice it, and at the end of a slow start, whose
 // rate grew through the second), and every call after the refusal until the
 // second ends. A refusal of a call sent that late in a clock second,
-// followed by the refusal of a call sent after it while it was in flight
-// (none served in between), reads the calls of that second served before it
+// with the calls sent after it while it was in flight refused too (none
+// served), reads the calls of that second served before it
 // as the window's count, if they are at least confirmedCut of the rate
 // refused: the rate is set to windowLevel of that count (so no less than
 // 0.48 of the rate refused), and recovers to no more until a probe above
@@ -132,8 +132,12 @@ const confirmedCut = 0.5
 // it: each a second episode of refusals within 10 s, and a ban from a
 // provider that bans after five (issue 18, in virtual time and with real
 // processes). A token bucket serves some of the calls after a refusal,
-// unless it is far over its limit; read as a window then, it is cut by
-// at most about half, and the probe after the hold finds its limit.
+// even far over its limit, as a token comes: so the read waits for every
+// call in flight with the refusal, until the first answer to a call sent
+// after it came (issue 18: a slow start's end at 2.5 times a bucket of
+// 300/s with five calls in flight, read from the first of them refused,
+// held the fleet at 0.9 of the limit for 8 s, where the fifth was served;
+// retry-after-seconds 0.881, and 0.962 with the wait).
 const windowLate = 0.5
 
 // A provider answering faster than the key sends has no call of the key in
@@ -714,9 +718,11 @@ type State struct {
 	// (Unix µs, 0: none, or a call sent after it in the second was
 	// served), winSeen when that refusal came
 	// (the calls sent between were in flight), and winN how many calls
-	// sent in that second before it were served.
+	// sent in that second before it were served. winRef counts the calls
+	// in flight refused since; the read waits for them all (see
+	// windowLate).
 	winAt, winSeen int64
-	winN           int
+	winN, winRef   int
 	// winSec is the clock second (Unix s) the window's count of winCap
 	// was read in, and winFleet the fleet's count of calls served in it
 	// (FleetCount; 0: not known), which a later second's count of the
@@ -954,14 +960,23 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 	if in.Outcome == Success {
 		s.served(sent)
 	}
-	if s.winAt > 0 && sent > s.winAt && sent < s.winSeen && sent/int64(sec) == s.winAt/int64(sec) {
-		if in.Outcome == Success {
-			// Served after the refusal, in the same second: no
-			// window's count was spent.
-			s.winAt = 0
-		} else if in.Outcome == Throttled && !in.Banned && s.winCap == 0 {
-			// The fleet shares the rate as after any change
-			// (outbound's Config.SharedRate).
+	if s.winAt > 0 && s.winCap == 0 {
+		switch {
+		case sent > s.winAt && sent < s.winSeen && sent/int64(sec) == s.winAt/int64(sec):
+			// In flight when the refusal came.
+			if in.Outcome == Success {
+				// Served after the refusal, in the same second: no
+				// window's count was spent.
+				s.winAt = 0
+			} else if in.Outcome == Throttled && !in.Banned {
+				s.winRef++
+			}
+		case s.winRef > 0 && (in.Outcome == Success || in.Outcome == Throttled || in.Outcome == Overloaded):
+			// The first answer to a call sent once the refusal had
+			// come (after its pause): every call in flight with it
+			// was answered, and none was served. The fleet shares
+			// the rate as after any change (outbound's
+			// Config.SharedRate).
 			if d.Change = c.capWindow(s, s.winAt/int64(sec), 0); d.Change == Decreased {
 				d.Reason = ReasonThrottled
 			}
@@ -1362,7 +1377,7 @@ func (c *Controller) restart(s *State, now, d int64) {
 	s.proven, s.provenNext, s.provenAt = 0, 0, 0
 	s.sus, s.susFrom, s.refusedAt, s.cycOK, s.cycEst, s.cycFrom = 0, 0, now, 0, 0, 0
 	s.epOK, s.epRef, s.pause = 0, 0, 0
-	s.winCap, s.winAt, s.late, s.prevLate = 0, 0, lateRec{}, lateRec{}
+	s.winCap, s.winAt, s.winRef, s.late, s.prevLate = 0, 0, 0, lateRec{}, lateRec{}
 	s.winSec, s.winFleet = 0, 0
 	s.lastDecrease, s.lastIncrease = now, now
 	s.n = 0
@@ -1623,7 +1638,7 @@ func (c *Controller) cut(s *State, now int64, f float64, queue int64) {
 	}
 	s.cutTo = s.rate
 	s.probing, s.ramp, s.excused, s.exitLevel, s.banRate = false, false, 0, false, 0
-	s.epOK, s.epRef, s.winCap, s.winAt = 0, 0, 0, 0
+	s.epOK, s.epRef, s.winCap, s.winAt, s.winRef = 0, 0, 0, 0, 0
 	s.winSec, s.winFleet = 0, 0
 	s.lastDecrease = now
 	s.n = 0 // the p95 needs fresh evidence before it may cut again
@@ -2479,7 +2494,7 @@ func (c *Controller) lateRefusal(s *State, now, sent int64, rate0 float64, in Sa
 		return c.windowRead(s, sent/int64(sec), n, 0) == Decreased
 	}
 	if !heard && !low {
-		s.winAt, s.winSeen, s.winN = sent, now, n
+		s.winAt, s.winSeen, s.winN, s.winRef = sent, now, n, 0
 	}
 	r := lateRec{at: now, sec: sent / int64(sec), part: sent % int64(sec), n: n, rate: rate0, low: low}
 	if !r.shows(s.late, r.n, s.late.n) {

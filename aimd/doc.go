@@ -111,13 +111,15 @@
 // and refuse the rest of a window once its count is spent. Their refusal
 // comes late in a second, and every call sent after it in that second is
 // refused too. When a refusal with a Retry-After came for a call sent in
-// the second half of a clock second, and the next call answered that was
-// sent after it in the same second, while it was in flight, is refused as
-// well (none served in between), the calls served in that second before the
+// the second half of a clock second, and the calls sent after it in the
+// same second, while it was in flight, are all refused as well (none
+// served; the read waits for the first answer after the pause, when all
+// were answered), the calls served in that second before the
 // refusal, if at least half the rate refused, are read as the window's
 // count: the rate is set to 0.97 of it, down or up, and recovers to no
 // more until a probe after the hold. A token bucket serves some of the calls
-// after a refusal, so its refusals are not read so. It needs a call in
+// after a refusal, even far over its limit, so its refusals are not read
+// so. It needs a call in
 // flight when the refusal comes, which is when an episode of refusals costs
 // several; the key's own refusals show it even when the episode began with
 // another process's pause, heard of from the store first. A provider that

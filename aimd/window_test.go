@@ -137,30 +137,38 @@ func TestClockWindowCountBoundsTheLevel(t *testing.T) {
 	require.GreaterOrEqual(t, late, 5, "slow starts refused late in a second")
 }
 
-// A refusal late in a second reads the calls that second served as a
-// window's count only when the next call in flight after it in the second
-// is refused too, and at least half the rate refused was served: a token
-// bucket serves some of the calls after a refusal, and its limit is not
-// what part of a second it served (issue 18: when every late refusal was
-// read so, a bucket's fleet held 0.89 of its limit for 15 s).
+// A refusal late in a clock second, with every call in flight with it
+// refused too, is a window's count spent; a call in flight served is a
+// token bucket's refill, however many were refused before it. The read
+// waits for the first answer after the pause, when every call in flight
+// was answered (issue 18: a slow start's end at 2.5 times a bucket of
+// 300/s, 5 calls in flight at 20 ms: the first was refused, the key read
+// a window of 93 and held the fleet at 0.9 of the limit for 8 s, where
+// the last of the five was served). The count must also be at least
+// confirmedCut of the rate refused: a token bucket's limit is not what
+// part of a second it served (when every late refusal was read so, a
+// bucket's fleet held 0.89 of its limit for 15 s).
 func TestOnlyAWindowSpentCapsTheLevel(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, Config{Start: 100, SlowStart: -1, Decrease: 0.8, Plateau: 0.9, LatencyFactor: 2, Hold: time.Minute, UsageMultiple: -1})
 	for _, tc := range []struct {
 		name   string
-		after  Outcome // the next call's answer
-		sent   int64   // when in its second the refused call was sent
-		step   int64   // between the calls served before it
-		next   int64   // when the next call was sent, after the refused one
+		after  []Outcome // the answers to the calls in flight, sent 10 ms apart after the refused one
+		sent   int64     // when in its second the refused call was sent
+		step   int64     // between the calls served before it
 		capped bool
 	}{
-		{"late, the next refused: a window", Throttled, 800 * ms, 10 * ms, 10 * ms, true},
-		{"late, the next served: a bucket", Success, 800 * ms, 10 * ms, 10 * ms, false},
+		{"late, the next refused: a window", []Outcome{Throttled}, 800 * ms, 10 * ms, true},
+		{"late, the next served: a bucket", []Outcome{Success}, 800 * ms, 10 * ms, false},
+		// A bucket far over its limit refuses call after call, and
+		// serves one as a token comes.
+		{"late, two refused, the third served: a bucket", []Outcome{Throttled, Throttled, Success}, 800 * ms, 10 * ms, false},
+		{"late, three refused: a window", []Outcome{Throttled, Throttled, Throttled}, 800 * ms, 10 * ms, true},
 		// 80 served, as many as the window case: only the time tells.
-		{"early, the next refused", Throttled, 400 * ms, 5 * ms, 10 * ms, false},
+		{"early, the next refused", []Outcome{Throttled}, 400 * ms, 5 * ms, false},
 		// 32 served, under half the 90/s refused: a count that low is
 		// no window's the rate could have been refused at.
-		{"late, few served, the next refused", Throttled, 800 * ms, 25 * ms, 10 * ms, false},
+		{"late, few served, the next refused", []Outcome{Throttled}, 800 * ms, 25 * ms, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -172,23 +180,33 @@ func TestOnlyAWindowSpentCapsTheLevel(t *testing.T) {
 				served++
 			}
 			refused := Sample{Outcome: Throttled, Latency: 20 * ms, RetryAfter: s1}
-			c.Observe(&s, base+tc.sent+20*ms, refused)
+			seen := base + tc.sent + 20*ms
+			c.Observe(&s, seen, refused)
 			cut := s.rate
-			next := Sample{Outcome: tc.after, Latency: 20 * ms}
-			if tc.after == Throttled {
-				next = refused
+			for i, o := range tc.after {
+				next := Sample{Outcome: o, Latency: 20 * ms}
+				if o == Throttled {
+					next = refused
+				}
+				// Sent within the 20 ms the refused call was in flight.
+				sent := base + tc.sent + int64(i+1)*20*ms/int64(len(tc.after)+1)
+				require.Equal(t, Unchanged, c.Observe(&s, sent+20*ms, next).Change, "in flight %d", i)
+				require.InDelta(t, cut, s.rate, 1e-9, "no read while calls in flight are answered")
 			}
-			d := c.Observe(&s, base+tc.sent+tc.next+20*ms, next)
+			// The first call after the pause.
+			at = seen + s1
+			d := c.Observe(&s, at+20*ms, Sample{Outcome: Success, Latency: 20 * ms})
 			window := windowLevel * float64(served)
 			if tc.capped {
 				require.Less(t, window, cut, "the usual cut left more than the window")
 				require.InDelta(t, window, s.rate, 1e-9, "cut to windowLevel of the %d calls served", served)
 				require.Equal(t, Decreased, d.Change, "a decrease the fleet shares")
 			} else {
-				require.InDelta(t, cut, s.rate, 1e-9, "the usual cut")
-				require.Equal(t, Unchanged, d.Change)
+				require.Zero(t, s.winCap, "no window read")
+				require.GreaterOrEqual(t, s.rate, cut, "the usual cut, recovering from the pause's end")
+				require.NotEqual(t, Decreased, d.Change)
 			}
-			at = base + tc.sent + tc.next + 20*ms + s1 // the pause over
+			at += 20 * ms
 			busyFor(c, &s, &at, 10*s1)
 			if tc.capped {
 				require.LessOrEqual(t, s.rate, window+1e-9, "no recovery above the window's count until a probe")
@@ -218,6 +236,9 @@ func TestOnlyACallInFlightShowsTheWindow(t *testing.T) {
 		refused := Sample{Outcome: Throttled, Latency: 20 * ms, RetryAfter: s1}
 		c.Observe(&s, base+820*ms, refused)
 		c.Observe(&s, base+800*ms+tc.next+20*ms, refused)
+		// The first call after the pause: every call in flight with the
+		// refusal was answered.
+		c.Observe(&s, base+800*ms+tc.next+s1+40*ms, Sample{Outcome: Success, Latency: 20 * ms})
 		if tc.read {
 			require.InDelta(t, 0.97*80, s.winCap, 1e-9, "sent %d ms after: in flight, the window read", tc.next/ms)
 		} else {
@@ -246,7 +267,10 @@ func TestAWindowReadAfterTheFleetsPause(t *testing.T) {
 	cut := s.rate
 	refused := Sample{Outcome: Throttled, Latency: 20 * ms, RetryAfter: s1}
 	require.Equal(t, Unchanged, c.Observe(&s, base+820*ms, refused).Change, "the key's own refusal is the same episode's")
-	d = c.Observe(&s, base+830*ms, refused)
+	require.Equal(t, Unchanged, c.Observe(&s, base+830*ms, refused).Change, "a call in flight")
+	// The first call after the pause: every call in flight with the
+	// key's refusal was answered, and none served.
+	d = c.Observe(&s, base+s1+850*ms, Sample{Outcome: Success, Latency: 20 * ms})
 	require.Less(t, 0.97*80, cut, "the pause's cut left more than the window")
 	require.InDelta(t, 0.97*80, s.rate, 1e-9, "cut to windowLevel of the 80 calls served")
 	require.Equal(t, Decreased, d.Change, "a decrease the fleet shares")
