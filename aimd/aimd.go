@@ -149,7 +149,9 @@ const windowLate = 0.5
 // of a second a token bucket serves does. Either refusal may be another
 // process's, heard of from the store (usually only one process of a fleet
 // is refused in an episode), the key's own calls served that second being
-// its share of the count. The level is then the window's,
+// its share of the count; a key that shares its limit so reads the window
+// from the fleet's counts alone (lateRefusal, FleetCount). The level is
+// then the window's,
 // as for a read from a call in flight (issue 18, real processes against a
 // clock window answering in 5 ms: after the slow start's end, three more
 // episodes 2-3 s apart before the fleet levelled at 0.95 of the limit;
@@ -2462,10 +2464,11 @@ func (c *Controller) plateauOf(r float64) float64 {
 // pause heard of from the store (outbound's notePause: Failed, no
 // latency), when it came late in a clock second after at least
 // confirmedCut of the rate was served in it: a window's count spent, if
-// the key's next call in flight is refused too (windowLate), or if an
+// the key's calls in flight are refused too (windowLate), or if an
 // earlier such refusal served the same count at a rate well apart
-// (windowSame), when it caps the level and reports whether it lowered
-// the rate. Not news when the episode began with another process's pause,
+// (windowSame; for a key that knows of no other process sharing its
+// limit: with one, only the fleet's counts show it, FleetCount), when it
+// caps the level and reports whether it lowered the rate. Not news when the episode began with another process's pause,
 // heard of first: the key's own refusals still show the window. A pause
 // of a few milliseconds (sharePause) is a token's wait, not the rest of a
 // window: a bucket far over its limit refuses call after call, as a spent
@@ -2496,7 +2499,7 @@ func (c *Controller) lateRefusal(s *State, now, sent int64, rate0 float64, in Sa
 	if !heard && !low {
 		s.winAt, s.winSeen, s.winN, s.winRef = sent, now, n, 0
 	}
-	r := lateRec{at: now, sec: sent / int64(sec), part: sent % int64(sec), n: n, rate: rate0, low: low}
+	r := lateRec{at: now, sec: sent / int64(sec), part: sent % int64(sec), n: n, rate: rate0, low: low, heard: heard}
 	if !r.shows(s.late, r.n, s.late.n) {
 		if r.sec == s.late.sec {
 			r.fleet = s.late.fleet
@@ -2504,6 +2507,20 @@ func (c *Controller) lateRefusal(s *State, now, sent int64, rate0 float64, in Sa
 			s.prevLate = s.late
 		}
 		s.late = r
+		return false
+	}
+	if heard || s.late.heard || (s.share > 0 && s.share < 1) {
+		// The key shares its limit with other processes: its own
+		// counts are its shares of the fleet's, and two of them
+		// agree by chance as well as by a window (issue 18, token
+		// buckets: a process that heard of the other's pause at a
+		// slow start's end had served 36 calls of that second, and
+		// 36 of another 2 s later at a rate 30 % lower; read as a
+		// window, it held the fleet at 0.88-0.92 of the limit for
+		// 24 s). Only the fleet's counts of the two seconds show a
+		// window (FleetCount): a bucket's grow with the point of the
+		// second its refusal came at, a window's do not.
+		s.prevLate, s.late = s.late, r
 		return false
 	}
 	// The same count served in two seconds at rates well apart: the
@@ -2532,6 +2549,7 @@ type lateRec struct {
 	n, fleet int
 	rate     float64 // the rate it came at
 	low      bool    // n was under confirmedCut of rate
+	heard    bool    // another process's refusal, heard of from the store
 }
 
 // shows reports whether r and e, an earlier record, show a window, their

@@ -129,7 +129,11 @@
 // instead, since a window's count does not move with the rate. Either may
 // be another process's refusal, heard of from the store (up to two calls
 // after the second turned, when the key next tried to send): the key's own
-// calls served that second are its share of the count. A refusal after a
+// calls served that second are then its share of the count. A key that
+// shares its limit so (it heard of another's refusal, or was told its
+// share of the fleet's calls) reads no window from its own counts, which
+// agree by chance as well as by a window, but only from the fleet's (see
+// below). A refusal after a
 // quarter to a half of the rate was served in its second (a slow start's
 // end, whose rate grew through the second) counts too, but only with one at
 // a point of its second at least 0.1 s apart, where a token bucket would

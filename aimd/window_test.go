@@ -303,9 +303,11 @@ func TestAWindowShownByTwoEpisodes(t *testing.T) {
 // Two late refusals after the same count do not show a window when the
 // rate did not change between them (a bucket at one rate serves the same
 // part of a second each time), nor when the counts differ, nor with pauses
-// of a few milliseconds. The second may
-// be another process's, heard of from the store: of two processes against
-// a window answering in 5 ms, usually only one is refused in an episode.
+// of a few milliseconds. Nor when the key shares its limit with other
+// processes (the second refusal another's, heard of from the store, or a
+// share of the fleet's calls told): its counts are shares, which agree by
+// chance as well as by a window, and only the fleet's counts show one
+// (TestAKeyWithAFleetReadsAWindowFromTheFleetsCounts).
 func TestTwoEpisodesShowAWindowOnlyAtRatesApart(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, levelledCfg)
@@ -320,7 +322,10 @@ func TestTwoEpisodesShowAWindowOnlyAtRatesApart(t *testing.T) {
 		{"counts apart", 11 * ms, 120, false},
 		// The second refusal was another process's, heard of from the
 		// store: the key's own 80 served that second are its share.
-		{"same count, rates apart, the second heard of", 16 * ms, 120, true},
+		{"same count, rates apart, the second heard of", 16 * ms, 120, false},
+		// A share of the fleet's calls was told: the key's counts are
+		// shares.
+		{"same count, rates apart, a share told", 16 * ms, 120, false},
 		// Pauses of a few milliseconds are a token's waits, not the
 		// rest of a window (sharePause).
 		{"same count, rates apart, pauses of 5 ms", 16 * ms, 120, false},
@@ -344,6 +349,9 @@ func TestTwoEpisodesShowAWindowOnlyAtRatesApart(t *testing.T) {
 			// in the second.
 			c.SetRate(&s, tc.rate2)
 			base += 3 * s1
+			if strings.HasSuffix(tc.name, "a share told") {
+				c.FleetShare(&s, base, 0.5)
+			}
 			n := 0
 			for sent := base; sent < base+800*ms; sent += tc.step2 {
 				c.Observe(&s, sent+5*ms, Sample{Outcome: Success, Latency: 5 * ms})
@@ -378,7 +386,9 @@ func TestTwoEpisodesShowAWindowOnlyAtRatesApart(t *testing.T) {
 // read is the level the key recovers to: before, the pause heard of read
 // as a new second's and no window was read, and the key recovered to 0.91
 // of the rate its last cut left (37.3), the fleet held 0.92 of the count
-// for the rest of the run.
+// for the rest of the run. The key's counts are shares, so the fleet's
+// counts of the two seconds (every process's share, FleetCount) show the
+// window.
 func TestAWindowsCountIsTheLevel(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, slowStartCfg)
@@ -388,13 +398,19 @@ func TestAWindowsCountIsTheLevel(t *testing.T) {
 	// the key again at 64/s late in one, 1.4 s after that pause ended:
 	// cut to 0.64 of it.
 	lateSecond(c, &s, &at, 93, 20, 215*ms, true)
-	lateSecond(c, &s, &at, 64, 40, 625*ms, true)
+	first := lateSecond(c, &s, &at, 64, 40, 625*ms, true)
 	require.Zero(t, s.winCap, "one episode shows no window")
 	require.InDelta(t, 0.64*64, s.rate, 1e-9)
-	lateSecond(c, &s, &at, 44.6, 41, 919*ms, false)
+	second := lateSecond(c, &s, &at, 44.6, 41, 919*ms, false)
 	d := c.Observe(&s, at+8*ms, Sample{Outcome: Failed, RetryAfter: s1 - 8*ms})
 	require.Equal(t, Decreased, d.Change)
-	require.InDelta(t, 0.97*41, s.winCap, 1e-9, "the heard refusal is the second before's: a window of 41 for the key")
+	require.Zero(t, s.winCap, "the key's own counts are its shares")
+	k, n := s.LateSecond()
+	require.Equal(t, second, k, "the heard refusal is the second before's")
+	require.Equal(t, 41, n)
+	c.FleetCount(&s, at+s1, first, 100)
+	c.FleetCount(&s, at+s1, second, 100)
+	require.InDelta(t, 0.97*41, s.winCap, 1e-9, "the fleet's counts show the window: 41 of it for the key")
 	at += s1
 	busyFor(c, &s, &at, 8*s1)
 	require.InDelta(t, 0.97*41, s.rate, 1e-9, "recovered to the window's count, not to a plateau under its last cut")
@@ -499,6 +515,60 @@ func TestTheFleetsCountShowsTheWindow(t *testing.T) {
 			require.InDelta(t, 0.97*53, d.Rate, 1e-9)
 			busyFor(c, &s, &at, 8*s1)
 			require.InDelta(t, 0.97*53, s.rate, 1e-9, "held there")
+		})
+	}
+}
+
+// A key that shares its limit with other processes (it heard of another's
+// refusal, or was told its share of the fleet's calls) reads no window from
+// its own counts, which are shares: two of them agree by chance as well as
+// by a window (issue 18, real processes against token buckets: a process
+// that heard of the other's pause at a slow start's end had served 36 calls
+// of that second, and 36 of another 2 s later at a rate 30 % lower; read as
+// a window, it held the fleet at 0.88-0.92 of the limit for 24 s). The
+// fleet's counts of the two seconds show it: a window's agree, a bucket's
+// grow with the point of the second its refusal came at.
+func TestAKeyWithAFleetReadsAWindowFromTheFleetsCounts(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, slowStartCfg)
+	for _, tc := range []struct {
+		name           string
+		heard          bool    // the second refusal was another process's
+		share          float64 // told before the first refusal (0: none)
+		fleet1, fleet2 int
+		window         bool
+	}{
+		{"heard, the fleet's counts agree", true, 0, 100, 100, true},
+		{"heard, the fleet's counts apart", true, 0, 100, 86, false},
+		{"a share told, the fleet's counts agree", false, 0.5, 100, 100, true},
+		{"a share told, the fleet's counts apart", false, 0.5, 100, 86, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := c.Init()
+			at := t0
+			if tc.share > 0 {
+				c.FleetShare(&s, at, tc.share)
+			}
+			first := lateSecond(c, &s, &at, 80, 50, 600*ms, true)
+			require.Zero(t, s.winCap, "one episode shows no window")
+			at += s1
+			second := lateSecond(c, &s, &at, 56, 50, 900*ms, !tc.heard)
+			if tc.heard {
+				c.Observe(&s, (second*s1)+905*ms, Sample{Outcome: Failed, RetryAfter: 95*ms + s1})
+			}
+			require.Zero(t, s.winCap, "the key's own counts, the same at rates apart, are shares")
+			k, n := s.LateSecond()
+			require.Equal(t, second, k, "the second to tell the fleet of")
+			require.Equal(t, 50, n)
+			at += 200 * ms
+			c.FleetCount(&s, at, first, tc.fleet1)
+			c.FleetCount(&s, at, second, tc.fleet2)
+			if !tc.window {
+				require.Zero(t, s.winCap, "no window read")
+				return
+			}
+			require.InDelta(t, 0.97*50, s.winCap, 1e-9, "the key's share of the fleet's window")
 		})
 	}
 }
@@ -616,7 +686,7 @@ func TestAWindowReadFromTheKeysCountsLearnsTheFleets(t *testing.T) {
 	c := mustNew(t, levelledCfg)
 	for _, tc := range []struct {
 		name  string
-		share float64 // told before the read (0: none)
+		share float64 // told after the read (0: none)
 		count int     // the fleet's count of the read's second
 		known bool
 	}{
@@ -637,14 +707,14 @@ func TestAWindowReadFromTheKeysCountsLearnsTheFleets(t *testing.T) {
 			c.Observe(&s, base+805*ms, refused)
 			c.SetRate(&s, 120)
 			base += 3 * s1
-			if tc.share > 0 {
-				c.FleetShare(&s, base, tc.share)
-			}
 			for i := range 80 {
 				c.Observe(&s, base+int64(i)*10*ms+5*ms, Sample{Outcome: Success, Latency: 5 * ms})
 			}
 			c.Observe(&s, base+805*ms, refused)
 			require.InDelta(t, 0.97*80, s.winCap, 1e-9, "read as a window of 80")
+			if tc.share > 0 {
+				c.FleetShare(&s, base+900*ms, tc.share)
+			}
 			k, n := s.LateSecond()
 			require.Equal(t, base/s1, k, "the read's second, for the fleet's count")
 			require.Equal(t, 80, n, "the key's count in it")
