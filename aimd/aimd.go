@@ -678,9 +678,12 @@ type State struct {
 	// it was a refusal chained soon after a pause (spanRate; 0: none),
 	// and cycFrom the rate it refused: a second such episode, at a rate
 	// apart, that reads the same rate has read the provider's
-	// (agreedRate).
+	// (agreedRate). cycHeard says that episode was another process's
+	// refusal, heard of from the store: the key's calls served over its
+	// span are its share of the fleet's, not the provider's rate.
 	cycOK           int
 	cycEst, cycFrom float64
+	cycHeard        bool
 	// banUntil is when the last ban the key heard of ends (Unix µs, 0
 	// none), and banLen how long it was: a ban answer before then is the
 	// same ban's, and so is one after that ends within banLen/2 of it
@@ -1128,7 +1131,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 						// the rate refused.
 						f, confirmed = min(confirmedCut*s.excused/s.rate, c.plateau), true
 					}
-					if est := c.agreedRate(s, sent); est > 0 && est < f*s.rate {
+					if est := c.agreedRate(s, sent, in.Outcome == Failed); est > 0 && est < f*s.rate {
 						// Two episodes read the provider's rate
 						// alike: resume under it (agreedRate).
 						f, cycled = cycleLevel*est/s.rate, true
@@ -1267,9 +1270,9 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				// A throttle signal: what succeeded before proves
 				// nothing now.
 				s.proven, s.provenNext, s.provenAt = 0, 0, 0
-				s.cycEst, s.cycFrom = 0, 0
+				s.cycEst, s.cycFrom, s.cycHeard = 0, 0, false
 				if chained {
-					s.cycEst, s.cycFrom = c.spanRate(s, sent), from
+					s.cycEst, s.cycFrom, s.cycHeard = c.spanRate(s, sent), from, in.Outcome == Failed
 				}
 				s.sus, s.refusedAt, s.cycOK = 0, now, 0
 			}
@@ -1493,8 +1496,19 @@ func (c *Controller) spanRate(s *State, sent int64) float64 {
 // tends to L x run/(run+pause) as the run grows; issue 18, a saturated
 // machine: runs of 3.5 and 6.3 s at a bucket of a tenth of a second read
 // 0.80 and 0.88 of the limit, and the fleet held 76/s of 100). Not below
-// agreeFloor of the rate refused.
-func (c *Controller) agreedRate(s *State, sent int64) float64 {
+// agreeFloor of the rate refused, and not when either episode was another
+// process's refusal, heard of (heard, State.cycHeard): the key's calls
+// served are then its share of the fleet's, and two shares agree by chance
+// (issue 18, two processes against a bucket of a tenth of a second whose
+// refusals of a few milliseconds paused the fleet 150 ms: at the halving
+// the process that heard of both chained refusals read 20/s twice, its
+// share of a limit of 50, and held there for 10 s, while the other, whose
+// reads differed, recovered to 26/s; the fleet re-converged in 11-12 s
+// where it took 2).
+func (c *Controller) agreedRate(s *State, sent int64, heard bool) float64 {
+	if heard || s.cycHeard {
+		return 0
+	}
 	prev := s.cycEst
 	est := c.spanRate(s, sent)
 	if prev <= 0 || est <= 0 || est < agreeFloor*s.rate || math.Abs(est-prev) > agreeSpread*max(est, prev) ||

@@ -155,17 +155,22 @@ func TestAgreedRateNeedsTwoReadsAlike(t *testing.T) {
 	t.Parallel()
 	c := mustNew(t, Config{Start: 130, SlowStart: -1, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.91})
 	for _, tc := range []struct {
-		name string
-		edit func(s *State, sent *int64)
-		want float64
+		name  string
+		edit  func(s *State, sent *int64)
+		heard bool
+		want  float64
 	}{
-		{"two reads alike", func(*State, *int64) {}, 95},
-		{"the lower of the two", func(s *State, _ *int64) { s.cycEst = 92 }, 92},
-		{"no read before", func(s *State, _ *int64) { s.cycEst = 0 }, 0},
-		{"reads apart (a small bucket's)", func(s *State, _ *int64) { s.cycEst = 60 }, 0},
-		{"no episode within excuseSpan", func(s *State, sent *int64) { s.refusedAt = *sent - excuseSpan - 1 }, 0},
-		{"under agreeFloor of the rate refused", func(s *State, _ *int64) { s.rate = 400; s.cycFrom = 600 }, 0},
-		{"at the rate the last episode refused", func(s *State, _ *int64) { s.cycFrom = 140 }, 0},
+		{"two reads alike", func(*State, *int64) {}, false, 95},
+		{"the lower of the two", func(s *State, _ *int64) { s.cycEst = 92 }, false, 92},
+		{"no read before", func(s *State, _ *int64) { s.cycEst = 0 }, false, 0},
+		{"reads apart (a small bucket's)", func(s *State, _ *int64) { s.cycEst = 60 }, false, 0},
+		{"no episode within excuseSpan", func(s *State, sent *int64) { s.refusedAt = *sent - excuseSpan - 1 }, false, 0},
+		{"under agreeFloor of the rate refused", func(s *State, _ *int64) { s.rate = 400; s.cycFrom = 600 }, false, 0},
+		{"at the rate the last episode refused", func(s *State, _ *int64) { s.cycFrom = 140 }, false, 0},
+		// Another process's refusal, heard of: the calls served are
+		// the key's share of the fleet's.
+		{"this refusal heard of", func(*State, *int64) {}, true, 0},
+		{"the last read's refusal heard of", func(s *State, _ *int64) { s.cycHeard = true }, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -175,7 +180,7 @@ func TestAgreedRateNeedsTwoReadsAlike(t *testing.T) {
 			sent := t0 + 3*s1
 			s.refusedAt, s.cycOK = t0+s1, 190 // 190 served in 2 s
 			tc.edit(&s, &sent)
-			require.InDelta(t, tc.want, c.agreedRate(&s, sent), 1e-9)
+			require.InDelta(t, tc.want, c.agreedRate(&s, sent, tc.heard), 1e-9)
 		})
 	}
 }
@@ -200,6 +205,16 @@ func TestOnlyAChainedRefusalKeepsItsRead(t *testing.T) {
 	s.cycOK = 60
 	refuse(s.pausedUntil + 500*ms) // chained: 60 served in 1.5 s
 	require.InDelta(t, 40, s.cycEst, 1, "read by a chained refusal")
+	require.False(t, s.cycHeard, "the key's own refusal")
+
+	// Another process's chained refusal, heard of from the store (as
+	// outbound tells it: Failed, no latency): its read is the key's
+	// share, kept as such.
+	s.cycOK = 60
+	d := c.Observe(&s, s.pausedUntil+500*ms, Sample{Outcome: Failed, NoLatency: true, RetryAfter: s1})
+	require.Equal(t, Decreased, d.Change)
+	require.InDelta(t, 40, s.cycEst, 1, "read by a chained refusal heard of")
+	require.True(t, s.cycHeard, "heard of")
 }
 
 // Issue 18, a bucket of a second at 100/s as OS processes answering in

@@ -573,7 +573,7 @@ func (a *adaptive) observe(s aimd.Sample, rep *signal.Report, now int64, shared 
 		}
 	}
 	if s.Outcome == aimd.Throttled {
-		s.RetryAfter = refusalPause(rep, a.state.Banned())
+		s.RetryAfter = refusalPause(rep)
 	}
 	o.decision = a.ctl.Observe(&a.state, now, s)
 	o.callsTell, o.callsN, o.callsAsk, o.callsOwn = a.countCalls(now)

@@ -40,11 +40,10 @@
 // that saw it, and every process that finds the key paused slows its own
 // rate down once for the episode, so the fleet backs off as one; a ban (a
 // 418) is marked as one in the store, and every process that finds the key
-// paused by it starts over, as the process banned does. Once a provider
-// has banned the key, a refusal's pause lasts 150 ms at least (an
-// HTTP-date's excepted): one that states the milliseconds to its next
-// token asks for a pause over before the other processes look, and they
-// would neither wait nor slow down. When a
+// paused by it starts over, as the process banned does. A refusal's pause
+// lasts 150 ms at least (an HTTP-date's excepted): a provider that states
+// the milliseconds to its next token asks for a pause over before the
+// other processes look, and they would neither wait nor slow down. When a
 // refusal comes late in a clock second (a window of a second aligned to
 // the clock, spent), each process adds to the store the calls it had
 // served in that second, and reads the fleet's sum back once the pause is

@@ -9,32 +9,37 @@ import (
 )
 
 // minRefusalPause (µs) is the shortest pause a refusal with an exact wait
-// asks of the fleet once the key's provider has banned it (refusalPause).
-// A provider that states the milliseconds until its next token (Retry-After:
-// 0.004) asks for a pause over before the other processes look at the
-// store: they never hear of the refusal and keep their rate, and the
-// fleet's next calls are refused too. Most such providers only refuse, and
-// there the refusals of those short pauses size the cut by the share served
-// (aimd's sharePause), back within seconds of a halving. One that also bans
-// after a few refusals of any kind counts each (issue 18, virtual: 5 bans,
-// goodput 0.47 of the limit). Once it has banned, a refusal pauses the
-// fleet this long: every process that sends several calls a second checks
-// the store in that time and cuts its rate, and the controller reads the
-// refusal as it reads one of whole seconds (the pause shed the load, and a
-// refusal soon after it says the limit fell). Held so for every provider,
-// the halving of one that only refuses re-converged in 11-12 s, not 1-2.
+// asks of the fleet (refusalPause). A provider that states the
+// milliseconds until its next token (Retry-After: 0.004) asks for a pause
+// over before the other processes look at the store: they never hear of
+// the refusal and keep their rate, and the fleet's next calls are refused
+// too, each a refusal more for a provider that bans after a few of any
+// kind (issue 18, virtual: 5 bans, goodput 0.47 of the limit). A refusal
+// pauses the fleet this long: every process that sends several calls a
+// second checks the store in that time and cuts its rate, and the
+// controller reads the refusal as it reads one of whole seconds (the pause
+// shed the load, and a refusal soon after it says the limit fell).
+//
+// At first this held only once the provider had banned the key: held for
+// every provider, the halving of one that only refuses re-converged in
+// 11-12 s, not 1-2, in a run of three or four, and the fleet was banned
+// once, at the slow start's end, by one that bans (goodput 0.57). The
+// slow re-convergence was a process that heard of both chained refusals
+// reading its own share of the fleet's calls as the provider's rate (aimd's
+// agreedRate, which now reads only a key's own refusals); with that gone,
+// the hold costs a provider that only refuses a few per cent of goodput at
+// most and none of its re-convergence, and the one that bans sees no ban.
 const minRefusalPause = 150_000
 
 // refusalPause returns the pause (µs) a throttle's report asks of the
-// fleet: its Retry-After (0: none), or minRefusalPause for a shorter exact
-// wait once the key was banned (aimd's State.Banned). Not for an
+// fleet: its Retry-After (0: none), at least minRefusalPause. Not for an
 // HTTP-date: what is left of its whole second is no exact wait but the end
-// of a longer one.
-func refusalPause(rep *signal.Report, banned bool) int64 {
+// of a longer one; nor for a ban, whose wait is the ban's.
+func refusalPause(rep *signal.Report) int64 {
 	if !rep.HasRetryAfter {
 		return 0
 	}
-	if banned && rep.Throttled && !rep.Banned && !rep.RetryAfterDate && rep.RetryAfter < minRefusalPause {
+	if rep.Throttled && !rep.Banned && !rep.RetryAfterDate && rep.RetryAfter < minRefusalPause {
 		return minRefusalPause
 	}
 	return rep.RetryAfter

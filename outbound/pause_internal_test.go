@@ -240,27 +240,24 @@ func TestAPauseThatBeganWhileTheStoreAnsweredHoldsTheCall(t *testing.T) {
 	}
 }
 
-// Once the key was banned, a throttle's exact wait of a few milliseconds
-// is held to minRefusalPause (see
-// TestAShortRetryAfterPausesTheFleetLongEnoughToBeHeard); before, it is the
-// wait; what is left of an HTTP-date's whole second never is, nor a ban's
-// own wait.
-func TestRefusalPauseHoldsAShortExactWaitOnceBanned(t *testing.T) {
+// A throttle's exact wait of a few milliseconds is held to minRefusalPause
+// (see TestAShortRetryAfterPausesTheFleetLongEnoughToBeHeard); a longer
+// one is the wait; what is left of an HTTP-date's whole second never is
+// held, nor a ban's own wait.
+func TestRefusalPauseHoldsAShortExactWait(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name   string
-		rep    signal.Report
-		banned bool
-		want   int64
+		name string
+		rep  signal.Report
+		want int64
 	}{
-		{"exact wait, banned before", signal.Report{Throttled: true, HasRetryAfter: true, RetryAfter: 4_000}, true, minRefusalPause},
-		{"exact wait, never banned", signal.Report{Throttled: true, HasRetryAfter: true, RetryAfter: 4_000}, false, 4_000},
-		{"no wait, banned before", signal.Report{Throttled: true, HasRetryAfter: true}, true, minRefusalPause},
-		{"long wait", signal.Report{Throttled: true, HasRetryAfter: true, RetryAfter: 900_000}, true, 900_000},
-		{"a date's end", signal.Report{Throttled: true, HasRetryAfter: true, RetryAfter: 50_000, RetryAfterDate: true}, true, 50_000},
-		{"a ban", signal.Report{Throttled: true, Banned: true, HasRetryAfter: true, RetryAfter: 50_000}, true, 50_000},
-		{"no header", signal.Report{Throttled: true}, true, 0},
+		{"exact wait", signal.Report{Throttled: true, HasRetryAfter: true, RetryAfter: 4_000}, minRefusalPause},
+		{"no wait", signal.Report{Throttled: true, HasRetryAfter: true}, minRefusalPause},
+		{"long wait", signal.Report{Throttled: true, HasRetryAfter: true, RetryAfter: 900_000}, 900_000},
+		{"a date's end", signal.Report{Throttled: true, HasRetryAfter: true, RetryAfter: 50_000, RetryAfterDate: true}, 50_000},
+		{"a ban", signal.Report{Throttled: true, Banned: true, HasRetryAfter: true, RetryAfter: 50_000}, 50_000},
+		{"no header", signal.Report{Throttled: true}, 0},
 	} {
-		require.Equal(t, tc.want, refusalPause(&tc.rep, tc.banned), tc.name)
+		require.Equal(t, tc.want, refusalPause(&tc.rep), tc.name)
 	}
 }
