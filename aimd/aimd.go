@@ -684,6 +684,9 @@ type State struct {
 	cycOK           int
 	cycEst, cycFrom float64
 	cycHeard        bool
+	// chain counts the refusals chained soon after their pauses in a row
+	// since the last decrease that was not one (see chainMargin).
+	chain int
 	// banUntil is when the last ban the key heard of ends (Unix µs, 0
 	// none), and banLen how long it was: a ban answer before then is the
 	// same ban's, and so is one after that ends within banLen/2 of it
@@ -1178,6 +1181,11 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					}
 				}
 			}
+			if chained {
+				s.chain++
+			} else {
+				s.chain = 0
+			}
 			// A pause of a few milliseconds sheds no load: the share
 			// served still says how far over the rate is.
 			f = min(f, shareCut)
@@ -1230,6 +1238,13 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 					// limit, and recovery stays under it rather than
 					// earn one more pause.
 					s.peak = min(s.peak, resumed)
+					if s.chain > 1 {
+						// A second chained refusal in a row:
+						// the episodes so far cost a provider
+						// that bans after a few refusals in a
+						// window most of its count (chainMargin).
+						s.peak = min(s.peak, resumed*chainMargin)
+					}
 					if from > chainGrew*resumed && !confirmed && !cycled {
 						// The rate grew well past the one it
 						// resumed at before the refusal: that
@@ -1381,7 +1396,7 @@ func (c *Controller) restart(s *State, now, d int64) {
 	s.level, s.good, s.backoff, s.drained = 0, 0, 0, false
 	s.proven, s.provenNext, s.provenAt = 0, 0, 0
 	s.sus, s.susFrom, s.refusedAt, s.cycOK, s.cycEst, s.cycFrom = 0, 0, now, 0, 0, 0
-	s.epOK, s.epRef, s.pause = 0, 0, 0
+	s.epOK, s.epRef, s.pause, s.chain = 0, 0, 0, 0
 	s.winCap, s.winAt, s.winRef, s.late, s.prevLate = 0, 0, 0, lateRec{}, lateRec{}
 	s.winSec, s.winFleet = 0, 0
 	s.lastDecrease, s.lastIncrease = now, now
@@ -1426,6 +1441,18 @@ const (
 	cycleLevel  = 0.99
 	cycleSteady = 1.05
 )
+
+// chainMargin is how far under the rate it resumed at a key recovers to
+// after a second refusal chained soon after its pause in a row (the plateau
+// under that rate, times chainMargin): three episodes within a few seconds
+// cost four refusals or so, with the calls in flight, and a provider that
+// bans after five in 10 s bans at the next. Issue 18, two OS processes
+// against a bucket that states the milliseconds to its next token and bans
+// so: at the halving, episodes at 0.97, 0.88 and 0.64 of the old limit's
+// rates (four refusals in 0.8 s) left the fleet at 0.82 of the new limit,
+// recovering to the plateau under the rate the last resumed at, 1.02 of
+// it, which was refused 5.4 s later: a ban.
+const chainMargin = 0.95
 
 // chainGrew is how far past the rate it resumed at a key's rate grows
 // before a chained refusal for the level under the rate resumed to be a

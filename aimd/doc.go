@@ -90,7 +90,9 @@
 // should resume near its last good rate; one refused again within 2 s of
 // the pause's end cuts by Decrease twice, since the limit fell well below
 // (so that a provider that bans after a few refusals sees few), and
-// recovers under the rate the last pause resumed at; the refusal that ends
+// recovers under the rate the last pause resumed at (a second such refusal
+// in a row, 5 % further under: the episodes so far cost such a provider
+// most of its count); the refusal that ends
 // slow start, which overshoots, also cuts by Decrease twice and recovers
 // under one Decrease of the rate refused. A refusal with a Retry-After at a
 // rate the key held for a whole 2 s with successes, 10 s or more after the

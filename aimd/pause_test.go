@@ -722,3 +722,39 @@ func TestARefusalAfterAShortPauseIsNewsWithinTheCooldown(t *testing.T) {
 	require.NotEqual(t, Decreased, d.Change, "sent after a pause of 5 ms, within the cooldown")
 	require.GreaterOrEqual(t, s.rate, first)
 }
+
+// Issue 18 (chainMargin), two OS processes against a bucket that states the
+// milliseconds to its next token and bans after five refusals in 10 s: at
+// the halving three episodes within a second (the last two chained soon
+// after their pauses) cost four refusals, and recovery to the plateau under
+// the rate the last one resumed at was 1.02 of the new limit: refused again
+// 5.4 s later, a ban. A first chained refusal recovers to the plateau under
+// the rate it resumed at; a second in a row, chainMargin under that.
+func TestASecondChainedRefusalRecoversFurtherUnder(t *testing.T) {
+	t.Parallel()
+	c := mustNew(t, Config{Start: 10, SlowStart: 2, IgnoreLatency: true, Decrease: 0.8, Plateau: 0.91, Hold: 10 * time.Second, UsageMultiple: -1})
+	levelAfter := func(chains int) (level, resumed float64) {
+		s := c.Init()
+		at := t0
+		for s.rate < 100 {
+			at += 10 * ms
+			c.Observe(&s, at, ok(10*ms))
+		}
+		refuse := func() {
+			d := c.Observe(&s, at, Sample{Outcome: Throttled, Latency: 10 * ms, RetryAfter: s1})
+			require.Equal(t, Decreased, d.Change)
+		}
+		refuse() // the slow start's end
+		for range chains {
+			resumed = s.rate
+			at += s1 + 200*ms // soon after the pause
+			refuse()
+		}
+		busyFor(c, &s, &at, 5*s1)
+		return s.rate, resumed
+	}
+	level, resumed := levelAfter(1)
+	require.InDelta(t, 0.91*resumed, level, 1e-6, "one chained refusal: the plateau under the rate it resumed at")
+	level, resumed = levelAfter(2)
+	require.InDelta(t, chainMargin*0.91*resumed, level, 1e-6, "a second in a row: chainMargin under that")
+}
