@@ -679,8 +679,8 @@ type State struct {
 	// and cycFrom the rate it refused: a second such episode, at a rate
 	// apart, that reads the same rate has read the provider's
 	// (agreedRate). cycHeard says that episode was another process's
-	// refusal, heard of from the store: the key's calls served over its
-	// span are its share of the fleet's, not the provider's rate.
+	// refusal, heard of from the store, after a short pause (heardRead):
+	// the key's calls served over its span are its share of a floor.
 	cycOK           int
 	cycEst, cycFrom float64
 	cycHeard        bool
@@ -1134,7 +1134,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 						// the rate refused.
 						f, confirmed = min(confirmedCut*s.excused/s.rate, c.plateau), true
 					}
-					if est := c.agreedRate(s, sent, in.Outcome == Failed); est > 0 && est < f*s.rate {
+					if est := c.agreedRate(s, sent, heardRead(s, in, prevPause)); est > 0 && est < f*s.rate {
 						// Two episodes read the provider's rate
 						// alike: resume under it (agreedRate).
 						f, cycled = cycleLevel*est/s.rate, true
@@ -1287,7 +1287,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				s.proven, s.provenNext, s.provenAt = 0, 0, 0
 				s.cycEst, s.cycFrom, s.cycHeard = 0, 0, false
 				if chained {
-					s.cycEst, s.cycFrom, s.cycHeard = c.spanRate(s, sent), from, in.Outcome == Failed
+					s.cycEst, s.cycFrom, s.cycHeard = c.spanRate(s, sent), from, heardRead(s, in, prevPause)
 				}
 				s.sus, s.refusedAt, s.cycOK = 0, now, 0
 			}
@@ -1524,14 +1524,18 @@ func (c *Controller) spanRate(s *State, sent int64) float64 {
 // machine: runs of 3.5 and 6.3 s at a bucket of a tenth of a second read
 // 0.80 and 0.88 of the limit, and the fleet held 76/s of 100). Not below
 // agreeFloor of the rate refused, and not when either episode was another
-// process's refusal, heard of (heard, State.cycHeard): the key's calls
-// served are then its share of the fleet's, and two shares agree by chance
-// (issue 18, two processes against a bucket of a tenth of a second whose
-// refusals of a few milliseconds paused the fleet 150 ms: at the halving
-// the process that heard of both chained refusals read 20/s twice, its
-// share of a limit of 50, and held there for 10 s, while the other, whose
-// reads differed, recovered to 26/s; the fleet re-converged in 11-12 s
-// where it took 2).
+// process's refusal heard of after a pause shorter than heardPause (heard,
+// State.cycHeard; heardRead): the key's calls served are then its share of
+// a floor of the fleet's rate, since so short a pause refills little of
+// the bucket, and two such shares agree by chance (issue 18, two processes
+// against a bucket of a tenth of a second whose refusals of a few
+// milliseconds paused the fleet 150 ms: at the halving the process that
+// heard of both chained refusals read 20/s twice, its share of a limit of
+// 50, and held there for 10 s, while the other, whose reads differed,
+// recovered to 26/s; the fleet re-converged in 11-12 s where it took 2).
+// After a pause of a second, as a bucket of a second refills in full, each
+// process's share of the fleet's calls served is its share of the limit,
+// and the fleet's levels add up to it.
 func (c *Controller) agreedRate(s *State, sent int64, heard bool) float64 {
 	if heard || s.cycHeard {
 		return 0
@@ -1543,6 +1547,18 @@ func (c *Controller) agreedRate(s *State, sent int64, heard bool) float64 {
 		return 0
 	}
 	return min(est, prev)
+}
+
+// heardPause (µs) is the pause under which another process's refusal,
+// heard of, reads no rate (agreedRate).
+const heardPause = 500_000
+
+// heardRead reports whether a refusal is another process's, heard of from
+// the store (outbound tells it as Failed), after a pause shorter than
+// heardPause: the last one's, which ended at prevPause and began with the
+// episode at State.refusedAt.
+func heardRead(s *State, in Sample, prevPause int64) bool {
+	return in.Outcome == Failed && prevPause > s.refusedAt && prevPause-s.refusedAt < heardPause
 }
 
 const (

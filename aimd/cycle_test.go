@@ -167,10 +167,10 @@ func TestAgreedRateNeedsTwoReadsAlike(t *testing.T) {
 		{"no episode within excuseSpan", func(s *State, sent *int64) { s.refusedAt = *sent - excuseSpan - 1 }, false, 0},
 		{"under agreeFloor of the rate refused", func(s *State, _ *int64) { s.rate = 400; s.cycFrom = 600 }, false, 0},
 		{"at the rate the last episode refused", func(s *State, _ *int64) { s.cycFrom = 140 }, false, 0},
-		// Another process's refusal, heard of: the calls served are
-		// the key's share of the fleet's.
-		{"this refusal heard of", func(*State, *int64) {}, true, 0},
-		{"the last read's refusal heard of", func(s *State, _ *int64) { s.cycHeard = true }, false, 0},
+		// Another process's refusal, heard of after a short pause: the
+		// calls served are the key's share of a floor.
+		{"this refusal heard of after a short pause", func(*State, *int64) {}, true, 0},
+		{"the last read's refusal heard of after one", func(s *State, _ *int64) { s.cycHeard = true }, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -207,14 +207,20 @@ func TestOnlyAChainedRefusalKeepsItsRead(t *testing.T) {
 	require.InDelta(t, 40, s.cycEst, 1, "read by a chained refusal")
 	require.False(t, s.cycHeard, "the key's own refusal")
 
-	// Another process's chained refusal, heard of from the store (as
-	// outbound tells it: Failed, no latency): its read is the key's
-	// share, kept as such.
-	s.cycOK = 60
-	d := c.Observe(&s, s.pausedUntil+500*ms, Sample{Outcome: Failed, NoLatency: true, RetryAfter: s1})
-	require.Equal(t, Decreased, d.Change)
-	require.InDelta(t, 40, s.cycEst, 1, "read by a chained refusal heard of")
-	require.True(t, s.cycHeard, "heard of")
+	// Another process's chained refusals, heard of from the store (as
+	// outbound tells it: Failed, no latency): after a pause of a second
+	// the key's share is its share of the limit; after one of 150 ms,
+	// its share of a floor, kept as such (heardRead).
+	heard := func(now, pause int64) {
+		s.cycOK = 60
+		d := c.Observe(&s, now, Sample{Outcome: Failed, NoLatency: true, RetryAfter: pause})
+		require.Equal(t, Decreased, d.Change)
+		require.Positive(t, s.cycEst, "read by a chained refusal heard of")
+	}
+	heard(s.pausedUntil+500*ms, 150*ms)
+	require.False(t, s.cycHeard, "heard of after a pause of a second")
+	heard(s.pausedUntil+200*ms, s1)
+	require.True(t, s.cycHeard, "heard of after a pause of 150 ms")
 }
 
 // Issue 18, a bucket of a second at 100/s as OS processes answering in

@@ -181,9 +181,13 @@ func TestSluicePacesShopifyRESTByItsLevel(t *testing.T) {
 // (0.946-0.97 for ban, where one run in ten or so fell under 0.95): the
 // goodput is the median of 3 runs, as issue 18 gives its figures; every
 // run must re-converge within 5 s, with no ban and at most 1 % refused.
+// The provider that bans after five refusals of any kind in 10 s banned the
+// fleet at the slow start's end while such a pause was only the few
+// milliseconds asked (goodput 0.57), until a refusal paused the fleet
+// 150 ms, long enough for every process to hear of it.
 func TestSluiceReconvergesAfterPausesOfMilliseconds(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"retry-after-seconds", "ban"} {
+	for _, name := range []string{"retry-after-seconds", "ban", "ban-on-refusals"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			scs := fleet.Issue18Scenarios(60 * time.Second)
