@@ -910,10 +910,6 @@ func (s *State) Paused(now int64) (until int64, paused bool) {
 // requests per second, 0 when none: the rate is capped by it.
 func (s *State) Hint() float64 { return s.hint }
 
-// Banned reports whether the key heard of a ban (a Sample with Banned and
-// a RetryAfter) in its life.
-func (s *State) Banned() bool { return s.banUntil != 0 }
-
 // Probing reports whether the key is still in slow start (no decrease
 // yet).
 func (s *State) Probing() bool { return s.probing }
@@ -1107,6 +1103,9 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				shareCut = f
 			}
 			slowExit, chained, confirmed, heldCut, stepped, cycled := false, false, false, false, false, false
+			// Another process's refusal after a short pause: no read
+			// of the provider's rate (agreedRate).
+			heard := heardRead(s, in, prevPause)
 			if in.RetryAfter > 0 && c.plateau > 0 && (reason == ReasonThrottled || reason == ReasonRetryAfter) {
 				if prevPause > 0 && sent-prevPause <= chainWindow && in.RetryAfter > sharePause {
 					// Refused again soon after the last pause ended:
@@ -1134,7 +1133,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 						// the rate refused.
 						f, confirmed = min(confirmedCut*s.excused/s.rate, c.plateau), true
 					}
-					if est := c.agreedRate(s, sent, heardRead(s, in, prevPause)); est > 0 && est < f*s.rate {
+					if est := c.agreedRate(s, sent, heard); est > 0 && est < f*s.rate {
 						// Two episodes read the provider's rate
 						// alike: resume under it (agreedRate).
 						f, cycled = cycleLevel*est/s.rate, true
@@ -1287,7 +1286,7 @@ func (c *Controller) Observe(s *State, now int64, in Sample) Decision {
 				s.proven, s.provenNext, s.provenAt = 0, 0, 0
 				s.cycEst, s.cycFrom, s.cycHeard = 0, 0, false
 				if chained {
-					s.cycEst, s.cycFrom, s.cycHeard = c.spanRate(s, sent), from, heardRead(s, in, prevPause)
+					s.cycEst, s.cycFrom, s.cycHeard = c.spanRate(s, sent), from, heard
 				}
 				s.sus, s.refusedAt, s.cycOK = 0, now, 0
 			}
