@@ -1532,3 +1532,71 @@ func TestAQueueTheCutShedIsNoScatter(t *testing.T) {
 		}
 	}
 }
+
+// Issue 18, two processes against a slowdown answering in 5 ms (one
+// server of 50 calls a second): each process's calls wait behind the
+// other's in a sawtooth, so when a probe fails, the recent median waited
+// about half what the last call did, and a drain cut from the median
+// left the fleet just under the limit, the probe's queue draining at a
+// few calls a second, every call behind it slow by the figures (35 ms).
+// The drain is cut from the last call's wait, when that is more (here
+// 20.7/s where the median gave 21.3/s), and few answers after it are slow.
+func TestAProbeQueueSeenInASawtoothDrainsFromItsLastWait(t *testing.T) {
+	t.Parallel()
+	const limit, base, slow = 50.0, 5 * ms, 35 * ms
+	c := mustNew(t, Config{Start: 25, SlowStart: -1, Increase: 1, Decrease: 0.8,
+		Cooldown: 500 * time.Millisecond, LatencyFactor: 3, Plateau: 0.91, Hold: 10 * time.Second,
+		Queue: 2.5, UsageMultiple: -1})
+	s := c.Init()
+	// The other process sends 25 calls a second, unmoved; this one its
+	// rate. Calls reach one FIFO server in the order sent.
+	const otherF = 1.02
+	sent, other, free := t0, t0+7*ms, t0
+	serve := func(at int64) int64 {
+		start := max(at, free)
+		free = start + int64(float64(s1)/limit)
+		return start - at + base
+	}
+	call := func() (lat int64, d Decision) {
+		sent += int64(float64(s1) / s.rate)
+		for other < sent {
+			serve(other)
+			other += int64(float64(s1) / (otherF * s.rate))
+		}
+		lat = serve(sent)
+		s.CapTarget(2 * base)
+		c.FleetShare(&s, sent, 0.5)
+		return lat, c.Observe(&s, sent+lat, ok(lat))
+	}
+	c.Observe(&s, sent, Sample{Outcome: Throttled, Latency: base})
+	// The waits the slow start learned as the provider's scatter (the
+	// traced run's): the fleet's calls waited for each other now and
+	// then even at rest.
+	s.spread, s.spreadTail, s.restReads = 2*ms, 8*ms, idleSpreadSamples
+	for sent < t0+15*s1 {
+		_, d := call()
+		require.NotEqual(t, Decreased, d.Change, "at %.1f/s, under the limit", s.rate)
+	}
+	good := s.good
+	require.Greater(t, good, 0.0, "a plateau held")
+	var failed int64
+	for failed == 0 {
+		r0 := s.rate
+		lat, d := call()
+		require.Less(t, sent, t0+30*s1, "the probe never failed")
+		if d.Change == Decreased {
+			failed = sent
+			t.Logf("cut at a wait of %v from %.2f/s to %.2f/s (plateau %.2f/s), %v", lat, r0, s.rate, good, d.Reason)
+			wait := min(lat-base-s.queueSpread(), drainSpan/5)
+			require.Greater(t, wait, 15*ms, "the last call waited behind the probe's queue")
+			require.InDelta(t, good*drainCut(wait), s.rate, 1e-9, "the drain is cut from the last call's wait")
+		}
+	}
+	slowN := 0
+	for sent < failed+3*s1 {
+		if lat, _ := call(); lat > slow {
+			slowN++
+		}
+	}
+	require.LessOrEqual(t, slowN, 3, "answers slow by the figures after the probe failed")
+}
