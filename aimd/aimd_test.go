@@ -1548,8 +1548,9 @@ func TestAProbeQueueSeenInASawtoothDrainsFromItsLastWait(t *testing.T) {
 		Cooldown: 500 * time.Millisecond, LatencyFactor: 3, Plateau: 0.91, Hold: 10 * time.Second,
 		Queue: 2.5, UsageMultiple: -1})
 	s := c.Init()
-	// The other process sends 25 calls a second, unmoved; this one its
-	// rate. Calls reach one FIFO server in the order sent.
+	// This process sends at its rate, the other a little faster (it
+	// probes too), so their phases drift and the waits form a sawtooth.
+	// Calls reach one FIFO server in the order sent.
 	const otherF = 1.02
 	sent, other, free := t0, t0+7*ms, t0
 	serve := func(at int64) int64 {
